@@ -1,0 +1,187 @@
+"""`crl`: the command line of CodeRepairRL.
+
+Commands that only read manifests (`validate`, `render`, `crds`, `version`) need nothing but the
+base install. Output for people goes to the terminal through rich; machine-readable output
+(`--output json`, YAML from `render` and `crds`) goes to standard output unadorned.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import sys
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from crl_worker.api import API_VERSION, KINDS
+from crl_worker.api.validation import DocumentResult, validate_file
+from crl_worker.yamlutil import dump_all
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+app = typer.Typer(
+    name="crl",
+    help="CodeRepairRL: train and evaluate code-repair agents with RL, on Kubernetes or on one machine.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+log = logging.getLogger("crl")
+
+Output = Literal["text", "json"]
+
+
+@app.callback()
+def _main(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug messages.")] = False,
+) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _expand(files: list[str]) -> list[str]:
+    """Directories stand for the YAML files directly inside them."""
+    expanded: list[str] = []
+    for f in files:
+        p = Path(f)
+        if f != "-" and p.is_dir():
+            expanded.extend(str(x) for x in sorted(p.iterdir()) if x.suffix in (".yaml", ".yml"))
+        else:
+            expanded.append(f)
+    return expanded
+
+
+@app.command()
+def validate(
+    files: Annotated[
+        list[str],
+        typer.Argument(help="Manifest files (multi-document YAML), directories, or - for stdin."),
+    ],
+    output: Annotated[
+        str,
+        typer.Option("--output", "-o", help="text (for people) or json (one object per document)."),
+    ] = "text",
+) -> None:
+    """Check manifests offline: schema, defaults and CEL rules, as the API server would.
+
+    Every problem is reported with its file, line, field path and what is allowed. Exits 1 when
+    any document is invalid.
+    """
+    if output not in ("text", "json"):
+        err.print(f"[red]error:[/] --output must be text or json (got {output!r})")
+        raise typer.Exit(2)
+    results: list[DocumentResult] = []
+    for f in _expand(files):
+        results.extend(validate_file(f))
+    if output == "json":
+        for r in results:
+            sys.stdout.write(
+                json.dumps(
+                    {
+                        "source": r.source,
+                        "index": r.index,
+                        "kind": r.kind,
+                        "name": r.name,
+                        "valid": r.ok,
+                        "problems": [
+                            {"line": p.line, "path": p.path, "message": p.message}
+                            for p in r.problems
+                        ],
+                    }
+                )
+                + "\n"
+            )
+    else:
+        for r in results:
+            label = f"{r.kind or '?'}/{r.name}" if r.name else (r.kind or f"document {r.index + 1}")
+            mark = "[green]✓[/]" if r.ok else "[red]✗[/]"
+            out.print(f"{mark} {escape(r.source)}: {escape(label)}", highlight=False)
+            for p in sorted(r.problems, key=lambda p: p.line or 0):
+                where = f"line {p.line}" if p.line else "file"
+                field = f"[bold]{escape(p.path)}[/]: " if p.path else ""
+                out.print(f"    {where}: {field}{escape(p.message)}", highlight=False)
+        bad = sum(not r.ok for r in results)
+        out.print(f"[{'red' if bad else 'green'}]{len(results) - bad} valid, {bad} invalid[/]")
+    if any(not r.ok for r in results):
+        raise typer.Exit(1)
+
+
+@app.command()
+def render(
+    file: Annotated[str, typer.Argument(help="Manifest file (or - for stdin).")],
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace", "-n", help="Namespace of the children (default: the resource's)."
+        ),
+    ] = None,
+) -> None:
+    """Print the Kubernetes objects the operator would create for each resource in FILE.
+
+    What a reviewer of a GitOps change wants to see. The manifest is validated first; owner
+    references appear only when the manifest carries a uid (the live object's).
+    """
+    from crl_operator.builders import render as build
+
+    results = validate_file(file)
+    problems = [p for r in results for p in r.problems]
+    if problems:
+        for p in problems:
+            err.print(str(p), highlight=False, markup=False)
+        raise typer.Exit(1)
+    docs = []
+    for r in results:
+        assert r.resource is not None
+        docs.extend(build(r.resource, namespace))
+    sys.stdout.write(dump_all(docs))
+
+
+@app.command()
+def crds(
+    output_dir: Annotated[
+        Path | None,
+        typer.Option("--output-dir", "-d", help="Write one file per CRD into this folder."),
+    ] = None,
+) -> None:
+    """Print (or write) the CustomResourceDefinitions generated from the models."""
+    from crl_operator.crds import all_crds_yaml, write_crds
+
+    if output_dir is None:
+        sys.stdout.write(all_crds_yaml())
+        return
+    for path in write_crds(output_dir):
+        err.print(f"wrote {path}")
+
+
+@app.command()
+def version(
+    output: Annotated[str, typer.Option("--output", "-o", help="text or json.")] = "text",
+) -> None:
+    """Print the versions of crl, the API and Python."""
+    from crl_worker import __version__
+
+    info = {
+        "crl": __version__,
+        "apiVersion": API_VERSION,
+        "kinds": list(KINDS),
+        "python": platform.python_version(),
+    }
+    if output == "json":
+        sys.stdout.write(json.dumps(info) + "\n")
+        return
+    table = Table(show_header=False, box=None)
+    for key, value in info.items():
+        table.add_row(key, ", ".join(value) if isinstance(value, list) else str(value))
+    out.print(table)
+
+
+def run() -> None:
+    """Entry point for `python -m crl_cli`."""
+    app()

@@ -1,0 +1,125 @@
+"""The three custom resources as whole objects, and the registry of kinds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import ConfigDict
+
+from crl_worker.api.base import ApiModel, ObjectMeta, cel, with_rules
+from crl_worker.api.benchmark import BenchmarkSpec, BenchmarkStatus
+from crl_worker.api.rolloutpool import RolloutPoolSpec, RolloutPoolStatus
+from crl_worker.api.trainingrun import TrainingRunSpec, TrainingRunStatus
+
+
+def _immutable_once_started(fields: tuple[str, ...], what: str) -> dict[str, str]:
+    """A transition rule: `fields` of the spec may not change after `status.startTime` is set."""
+    same = " && ".join(f"self.spec.{f} == oldSelf.spec.{f}" for f in fields)
+    names = " and ".join(f"spec.{f}" for f in fields)
+    return cel(
+        f"!has(oldSelf.status) || !has(oldSelf.status.startTime) || ({same})",
+        f"{names} cannot change once the {what} has started; create a new {what} instead",
+        reason="FieldValueForbidden",
+    )
+
+
+class Resource(ApiModel):
+    """Fields every custom resource of the group has."""
+
+    api_version: Literal["coderepair.io/v1alpha1"]
+    """`coderepair.io/v1alpha1`."""
+    metadata: ObjectMeta
+    """Standard object metadata."""
+
+
+class TrainingRun(Resource):
+    """One RL post-training run: inference server, sandboxes, trainer, checkpoints."""
+
+    model_config = ConfigDict(
+        json_schema_extra=with_rules(_immutable_once_started(("model", "tasks"), "TrainingRun"))
+    )
+
+    kind: Literal["TrainingRun"]
+    """`TrainingRun`."""
+    spec: TrainingRunSpec
+    """Desired state."""
+    status: TrainingRunStatus | None = None
+    """Observed state, written by the operator."""
+
+
+class RolloutPool(Resource):
+    """Sandboxes for one task source, kept warm and leased to rollouts."""
+
+    kind: Literal["RolloutPool"]
+    """`RolloutPool`."""
+    spec: RolloutPoolSpec
+    """Desired state."""
+    status: RolloutPoolStatus | None = None
+    """Observed state, written by the operator and the pool gateway."""
+
+
+class Benchmark(Resource):
+    """Evaluate one model on one suite: resolve rate, pass@k, comparison with a baseline."""
+
+    model_config = ConfigDict(
+        json_schema_extra=with_rules(_immutable_once_started(("suite", "model"), "Benchmark"))
+    )
+
+    kind: Literal["Benchmark"]
+    """`Benchmark`."""
+    spec: BenchmarkSpec
+    """Desired state."""
+    status: BenchmarkStatus | None = None
+    """Observed state, written by the operator."""
+
+
+AnyResource = TrainingRun | RolloutPool | Benchmark
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What the tools need to know about one kind besides its model."""
+
+    kind: str
+    """The kind, e.g. ``TrainingRun``."""
+    plural: str
+    singular: str
+    short_names: tuple[str, ...]
+    model: type[TrainingRun] | type[RolloutPool] | type[Benchmark]
+    spec: type[ApiModel]
+    status: type[ApiModel]
+
+
+KINDS: dict[str, Kind] = {
+    k.kind: k
+    for k in (
+        Kind(
+            "TrainingRun",
+            "trainingruns",
+            "trainingrun",
+            ("trun",),
+            TrainingRun,
+            TrainingRunSpec,
+            TrainingRunStatus,
+        ),
+        Kind(
+            "RolloutPool",
+            "rolloutpools",
+            "rolloutpool",
+            ("rpool",),
+            RolloutPool,
+            RolloutPoolSpec,
+            RolloutPoolStatus,
+        ),
+        Kind(
+            "Benchmark",
+            "benchmarks",
+            "benchmark",
+            ("bench",),
+            Benchmark,
+            BenchmarkSpec,
+            BenchmarkStatus,
+        ),
+    )
+}

@@ -1,0 +1,272 @@
+"""The TrainingRun custom resource: one RL post-training run."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, StringConstraints
+
+from crl_worker.api.base import (
+    ApiModel,
+    ObjectName,
+    Path,
+    SecretKeyRef,
+    Short,
+    cel,
+    with_rules,
+)
+from crl_worker.api.common import (
+    AgentSpec,
+    CheckpointSpec,
+    InferenceSpec,
+    ModelSpec,
+    PoolReference,
+    PoolSettings,
+    RewardSpec,
+    SchedulingSpec,
+    TaskSource,
+    TrainerSpec,
+)
+from crl_worker.api.status import CommonStatus
+
+
+class RolloutSpec(ApiModel):
+    """How rollouts are produced: the sandbox pool, the agent and the reward."""
+
+    model_config = ConfigDict(
+        json_schema_extra=with_rules(
+            cel(
+                "!(has(self.poolRef) && has(self.pool))",
+                "set either rollout.poolRef (an existing RolloutPool) or rollout.pool (inline), not both",
+            ),
+        )
+    )
+
+    pool_ref: PoolReference | None = None
+    """Use an existing RolloutPool of the same namespace (its task source must match)."""
+    pool: PoolSettings | None = None
+    """An inline pool the run owns; used, with defaults, when neither pool nor poolRef is set."""
+    agent: AgentSpec = Field(default_factory=AgentSpec)
+    """The agent that produces each rollout."""
+    reward: RewardSpec = Field(default_factory=RewardSpec)
+    """How a finished rollout is scored."""
+
+
+class LoraSpec(ApiModel):
+    """Low-rank adapters (PEFT) instead of full fine-tuning."""
+
+    rank: int = Field(default=16, ge=1, le=1024)
+    """Adapter rank r."""
+    alpha: int = Field(default=32, ge=1, le=4096)
+    """Scaling alpha (the update is scaled by alpha / r)."""
+    dropout: float = Field(default=0.05, ge=0.0, lt=1.0)
+    """Dropout on the adapter input."""
+    target_modules: list[Short] = Field(
+        default_factory=lambda: ["all-linear"], min_length=1, max_length=64
+    )
+    """Modules that get adapters; `all-linear` targets every linear layer."""
+
+
+class AlgorithmSpec(ApiModel):
+    """The GRPO-family algorithm and its hyperparameters."""
+
+    model_config = ConfigDict(
+        json_schema_extra=with_rules(
+            cel(
+                "self.numGenerations >= 2",
+                "must be at least 2: GRPO scores each rollout against the other rollouts"
+                " of the same task",
+                field_path=".numGenerations",
+            ),
+            cel(
+                "!has(self.epsilonHigh) || self.epsilonHigh >= self.epsilon",
+                "epsilonHigh (upper clip) must be at least epsilon (lower clip)",
+                field_path=".epsilonHigh",
+            ),
+        )
+    )
+
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
+    """Loss normalization of the GRPO family (TRL's `loss_type`): `grpo` (per sequence),
+    `bnpo` (per batch), `dr_grpo` (constant), `dapo` (per token over the global batch)."""
+    num_generations: int = Field(default=8, ge=1, le=512)
+    """Rollouts per task in a group; advantages are relative to the group (at least 2)."""
+    tasks_per_step: int = Field(default=8, ge=1, le=65536)
+    """Tasks (groups) per optimizer step."""
+    steps: int = Field(default=200, ge=1, le=10000000)
+    """Optimizer steps of the run."""
+    learning_rate: float = Field(default=1e-6, gt=0.0, le=1.0)
+    """Peak learning rate."""
+    warmup_steps: int = Field(default=0, ge=0)
+    """Linear warm-up steps."""
+    max_grad_norm: float = Field(default=1.0, gt=0.0, le=1000.0)
+    """Gradient clipping norm."""
+    beta: float = Field(default=0.0, ge=0.0, le=10.0)
+    """KL penalty coefficient against the reference model (0 loads no reference model)."""
+    epsilon: float = Field(default=0.2, gt=0.0, le=1.0)
+    """Lower clipping epsilon of the importance ratio."""
+    epsilon_high: float | None = Field(default=None, gt=0.0, le=10.0)
+    """Upper clipping epsilon (DAPO's clip-higher); equal to `epsilon` when empty."""
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    """Divide advantages by the reward spread of the group, of the batch, or not at all."""
+    max_staleness: int = Field(default=1, ge=0, le=64)
+    """How many policy versions a rollout may lag behind the trainer (0: on-policy)."""
+    seed: int = Field(default=42, ge=0)
+    """Random seed."""
+    lora: LoraSpec | None = None
+    """Train LoRA adapters instead of all weights."""
+
+
+class EvaluationSpec(ApiModel):
+    """A benchmark run periodically during training."""
+
+    every_steps: int = Field(ge=1, le=1000000)
+    """Run the benchmark after every N optimizer steps."""
+    suite: Short
+    """Suite name shown in results, e.g. `swe-bench-verified`."""
+    tasks: TaskSource
+    """Tasks of the benchmark."""
+    agent: AgentSpec | None = None
+    """Agent settings; the run's rollout agent with temperature 0 when empty."""
+    attempts: int = Field(default=1, ge=1, le=100)
+    """Attempts per instance (pass@k)."""
+    parallelism: int = Field(default=8, ge=1, le=1024)
+    """Instances evaluated at once."""
+
+
+class WandbSpec(ApiModel):
+    """Weights & Biases logging (optional)."""
+
+    project: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    """W&B project."""
+    entity: Short | None = None
+    """W&B entity (team or user); the key's default when empty."""
+    api_key_secret_ref: SecretKeyRef
+    """Secret holding the W&B API key."""
+
+
+class TrainingRunSpec(ApiModel):
+    """Desired state of a TrainingRun."""
+
+    model_config = ConfigDict(
+        json_schema_extra=with_rules(
+            cel(
+                "self.weightSync != 'lora-adapter' || has(self.algorithm.lora)",
+                "weightSync 'lora-adapter' needs algorithm.lora (only adapters can be loaded"
+                " at runtime)",
+                field_path=".weightSync",
+            ),
+        )
+    )
+
+    model: ModelSpec
+    """The policy model to train. Immutable once the run has started."""
+    tasks: TaskSource
+    """The training tasks. Immutable once the run has started."""
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    """Sandboxes, agent and reward of the rollouts."""
+    algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec)
+    """GRPO-family hyperparameters."""
+    inference: InferenceSpec = Field(default_factory=InferenceSpec)
+    """The vLLM server that generates rollouts."""
+    weight_sync: Literal["auto", "nccl", "lora-adapter"] = "auto"
+    """How updated weights reach vLLM: `nccl` (broadcast from the trainer), `lora-adapter`
+    (`/v1/load_lora_adapter`), or `auto` (adapters with LoRA, NCCL otherwise)."""
+    trainer: TrainerSpec = Field(default_factory=TrainerSpec)
+    """The trainer pods."""
+    checkpoints: CheckpointSpec = Field(default_factory=CheckpointSpec)
+    """Checkpointing and resume."""
+    evaluation: EvaluationSpec | None = None
+    """A benchmark run every N steps."""
+    scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
+    """Queue, priority and maximum run time."""
+    wandb: WandbSpec | None = None
+    """Weights & Biases logging."""
+    suspend: bool = False
+    """Pause the run: inference scales to zero and trainer pods are removed; checkpoints stay."""
+
+
+class CheckpointRef(ApiModel):
+    """A saved checkpoint."""
+
+    step: int = Field(ge=0)
+    """Optimizer step of the checkpoint."""
+    path: Path
+    """Where it is, inside the checkpoint volume."""
+    time: datetime | None = None
+    """When it was written."""
+
+
+class TrainingMetrics(ApiModel):
+    """A small summary of recent training steps (full metrics are in Prometheus)."""
+
+    reward_mean: float | None = None
+    """Mean reward of the last step's rollouts (infrastructure failures excluded)."""
+    reward_std: float | None = None
+    """Standard deviation of those rewards."""
+    resolve_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Share of the last step's rollouts that resolved their task."""
+    kl: float | None = None
+    """Mean KL divergence to the reference policy."""
+    rollouts_per_minute: float | None = Field(default=None, ge=0.0)
+    """Finished rollouts per minute."""
+    tokens_per_second: float | None = Field(default=None, ge=0.0)
+    """Training tokens processed per second."""
+    infrastructure_failures: int | None = Field(default=None, ge=0)
+    """Rollouts dropped because of infrastructure failures, in total."""
+
+
+class EvaluationResult(ApiModel):
+    """The last periodic evaluation."""
+
+    step: int = Field(ge=0)
+    """Optimizer step that was evaluated."""
+    benchmark: ObjectName
+    """The Benchmark object that ran it."""
+    resolve_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    """Its resolve rate, once finished."""
+
+
+class TrainingRunChildren(ApiModel):
+    """Names of the objects the operator created for the run."""
+
+    config_map: ObjectName | None = None
+    """ConfigMap with the resolved worker config."""
+    inference_deployment: ObjectName | None = None
+    """vLLM Deployment."""
+    inference_service: ObjectName | None = None
+    """vLLM Service."""
+    trainer_job: ObjectName | None = None
+    """Trainer indexed Job."""
+    trainer_service: ObjectName | None = None
+    """Headless Service for the trainer rendezvous."""
+    rollout_pool: ObjectName | None = None
+    """RolloutPool used by the run (owned when inline)."""
+
+
+class TrainingRunStatus(CommonStatus):
+    """Observed state of a TrainingRun.
+
+    Condition types: `Ready`, `Admitted`, `InferenceReady`, `SandboxesReady`,
+    `Training`, `Suspended`, `Succeeded`, `Failed`.
+    """
+
+    start_time: datetime | None = None
+    """When training started; from then on the model and the tasks cannot change."""
+    completion_time: datetime | None = None
+    """When the run succeeded or failed."""
+    step: int | None = Field(default=None, ge=0)
+    """Last finished optimizer step."""
+    total_steps: int | None = Field(default=None, ge=0)
+    """Steps of the whole run."""
+    policy_version: int | None = Field(default=None, ge=0)
+    """Version of the weights the inference server holds."""
+    last_checkpoint: CheckpointRef | None = None
+    """The newest checkpoint."""
+    metrics: TrainingMetrics | None = None
+    """Summary of recent steps."""
+    last_evaluation: EvaluationResult | None = None
+    """The last periodic evaluation."""
+    children: TrainingRunChildren | None = None
+    """Objects created for the run."""
