@@ -39,6 +39,7 @@ type exitError struct {
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
 
 func fail(format string, args ...any) error {
 	return &exitError{code: 2, err: fmt.Errorf(format, args...)}

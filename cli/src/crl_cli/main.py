@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
-from crl_worker.api import API_VERSION, KINDS
-from crl_worker.api.validation import DocumentResult, validate_file
-from crl_worker.yamlutil import dump_all
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from crl_worker.api import API_VERSION, KINDS
+from crl_worker.api.validation import DocumentResult, validate_file
+from crl_worker.yamlutil import dump_all
 
 app = typer.Typer(
     name="crl",

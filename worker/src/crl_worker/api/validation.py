@@ -389,26 +389,32 @@ def validate_document(doc: _Document, source: str) -> DocumentResult:
     return result
 
 
+def _yaml_error(exc: yaml.YAMLError, source: str, index: int) -> DocumentResult:
+    """A document result for a YAML syntax error, with the line where parsing broke."""
+    mark = getattr(exc, "problem_mark", None)
+    line = mark.line + 1 if mark is not None else None
+    detail = getattr(exc, "problem", None) or str(exc)
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and context_mark is not None and context_mark.line + 1 != line:
+        detail += (
+            f" ({context.removeprefix('while ')} that started on line {context_mark.line + 1})"
+        )
+    elif context:
+        detail += f" ({context.removeprefix('while ')})"
+    problem = Problem(source, line, "", f"invalid YAML: {detail}")
+    return DocumentResult(source, index, line or 1, problems=[problem])
+
+
 def validate_text(text: str, source: str = "<stdin>") -> list[DocumentResult]:
     """Validate every document of a YAML stream. Never raises on bad input."""
     results: list[DocumentResult] = []
     try:
         for doc in _documents(text):
+            if doc.data is None:  # an empty document (`---` with nothing after it)
+                continue
             results.append(validate_document(doc, source))
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        context = getattr(exc, "context", None)
-        detail = f"{context}, {problem}" if context else problem
-        results.append(
-            DocumentResult(
-                source,
-                len(results),
-                line or 1,
-                problems=[Problem(source, line, "", f"invalid YAML: {detail}")],
-            )
-        )
+        results.append(_yaml_error(exc, source, len(results)))
         return results
     if not results:
         results.append(

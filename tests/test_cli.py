@@ -1,0 +1,103 @@
+"""The `crl` command line, run as a real process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from crl_operator.crds import all_crds_yaml
+
+from .paths import EXAMPLES, INVALID, ROOT
+
+
+def crl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "crl_cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_validate_examples_exits_zero() -> None:
+    result = crl("validate", *(str(p) for p in EXAMPLES))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{len(EXAMPLES)} valid, 0 invalid" in result.stdout
+
+
+def test_validate_wrong_manifests_exits_one_without_traceback() -> None:
+    result = crl("validate", *(str(p) for p in INVALID))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stdout + result.stderr
+    assert f"0 valid, {len(INVALID)} invalid" in result.stdout
+    assert "did you mean 'numGenerations'?" in result.stdout
+
+
+def test_validate_reads_stdin_and_prints_json() -> None:
+    text = (ROOT / "examples" / "rolloutpool-swe-gym.yaml").read_text()
+    text += "---\n" + text.replace("replicas: 32", "replicas: -1")
+    result = crl("validate", "-", "-o", "json", stdin=text)
+    assert result.returncode == 1
+    docs = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [d["valid"] for d in docs] == [True, False]
+    assert docs[1]["problems"][0]["path"] == "spec.replicas"
+    assert docs[0]["source"] == "<stdin>"
+
+
+def test_validate_a_directory() -> None:
+    result = crl("validate", "examples")
+    assert result.returncode == 0, result.stdout
+
+
+def test_render_prints_the_children() -> None:
+    result = crl("render", "examples/trainingrun-qwen3-8b-swe-gym.yaml")
+    assert result.returncode == 0, result.stderr
+    docs = list(yaml.safe_load_all(result.stdout))
+    kinds = [(d["kind"], d["metadata"]["name"]) for d in docs]
+    assert kinds == [
+        ("ConfigMap", "qwen3-8b-swe-gym-config"),
+        ("RolloutPool", "qwen3-8b-swe-gym-pool"),
+    ]
+    config = yaml.safe_load(docs[0]["data"]["config.yaml"])
+    assert config["spec"]["trainer"]["deepspeed"]["zeroStage"] == 3
+    assert docs[0]["metadata"]["namespace"] == "team-repair"
+    # The inline pool carries the run's task source and passes validation itself.
+    assert docs[1]["spec"]["tasks"]["format"] == "swe-gym"
+    again = crl("validate", "-", stdin=yaml.safe_dump(docs[1]))
+    assert again.returncode == 0, again.stdout
+
+
+def test_render_refuses_an_invalid_manifest() -> None:
+    bad = next(p for p in INVALID if "one-generation" in p.name)
+    result = crl("render", str(bad))
+    assert result.returncode == 1
+    assert "numGenerations" in result.stderr
+    assert result.stdout == ""
+
+
+def test_crds_prints_the_generated_crds(tmp_path: Path) -> None:
+    result = crl("crds")
+    assert result.returncode == 0
+    assert result.stdout == all_crds_yaml()
+    assert crl("crds", "-d", str(tmp_path)).returncode == 0
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == sorted(p.name for p in (ROOT / "crds").iterdir())
+
+
+def test_version() -> None:
+    result = crl("version", "-o", "json")
+    info = json.loads(result.stdout)
+    assert info["apiVersion"] == "coderepair.io/v1alpha1"
+    assert crl("version").returncode == 0
+
+
+def test_no_arguments_shows_help() -> None:
+    result = crl()
+    assert "validate" in result.stdout + result.stderr
