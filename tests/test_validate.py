@@ -156,3 +156,34 @@ def test_unreadable_file_is_a_problem_not_a_crash(tmp_path: Path) -> None:
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"\xff\xfe\x00garbage")
     assert "cannot read the file" in validate_file(binary)[0].problems[0].message
+
+
+def _transition(kind: str, new: dict, old: dict) -> bool:
+    """Evaluate the kind's root transition rule(s) with cel-python, as the server does on update."""
+    import celpy
+    from celpy.adapter import json_to_cel
+
+    from crl_worker.api.validation import kind_schema
+
+    env = celpy.Environment()
+    results = []
+    for rule in kind_schema(kind).get("x-kubernetes-validations", []):
+        if "oldSelf" in rule["rule"]:
+            program = env.program(env.compile(rule["rule"]))
+            results.append(
+                bool(program.evaluate({"self": json_to_cel(new), "oldSelf": json_to_cel(old)}))
+            )
+    assert results, f"{kind} has no transition rule"
+    return all(results)
+
+
+def test_model_and_tasks_are_immutable_once_started() -> None:
+    [result] = validate_text(RUN)
+    assert result.resource is not None
+    old = result.resource.to_wire()
+    changed = {**old, "spec": {**old["spec"], "model": {**old["spec"]["model"], "name": "other"}}}
+    tuned = {**old, "spec": {**old["spec"], "suspend": True}}
+    started = {**old, "status": {"startTime": "2026-11-21T00:00:00Z"}}
+    assert _transition("TrainingRun", changed, old)  # not started: anything may change
+    assert not _transition("TrainingRun", {**changed, "status": started["status"]}, started)
+    assert _transition("TrainingRun", {**tuned, "status": started["status"]}, started)

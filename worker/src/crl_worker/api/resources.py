@@ -24,6 +24,16 @@ def _immutable_once_started(fields: tuple[str, ...], what: str) -> dict[str, str
     )
 
 
+# Child Services and label values are derived from the name: a DNS-1035 label fits both.
+NAME_RULE = cel(
+    "!has(self.metadata.name) || (self.metadata.name.size() <= 63"
+    " && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))",
+    "metadata.name must start with a lowercase letter, contain only a-z, 0-9 and '-', and be"
+    " at most 63 characters (it names Services and label values)",
+    field_path=".metadata.name",
+)
+
+
 class Resource(ApiModel):
     """Fields every custom resource of the group has."""
 
@@ -37,7 +47,9 @@ class TrainingRun(Resource):
     """One RL post-training run: inference server, sandboxes, trainer, checkpoints."""
 
     model_config = ConfigDict(
-        json_schema_extra=with_rules(_immutable_once_started(("model", "tasks"), "TrainingRun"))
+        json_schema_extra=with_rules(
+            NAME_RULE, _immutable_once_started(("model", "tasks"), "TrainingRun")
+        )
     )
 
     kind: Literal["TrainingRun"]
@@ -51,6 +63,8 @@ class TrainingRun(Resource):
 class RolloutPool(Resource):
     """Sandboxes for one task source, kept warm and leased to rollouts."""
 
+    model_config = ConfigDict(json_schema_extra=with_rules(NAME_RULE))
+
     kind: Literal["RolloutPool"]
     """`RolloutPool`."""
     spec: RolloutPoolSpec
@@ -63,7 +77,9 @@ class Benchmark(Resource):
     """Evaluate one model on one suite: resolve rate, pass@k, comparison with a baseline."""
 
     model_config = ConfigDict(
-        json_schema_extra=with_rules(_immutable_once_started(("suite", "model"), "Benchmark"))
+        json_schema_extra=with_rules(
+            NAME_RULE, _immutable_once_started(("suite", "model"), "Benchmark")
+        )
     )
 
     kind: Literal["Benchmark"]
