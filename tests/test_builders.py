@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from crl_operator.builders import NAME_LIMIT, child_name, render
-from crl_worker.api import TrainingRun
+from crl_worker.api import Benchmark, TrainingRun
 
 RUN = {
     "apiVersion": "coderepair.io/v1alpha1",
@@ -38,6 +38,27 @@ def test_children_are_owned_and_labelled() -> None:
         assert meta["labels"]["coderepair.io/trainingrun"] == "r"
     config = yaml.safe_load(children[0]["data"]["config.yaml"])
     assert config["spec"]["algorithm"]["numGenerations"] == 8
+
+
+def test_a_benchmark_owns_its_inline_pool() -> None:
+    bench = Benchmark.model_validate(
+        {
+            "apiVersion": "coderepair.io/v1alpha1",
+            "kind": "Benchmark",
+            "metadata": {"name": "b"},
+            "spec": {
+                "suite": {"name": "s", "tasks": {"path": "t.jsonl"}},
+                "model": {"endpoint": {"url": "http://x/v1", "modelName": "m"}},
+                "pool": {"replicas": 3},
+            },
+        }
+    )
+    [_, pool] = render(bench)
+    assert pool["kind"] == "RolloutPool"
+    assert pool["spec"]["replicas"] == 3
+    assert pool["spec"]["tasks"] == {"format": "swe-bench", "path": "t.jsonl"}
+    assert pool["metadata"]["namespace"] == "default"
+    assert "ownerReferences" not in pool["metadata"]  # no uid offline
 
 
 def test_a_pool_reference_means_no_owned_pool() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from crl_worker.api import API_VERSION, AnyResource, RolloutPool, TrainingRun
+from crl_worker.api import API_VERSION, AnyResource, Benchmark, RolloutPool, TrainingRun
 from crl_worker.yamlutil import dump
 
 MANAGED_BY = "coderepairrl-operator"
@@ -94,22 +94,30 @@ def config_map(resource: AnyResource, namespace: str) -> dict[str, Any]:
     }
 
 
-def inline_pool(run: TrainingRun, namespace: str) -> dict[str, Any] | None:
-    """The RolloutPool a TrainingRun owns when it names no existing pool."""
-    rollout = run.spec.rollout
-    if rollout.pool_ref is not None:
+def inline_pool(owner: TrainingRun | Benchmark, namespace: str) -> dict[str, Any] | None:
+    """The RolloutPool a TrainingRun or Benchmark owns when it names no existing pool."""
+    if isinstance(owner, TrainingRun):
+        pool_ref, pool, tasks = (
+            owner.spec.rollout.pool_ref,
+            owner.spec.rollout.pool,
+            owner.spec.tasks,
+        )
+    else:
+        pool_ref, pool, tasks = owner.spec.pool_ref, owner.spec.pool, owner.spec.suite.tasks
+    if pool_ref is not None:
         return None
-    settings = rollout.pool.to_wire() if rollout.pool is not None else {}
-    name = child_name(run.metadata.name or "", "pool")
-    spec = {"tasks": run.spec.tasks.to_wire(), **settings}
-    pool = RolloutPool.model_validate(
+    settings = pool.to_wire() if pool is not None else {}
+    name = child_name(owner.metadata.name or "", "pool")
+    spec = {"tasks": tasks.to_wire(), **settings}
+    # Validating as a RolloutPool fills the pool's own defaults into the child's spec.
+    child = RolloutPool.model_validate(
         {"apiVersion": API_VERSION, "kind": "RolloutPool", "metadata": {"name": name}, "spec": spec}
     )
     return {
         "apiVersion": API_VERSION,
         "kind": "RolloutPool",
-        "metadata": _meta(run, name, "rollout-pool", namespace),
-        "spec": pool.spec.to_wire(),
+        "metadata": _meta(owner, name, "rollout-pool", namespace),
+        "spec": child.spec.to_wire(),
     }
 
 
@@ -117,7 +125,7 @@ def render(resource: AnyResource, namespace: str | None = None) -> list[dict[str
     """Every child object the operator applies for `resource`, in apply order."""
     ns = namespace or resource.metadata.namespace or "default"
     children = [config_map(resource, ns)]
-    if isinstance(resource, TrainingRun):
+    if isinstance(resource, TrainingRun | Benchmark):
         pool = inline_pool(resource, ns)
         if pool is not None:
             children.append(pool)

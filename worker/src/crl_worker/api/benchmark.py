@@ -14,8 +14,8 @@ from crl_worker.api.common import (
     InferenceSpec,
     ModelSpec,
     PoolReference,
+    PoolSettings,
     ResultsLocation,
-    SandboxSpec,
     SchedulingSpec,
     TaskSource,
 )
@@ -94,8 +94,9 @@ class BenchmarkSpec(ApiModel):
                 field_path=".passAtK",
             ),
             cel(
-                "!(has(self.sandbox) && has(self.poolRef))",
-                "set either sandbox (sandboxes of the benchmark's own) or poolRef, not both",
+                "!(has(self.pool) && has(self.poolRef))",
+                "set either pool (an inline pool the benchmark owns) or poolRef (an existing"
+                " RolloutPool), not both",
             ),
         )
     )
@@ -117,10 +118,11 @@ class BenchmarkSpec(ApiModel):
     """Values of k to report pass@k for (unbiased estimator over `attempts`)."""
     parallelism: int = Field(default=8, ge=1, le=1024)
     """Instances evaluated at once."""
-    sandbox: SandboxSpec | None = None
-    """Sandboxes the benchmark starts itself (defaults when neither this nor poolRef is set)."""
+    pool: PoolSettings | None = None
+    """An inline pool the benchmark owns; used, with defaults, when neither pool nor poolRef
+    is set."""
     pool_ref: PoolReference | None = None
-    """Lease sandboxes from an existing RolloutPool instead."""
+    """Lease sandboxes from an existing RolloutPool (of the same task source) instead."""
     baseline: BaselineSpec | None = None
     """Compare with another Benchmark."""
     results: ResultsLocation = Field(default_factory=ResultsLocation)

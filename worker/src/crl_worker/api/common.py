@@ -420,7 +420,10 @@ class SchedulingSpec(ApiModel):
     queue_name: LabelName | None = None
     """Kueue LocalQueue; set as `kueue.x-k8s.io/queue-name` on the Jobs and Deployments."""
     priority_class_name: ObjectName | None = None
-    """PriorityClass (and Kueue WorkloadPriorityClass label) of the pods."""
+    """PriorityClass of the pods (preemption between pods)."""
+    workload_priority_class_name: ObjectName | None = None
+    """Kueue WorkloadPriorityClass (`kueue.x-k8s.io/priority-class` label): the order in which
+    Kueue admits and preempts workloads in the queue."""
     max_run_seconds: int | None = Field(default=None, ge=60)
     """Stop the workload after this much wall time (`activeDeadlineSeconds` of its Jobs)."""
 
