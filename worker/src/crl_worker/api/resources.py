@@ -30,7 +30,7 @@ NAME_RULE = cel(
     " && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))",
     "metadata.name must start with a lowercase letter, contain only a-z, 0-9 and '-', and be"
     " at most 63 characters (it names Services and label values)",
-    field_path=".metadata.name",
+    field_path=".metadata",
 )
 
 

@@ -64,8 +64,10 @@ class SchemaError(ValueError):
 class _DefaultFactorySchema(GenerateJsonSchema):
     """Also emit defaults produced by ``default_factory``.
 
-    A nested object defaulted by a factory becomes ``default: {}``: the API server then fills
-    its fields from their own defaults, which keeps the CRD short and the two in step.
+    A nested object's default is written out whole. ``default: {}`` would be shorter, but the
+    API server validates a default as written -- without the defaults of its fields -- so a
+    CEL rule such as ``self.gpus % self.tensorParallelSize == 0`` fails on ``{}`` and the CRD
+    is rejected.
     """
 
     def get_default_value(self, schema: core_schema.WithDefaultSchema) -> Any:
@@ -75,7 +77,7 @@ class _DefaultFactorySchema(GenerateJsonSchema):
             return super().get_default_value(schema)
         value = factory()  # type: ignore[call-arg]
         if isinstance(value, BaseModel):
-            return {}
+            return value.model_dump(mode="json", by_alias=True, exclude_none=True)
         return value if value is not None else NoDefault
 
 
