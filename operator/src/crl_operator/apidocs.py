@@ -21,6 +21,8 @@ def _type(node: dict[str, Any]) -> str:
         return f"list of {_type(node.get('items', {}))}"
     if kind == "object" and isinstance(node.get("additionalProperties"), dict):
         return f"map of {_type(node['additionalProperties'])}"
+    if node.get("format") == "date-time":
+        return "timestamp (RFC 3339)"
     return kind
 
 
@@ -105,7 +107,12 @@ def _sections(kind: str) -> list[str]:
                 if first is None:
                     seen[_shape(obj)] = target
                     queue.append((target, obj))
-            default = f"`{json.dumps(sub['default'])}`" if "default" in sub else ""
+            if "default" not in sub:
+                default = ""
+            elif isinstance(sub["default"], dict) and sub["default"]:
+                default = "its fields' defaults"  # written out whole in the CRD
+            else:
+                default = f"`{json.dumps(sub['default'])}`"
             req = " **Required.**" if name in required else ""
             more = f" ({extra})" if extra else ""
             lines.append(f"| `{name}` | {type_text} | {default} | {_cell(desc)}{req}{more} |")
