@@ -11,8 +11,9 @@ import json
 import logging
 import platform
 import sys
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -20,7 +21,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from crl_worker.api import API_VERSION, KINDS
-from crl_worker.api.validation import DocumentResult, validate_file
+from crl_worker.api.validation import (
+    DocumentResult,
+    ManifestError,
+    Problem,
+    load_resources,
+    validate_file,
+)
 from crl_worker.yamlutil import dump_all
 
 app = typer.Typer(
@@ -32,9 +39,18 @@ app = typer.Typer(
 )
 out = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
-log = logging.getLogger("crl")
 
-Output = Literal["text", "json"]
+#: Exit code for input that is wrong (a manifest with problems).
+INVALID = 1
+#: Exit code for wrong usage of the command line.
+USAGE = 2
+
+
+class Output(StrEnum):
+    """Output formats."""
+
+    text = "text"
+    json = "json"
 
 
 @app.callback()
@@ -47,16 +63,50 @@ def _main(
     )
 
 
+def _usage(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/] {escape(message)}", highlight=False)
+    return typer.Exit(USAGE)
+
+
 def _expand(files: list[str]) -> list[str]:
-    """Directories stand for the YAML files directly inside them."""
+    """Directories stand for the YAML files directly inside them; `-` may come once."""
+    if files.count("-") > 1:
+        raise _usage("standard input (-) can be read only once")
     expanded: list[str] = []
     for f in files:
         p = Path(f)
         if f != "-" and p.is_dir():
-            expanded.extend(str(x) for x in sorted(p.iterdir()) if x.suffix in (".yaml", ".yml"))
+            found = [str(x) for x in sorted(p.iterdir()) if x.suffix in (".yaml", ".yml")]
+            if not found:
+                raise _usage(f"{f} holds no .yaml or .yml files")
+            expanded.extend(found)
         else:
             expanded.append(f)
     return expanded
+
+
+def _print_problems(problems: list[Problem], style: str) -> None:
+    for p in sorted(problems, key=lambda p: p.line or 0):
+        where = f"line {p.line}" if p.line else "file"
+        field = f"[bold]{escape(p.path)}[/]: " if p.path else ""
+        out.print(f"    [{style}]{where}[/]: {field}{escape(p.message)}", highlight=False)
+
+
+def _as_json(r: DocumentResult) -> str:
+    def listing(problems: list[Problem]) -> list[dict[str, object]]:
+        return [{"line": p.line, "path": p.path, "message": p.message} for p in problems]
+
+    return json.dumps(
+        {
+            "source": r.source,
+            "index": r.index,
+            "kind": r.kind,
+            "name": r.name,
+            "valid": r.ok,
+            "problems": listing(r.problems),
+            "warnings": listing(r.warnings),
+        }
+    )
 
 
 @app.command()
@@ -66,52 +116,32 @@ def validate(
         typer.Argument(help="Manifest files (multi-document YAML), directories, or - for stdin."),
     ],
     output: Annotated[
-        str,
+        Output,
         typer.Option("--output", "-o", help="text (for people) or json (one object per document)."),
-    ] = "text",
+    ] = Output.text,
 ) -> None:
     """Check manifests offline: schema, defaults and CEL rules, as the API server would.
 
     Every problem is reported with its file, line, field path and what is allowed. Exits 1 when
-    any document is invalid.
+    any document is invalid, 2 on wrong usage.
     """
-    if output not in ("text", "json"):
-        err.print(f"[red]error:[/] --output must be text or json (got {output!r})")
-        raise typer.Exit(2)
     results: list[DocumentResult] = []
     for f in _expand(files):
         results.extend(validate_file(f))
-    if output == "json":
+    if output is Output.json:
         for r in results:
-            sys.stdout.write(
-                json.dumps(
-                    {
-                        "source": r.source,
-                        "index": r.index,
-                        "kind": r.kind,
-                        "name": r.name,
-                        "valid": r.ok,
-                        "problems": [
-                            {"line": p.line, "path": p.path, "message": p.message}
-                            for p in r.problems
-                        ],
-                    }
-                )
-                + "\n"
-            )
+            sys.stdout.write(_as_json(r) + "\n")
     else:
         for r in results:
             label = f"{r.kind or '?'}/{r.name}" if r.name else (r.kind or f"document {r.index + 1}")
             mark = "[green]✓[/]" if r.ok else "[red]✗[/]"
             out.print(f"{mark} {escape(r.source)}: {escape(label)}", highlight=False)
-            for p in sorted(r.problems, key=lambda p: p.line or 0):
-                where = f"line {p.line}" if p.line else "file"
-                field = f"[bold]{escape(p.path)}[/]: " if p.path else ""
-                out.print(f"    {where}: {field}{escape(p.message)}", highlight=False)
+            _print_problems(r.problems, "red")
+            _print_problems(r.warnings, "yellow")
         bad = sum(not r.ok for r in results)
         out.print(f"[{'red' if bad else 'green'}]{len(results) - bad} valid, {bad} invalid[/]")
     if any(not r.ok for r in results):
-        raise typer.Exit(1)
+        raise typer.Exit(INVALID)
 
 
 @app.command()
@@ -131,17 +161,22 @@ def render(
     """
     from crl_operator.builders import render as build
 
-    results = validate_file(file)
-    problems = [p for r in results for p in r.problems]
-    if problems:
-        for p in problems:
+    try:
+        resources = load_resources(file)
+    except ManifestError as exc:
+        for p in exc.problems:
             err.print(str(p), highlight=False, markup=False)
-        raise typer.Exit(1)
-    docs = []
-    for r in results:
-        assert r.resource is not None
-        docs.extend(build(r.resource, namespace))
-    sys.stdout.write(dump_all(docs))
+        raise typer.Exit(INVALID) from None
+    unnamed = [r.kind for r in resources if not r.metadata.name]
+    if unnamed:
+        err.print(
+            f"{file}: a {unnamed[0]} with only metadata.generateName cannot be rendered: the "
+            "children's names derive from metadata.name",
+            highlight=False,
+            markup=False,
+        )
+        raise typer.Exit(INVALID)
+    sys.stdout.write(dump_all(child for r in resources for child in build(r, namespace)))
 
 
 @app.command()
@@ -163,7 +198,7 @@ def crds(
 
 @app.command()
 def version(
-    output: Annotated[str, typer.Option("--output", "-o", help="text or json.")] = "text",
+    output: Annotated[Output, typer.Option("--output", "-o", help="text or json.")] = Output.text,
 ) -> None:
     """Print the versions of crl, the API and Python."""
     from crl_worker import __version__
@@ -174,7 +209,7 @@ def version(
         "kinds": list(KINDS),
         "python": platform.python_version(),
     }
-    if output == "json":
+    if output is Output.json:
         sys.stdout.write(json.dumps(info) + "\n")
         return
     table = Table(show_header=False, box=None)

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -73,6 +74,7 @@ class ApiModel(BaseModel):
 
 # --- constrained scalars ------------------------------------------------------------------
 
+DNS1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 QUANTITY = (
@@ -84,6 +86,8 @@ QUANTITY = (
 ObjectName = Annotated[
     str, StringConstraints(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN)
 ]
+#: A DNS-1035 label: names that become Service names.
+DnsLabel = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=DNS1035_LABEL)]
 #: A DNS-1123 label: Kueue queue names, container-port names and the like.
 LabelName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=DNS1123_LABEL)]
 #: A container image reference.
@@ -122,14 +126,24 @@ Quantity = Annotated[
 class ResourceRequirements(ApiModel):
     """Compute resources of a container, as in a pod spec."""
 
-    requests: dict[Short, Quantity] | None = Field(default=None, max_length=16)
+    requests: dict[str, Quantity] | None = Field(default=None, max_length=16)
     """Minimum resources the scheduler reserves, e.g. `{cpu: "4", memory: 16Gi}`."""
-    limits: dict[Short, Quantity] | None = Field(default=None, max_length=16)
+    limits: dict[str, Quantity] | None = Field(default=None, max_length=16)
     """Maximum resources, e.g. `{nvidia.com/gpu: 8}`; GPUs are set from the GPU counts."""
 
 
 class Toleration(ApiModel):
     """A pod toleration, as in a pod spec."""
+
+    model_config = ConfigDict(
+        json_schema_extra=with_rules(
+            cel(
+                "self.operator != 'Exists' || !has(self.value) || self.value == ''",
+                "a toleration with operator Exists matches every value: leave value empty",
+                field_path=".value",
+            ),
+        )
+    )
 
     key: Short | None = None
     """The taint key the toleration applies to; empty matches all keys."""
@@ -146,7 +160,7 @@ class Toleration(ApiModel):
 class Placement(ApiModel):
     """Where the pods of a component may run."""
 
-    node_selector: dict[Short, Short] | None = Field(default=None, max_length=32)
+    node_selector: dict[str, Short] | None = Field(default=None, max_length=32)
     """Node labels the pods require, e.g. `{nvidia.com/gpu.product: H100-SXM}`."""
     tolerations: list[Toleration] | None = Field(default=None, max_length=32)
     """Taints the pods tolerate (GPU nodes are often tainted)."""
@@ -214,18 +228,54 @@ class Condition(ApiModel):
     """The `metadata.generation` this condition was computed from."""
 
 
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def _check_key(key: str) -> str:
+    """A label or annotation key: an optional DNS-subdomain prefix and `/`, then a name."""
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not re.fullmatch(DNS1123_SUBDOMAIN, prefix)):
+        raise ValueError(f"key {key!r}: the prefix before '/' must be a lowercase DNS subdomain")
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        raise ValueError(
+            f"key {key!r}: the name must be 1-63 characters of A-Z, a-z, 0-9, '-', '_' and '.',"
+            " starting and ending with a letter or digit"
+        )
+    return key
+
+
+def _check_labels(labels: dict[str, str] | None) -> dict[str, str] | None:
+    for key, value in (labels or {}).items():
+        _check_key(key)
+        if len(value) > 63 or (value and not _LABEL_NAME.match(value)):
+            raise ValueError(
+                f"label {key}={value!r}: a value must be at most 63 characters of A-Z, a-z, 0-9,"
+                " '-', '_' and '.', starting and ending with a letter or digit (or be empty)"
+            )
+    return labels
+
+
+def _check_annotations(annotations: dict[str, str] | None) -> dict[str, str] | None:
+    for key in annotations or {}:
+        _check_key(key)
+    return annotations
+
+
 class ObjectMeta(BaseModel):
     """The part of `metadata` that offline validation checks; other keys are passed through."""
 
     model_config = ConfigDict(extra="allow", validate_by_alias=True, validate_by_name=True)
 
-    name: ObjectName | None = None
-    """Name of the resource, unique in its namespace."""
-    generate_name: str | None = Field(default=None, alias="generateName", max_length=253)
+    name: DnsLabel | None = None
+    """Name of the resource, unique in its namespace. A DNS-1035 label: child Services and label
+    values are derived from it."""
+    generate_name: (
+        Annotated[str, StringConstraints(max_length=58, pattern=r"^[a-z]([-a-z0-9]*)?$")] | None
+    ) = Field(default=None, alias="generateName")
     """Prefix for a name the server generates."""
     namespace: LabelName | None = None
     """Namespace of the resource."""
-    labels: dict[str, str] | None = None
-    """Labels (Kueue's `kueue.x-k8s.io/queue-name` may go here or in `spec.scheduling`)."""
-    annotations: dict[str, str] | None = None
+    labels: Annotated[dict[str, str] | None, AfterValidator(_check_labels)] = None
+    """Labels."""
+    annotations: Annotated[dict[str, str] | None, AfterValidator(_check_annotations)] = None
     """Annotations."""

@@ -83,8 +83,8 @@ class BaselineSpec(ApiModel):
     the comparison then reports whether the interval's lower end clears it."""
 
 
-class BenchmarkSpec(ApiModel):
-    """Desired state of a Benchmark."""
+class BenchmarkTemplate(ApiModel):
+    """A Benchmark without its model: what a TrainingRun's periodic evaluation runs."""
 
     model_config = ConfigDict(
         json_schema_extra=with_rules(
@@ -103,8 +103,6 @@ class BenchmarkSpec(ApiModel):
 
     suite: SuiteSpec
     """What to evaluate on. Immutable once the benchmark has started."""
-    model: BenchmarkModel
-    """The model under evaluation. Immutable once the benchmark has started."""
     agent: AgentSpec = Field(default_factory=AgentSpec)
     """The agent."""
     attempts: int = Field(default=1, ge=1, le=100)
@@ -132,6 +130,13 @@ class BenchmarkSpec(ApiModel):
     (the Benchmark and its results stay)."""
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
     """Queue, priority and maximum run time."""
+
+
+class BenchmarkSpec(BenchmarkTemplate):
+    """Desired state of a Benchmark."""
+
+    model: BenchmarkModel
+    """The model under evaluation. Immutable once the benchmark has started."""
 
 
 class BenchmarkProgress(ApiModel):

@@ -54,7 +54,7 @@ _KEY_ORDER = (
 )
 _KEEP_FORMATS = {"int32", "int64", "float", "double", "byte", "date-time", "date"}
 # Pydantic metadata that has no place in a CRD.
-_DROP = {"title", "$defs", "examples", "propertyNames"}
+_DROP = {"title", "$defs", "examples"}
 
 
 class SchemaError(ValueError):
@@ -166,8 +166,10 @@ def _structural(node: dict[str, Any], path: str) -> dict[str, Any]:
 
     kind = out.get("type")
     if kind == "integer" and "format" not in out:
-        lo, hi = out.get("minimum", INT32_MIN), out.get("maximum", INT32_MAX)
-        out["format"] = "int32" if lo >= INT32_MIN and hi <= INT32_MAX else "int64"
+        # int32 only when both bounds fit: the API server enforces the format's range.
+        lo, hi = out.get("minimum"), out.get("maximum")
+        fits = lo is not None and hi is not None and lo >= INT32_MIN and hi <= INT32_MAX
+        out["format"] = "int32" if fits else "int64"
     elif kind == "number" and "format" not in out:
         out["format"] = "double"
     if "type" not in out and not (

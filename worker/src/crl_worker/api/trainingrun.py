@@ -16,6 +16,7 @@ from crl_worker.api.base import (
     cel,
     with_rules,
 )
+from crl_worker.api.benchmark import BenchmarkTemplate
 from crl_worker.api.common import (
     AgentSpec,
     CheckpointSpec,
@@ -123,16 +124,9 @@ class EvaluationSpec(ApiModel):
 
     every_steps: int = Field(ge=1, le=1000000)
     """Run the benchmark after every N optimizer steps."""
-    suite: Short
-    """Suite name shown in results, e.g. `swe-bench-verified`."""
-    tasks: TaskSource
-    """Tasks of the benchmark."""
-    agent: AgentSpec | None = None
-    """Agent settings; the run's rollout agent with temperature 0 when empty."""
-    attempts: int = Field(default=1, ge=1, le=100)
-    """Attempts per instance (pass@k)."""
-    parallelism: int = Field(default=8, ge=1, le=1024)
-    """Instances evaluated at once."""
+    benchmark: BenchmarkTemplate
+    """The Benchmark to create each time, without its model: the run's latest checkpoint is
+    served for it."""
 
 
 class WandbSpec(ApiModel):

@@ -1,10 +1,13 @@
 """Offline validation of manifests, with the API server's semantics.
 
-A document goes through what admission would do to it: nulls given for non-nullable fields are
-dropped, the models check types, bounds, enums and unknown fields (strictly: ``"8"`` is not an
-integer), defaults are filled in, and then the CEL rules of the generated schema are evaluated
-with cel-python: the very expressions the API server runs. Transition rules (those that read
-``oldSelf``) need the stored object and are left to the server.
+A document goes through what admission does to it: YAML is read as Kubernetes reads it
+(`kubeyaml`), `status` is dropped (the status subresource ignores it on create), nulls given
+for non-nullable fields are dropped, whole floats become integers where the schema says
+integer, sets must not repeat, the models check types (strictly: `"8"` is not an integer),
+bounds, enums and unknown fields, defaults are filled in, and then the CEL rules of the
+generated schema are evaluated with cel-python: the very expressions the API server runs.
+Transition rules (those that read `oldSelf`) need the stored object and are left to the server.
+`tests/test_crdcheck.py` holds these verdicts to Kubernetes' own validation code.
 
 Every problem names the file, the line, the field path and what is allowed. Nothing here raises
 on bad input: bad input is the normal case.
@@ -15,9 +18,9 @@ from __future__ import annotations
 import difflib
 import json
 import logging
-from collections.abc import Iterator
+import sys
+import time
 from dataclasses import dataclass, field
-from datetime import date, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -29,15 +32,25 @@ from celpy.evaluation import CELEvalError
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from crl_worker.api.base import API_VERSION, CEL_KEY, DNS1123_LABEL, DNS1123_SUBDOMAIN, QUANTITY
+from crl_worker.api.base import (
+    API_VERSION,
+    CEL_KEY,
+    DNS1035_LABEL,
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    QUANTITY,
+)
+from crl_worker.api.kubeyaml import Document, FieldPath, documents
 from crl_worker.api.resources import KINDS, AnyResource, Kind
 from crl_worker.api.schema import resource_schema
 
 log = logging.getLogger(__name__)
 
-FieldPath = tuple[str | int, ...]
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 _PATTERN_HINTS = {
+    DNS1035_LABEL: "a lowercase RFC 1035 label: at most 63 characters of a-z, 0-9 and '-', "
+    "starting with a letter and ending with a letter or digit",
     DNS1123_SUBDOMAIN: "a lowercase RFC 1123 name: a-z, 0-9, '-' and '.', "
     "starting and ending with a letter or digit",
     DNS1123_LABEL: "a lowercase RFC 1123 label of at most 63 characters: a-z, 0-9 and '-', "
@@ -47,7 +60,7 @@ _PATTERN_HINTS = {
 
 
 class ManifestError(Exception):
-    """A manifest is invalid; ``problems`` says where and why."""
+    """A manifest is invalid; `problems` says where and why."""
 
     def __init__(self, problems: list[Problem]) -> None:
         self.problems = problems
@@ -56,14 +69,14 @@ class ManifestError(Exception):
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a manifest."""
+    """One thing wrong with a manifest (or, as a warning, worth knowing)."""
 
     source: str
-    """The file name, or ``<stdin>``."""
+    """The file name, or `<stdin>`."""
     line: int | None
     """1-based line of the offending node, when known."""
     path: str
-    """Dotted field path (``spec.algorithm.numGenerations``); empty for the whole document."""
+    """Dotted field path (`spec.algorithm.numGenerations`); empty for the whole document."""
     message: str
     """What is wrong and what is allowed."""
 
@@ -77,7 +90,7 @@ class DocumentResult:
     """The outcome of validating one YAML document."""
 
     source: str
-    """The file name, or ``<stdin>``."""
+    """The file name, or `<stdin>`."""
     index: int
     """0-based position of the document in its file."""
     line: int
@@ -90,6 +103,8 @@ class DocumentResult:
     """The validated resource, with defaults filled in; None when invalid."""
     problems: list[Problem] = field(default_factory=list)
     """Everything wrong with the document."""
+    warnings: list[Problem] = field(default_factory=list)
+    """What is accepted but probably not meant (e.g. a `status` the server will drop)."""
 
     @property
     def ok(self) -> bool:
@@ -97,70 +112,8 @@ class DocumentResult:
         return not self.problems
 
 
-# --- YAML with positions --------------------------------------------------------------------
-
-
-def _positions(
-    node: yaml.Node, path: FieldPath, out: dict[FieldPath, int], dups: list[tuple[FieldPath, int]]
-) -> None:
-    """Record the line of every node under ``node``, and duplicate mapping keys."""
-    out[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            key = str(key_node.value)
-            if key in seen:
-                dups.append(((*path, key), key_node.start_mark.line + 1))
-            seen.add(key)
-            out[(*path, key)] = key_node.start_mark.line + 1
-            _positions(value_node, (*path, key), out, dups)
-            out[(*path, key)] = key_node.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _positions(item, (*path, i), out, dups)
-
-
-# libyaml's parser when PyYAML was built with it: same nodes and marks, several times faster.
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-@dataclass
-class _Document:
-    index: int
-    line: int
-    data: Any
-    positions: dict[FieldPath, int]
-    duplicates: list[tuple[FieldPath, int]]
-
-
-def _documents(text: str) -> Iterator[_Document]:
-    """Parse a YAML stream document by document; raises ``yaml.YAMLError`` where it breaks."""
-    loader = _Loader(text)
-    try:
-        index = 0
-        while loader.check_node():
-            node = loader.get_node()
-            if node is None:
-                continue
-            positions: dict[FieldPath, int] = {}
-            dups: list[tuple[FieldPath, int]] = []
-            _positions(node, (), positions, dups)
-            data = loader.construct_document(node)
-            yield _Document(index, node.start_mark.line + 1, data, positions, dups)
-            index += 1
-    finally:
-        loader.dispose()
-
-
-def _line(doc: _Document, path: FieldPath) -> int:
-    """The line of ``path``, or of its nearest ancestor that is in the file."""
-    while path not in doc.positions and path:
-        path = path[:-1]
-    return doc.positions.get(path, doc.line)
-
-
 def format_path(path: FieldPath) -> str:
-    """``("spec", "tolerations", 0, "key")`` -> ``spec.tolerations[0].key``."""
+    """`("spec", "tolerations", 0, "key")` -> `spec.tolerations[0].key`."""
     out = ""
     for part in path:
         if isinstance(part, int):
@@ -170,49 +123,82 @@ def format_path(path: FieldPath) -> str:
     return out
 
 
-# --- schema helpers -------------------------------------------------------------------------
+# --- walking values along the schema ---------------------------------------------------------
 
 
 @cache
 def kind_schema(kind: str) -> dict[str, Any]:
-    """The generated ``openAPIV3Schema`` of ``kind`` (computed once)."""
+    """The generated `openAPIV3Schema` of `kind` (computed once)."""
     k = KINDS[kind]
     return resource_schema(k.model, k.spec, k.status)
 
 
-def _sub_schema(schema: dict[str, Any], path: FieldPath) -> dict[str, Any] | None:
-    """The schema node at ``path``, or None when the path leaves the schema."""
-    node: dict[str, Any] | None = schema
-    for part in path:
-        if node is None:
-            return None
-        if isinstance(part, int):
-            node = node.get("items")
-        elif part in node.get("properties", {}):
-            node = node["properties"][part]
-        elif isinstance(node.get("additionalProperties"), dict):
-            node = node["additionalProperties"]
-        else:
-            return None
-    return node
-
-
-def _prune_nulls(value: Any, schema: dict[str, Any] | None) -> Any:
-    """Drop nulls given for non-nullable fields, as the API server does before defaulting."""
+def _child(schema: dict[str, Any] | None, key: str | int) -> dict[str, Any] | None:
+    """The schema of `key` inside `schema`; None where the schema does not describe it."""
     if schema is None or schema.get("x-kubernetes-preserve-unknown-fields"):
+        return None
+    if isinstance(key, int):
+        items = schema.get("items")
+        return items if isinstance(items, dict) else None
+    props = schema.get("properties", {})
+    if key in props:
+        return props[key]  # type: ignore[no-any-return]
+    extra = schema.get("additionalProperties")
+    return extra if isinstance(extra, dict) else None
+
+
+def _sub_schema(schema: dict[str, Any] | None, path: tuple[Any, ...]) -> dict[str, Any] | None:
+    for part in path:
+        schema = _child(schema, part)
+    return schema
+
+
+def _normalize(
+    value: Any, schema: dict[str, Any] | None, path: FieldPath, found: list[tuple[FieldPath, str]]
+) -> Any:
+    """Apply the API server's decoding and list semantics to `value`, collecting problems.
+
+    Nulls of non-nullable fields are dropped; a float with no fraction is an integer where the
+    schema wants one (JSON does not tell 2.0 from 2); integers must fit in 64 bits; sets and
+    list-maps must not repeat a value or key.
+    """
+    if schema is None:
         return value
     if isinstance(value, dict):
-        props = schema.get("properties", {})
-        extra = schema.get("additionalProperties")
         out = {}
         for k, v in value.items():
-            sub = props.get(k) if k in props else (extra if isinstance(extra, dict) else None)
+            sub = _child(schema, k)
             if v is None and sub is not None and not sub.get("nullable"):
                 continue
-            out[k] = _prune_nulls(v, sub)
+            out[k] = _normalize(v, sub, (*path, k), found)
         return out
     if isinstance(value, list):
-        return [_prune_nulls(v, schema.get("items")) for v in value]
+        items = [_normalize(v, _child(schema, i), (*path, i), found) for i, v in enumerate(value)]
+        list_type = schema.get("x-kubernetes-list-type")
+        keys = schema.get("x-kubernetes-list-map-keys", [])
+        seen: set[str] = set()
+        for i, item in enumerate(items):
+            if list_type == "set":
+                ident = json.dumps(item, sort_keys=True, default=str)
+                what = f"duplicate value {item!r}: the list is a set"
+            elif list_type == "map" and isinstance(item, dict):
+                ident = json.dumps([item.get(k) for k in keys], default=str)
+                what = f"duplicate entry for {', '.join(f'{k}={item.get(k)!r}' for k in keys)}"
+            else:
+                continue
+            if ident in seen:
+                found.append(((*path, i), what))
+            seen.add(ident)
+        return items
+    wants_int = schema.get("type") == "integer" or schema.get("x-kubernetes-int-or-string")
+    if isinstance(value, float) and wants_int and value.is_integer():
+        value = int(value)
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and not INT64_MIN <= value <= INT64_MAX
+    ):
+        found.append((path, f"must fit in a signed 64-bit integer (got {value})"))
     return value
 
 
@@ -228,7 +214,7 @@ def _program(rule: str) -> Any:
 def cel_problems(
     schema: dict[str, Any], value: Any, path: FieldPath = ()
 ) -> list[tuple[FieldPath, str]]:
-    """Evaluate every CEL rule of ``schema`` that applies to ``value`` (transition rules skipped)."""
+    """Evaluate every CEL rule of `schema` that applies to `value` (transition rules skipped)."""
     found: list[tuple[FieldPath, str]] = []
     for rule in schema.get(CEL_KEY, []):
         if "oldSelf" in rule["rule"]:
@@ -236,23 +222,23 @@ def cel_problems(
         where = path + tuple(p for p in rule.get("fieldPath", "").split(".") if p)
         try:
             result = _program(rule["rule"]).evaluate({"self": json_to_cel(value)})
-        except CELEvalError as exc:
-            result = exc
+        except Exception as exc:
+            result = CELEvalError(str(exc))
         if isinstance(result, CELEvalError):
             detail = f"{rule['message']} (the rule could not be evaluated: {result.args[0]})"
             found.append((where, detail))
         elif not bool(result):
             found.append((where, rule["message"]))
     if isinstance(value, dict):
-        props = schema.get("properties", {})
-        extra = schema.get("additionalProperties")
         for k, v in value.items():
-            sub = props.get(k) or (extra if isinstance(extra, dict) else None)
+            sub = _child(schema, k)
             if sub is not None:
                 found.extend(cel_problems(sub, v, (*path, k)))
-    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+    elif isinstance(value, list):
         for i, v in enumerate(value):
-            found.extend(cel_problems(schema["items"], v, (*path, i)))
+            sub = _child(schema, i)
+            if sub is not None:
+                found.extend(cel_problems(sub, v, (*path, i)))
     return found
 
 
@@ -268,44 +254,48 @@ def _describe(err: ErrorDetails, schema: dict[str, Any]) -> str:
     if kind == "extra_forbidden":
         parent = _sub_schema(schema, loc[:-1]) or {}
         allowed = list(parent.get("properties", {}))
-        hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         msg = f"unknown field {loc[-1]!r}"
-        if hint:
-            msg += f"; did you mean {hint[0]!r}?"
+        if close:
+            msg += f"; did you mean {close[0]!r}?"
         return msg + (f" Allowed fields: {', '.join(allowed)}" if allowed else "")
     if kind in ("literal_error", "enum"):
         allowed_values = (node or {}).get("enum") or []
         return f"must be one of {', '.join(map(str, allowed_values))} (got {got!r})"
     if kind == "string_pattern_mismatch":
         pattern = str((err.get("ctx") or {}).get("pattern", ""))
-        return (
-            f"must be {_PATTERN_HINTS.get(pattern, f'a string matching {pattern}')} (got {got!r})"
-        )
+        hint = _PATTERN_HINTS.get(pattern, f"a string matching {pattern}")
+        return f"must be {hint} (got {got!r})"
     if kind in ("model_type", "dict_type", "model_attributes_type"):
         return f"must be a mapping of fields (got {type(got).__name__} {got!r})"
     if kind == "list_type":
         return f"must be a list (got {type(got).__name__} {got!r})"
     if kind == "value_error":
         return f"{err['msg'].removeprefix('Value error, ')} (got {got!r})"
+    if kind == "string_type" and isinstance(got, bool):
+        return (
+            f"must be a string (got the boolean {str(got).lower()}: YAML reads unquoted "
+            "yes/no/on/off/y/n/true/false as booleans; quote the value)"
+        )
     msg = err["msg"]
-    msg = msg.replace("Input should be", "must be").replace("String should", "must")
-    msg = msg.replace("List should", "must").replace("Dictionary should", "must")
-    msg = msg.replace("Value should", "must")
-    if kind.endswith("_type") or kind.endswith("_parsing") or isinstance(got, str | int | float):
+    for was, now in (
+        ("Input should be", "must be"),
+        ("String should", "must"),
+        ("List should", "must"),
+        ("Dictionary should", "must"),
+        ("Value should", "must"),
+    ):
+        msg = msg.replace(was, now)
+    if kind.endswith(("_type", "_parsing")) or isinstance(got, str | int | float):
         msg += f" (got {got!r})"
     return msg
-
-
-def _json_default(value: Any) -> str:
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
 # --- the pipeline ---------------------------------------------------------------------------
 
 
-def _check_header(doc: _Document, source: str, result: DocumentResult) -> Kind | None:
+def _check_header(doc: Document, source: str, result: DocumentResult) -> Kind | None:
+    """Check what the document is; return its kind when it is one of ours."""
     data = doc.data
     if not isinstance(data, dict):
         what = "a list" if isinstance(data, list) else f"a {type(data).__name__} ({data!r})"
@@ -329,22 +319,28 @@ def _check_header(doc: _Document, source: str, result: DocumentResult) -> Kind |
             Problem(source, doc.line, "kind", f"required field is missing; expected one of {kinds}")
         )
         return None
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
+        where = f" ({api_version})" if isinstance(api_version, str) else ""
         result.problems.append(
             Problem(
                 source,
-                _line(doc, ("kind",)),
+                doc.line_of(("kind",)),
                 "kind",
-                f"{kind!r} ({api_version}) is not a CodeRepairRL resource; expected one of {kinds} "
+                f"{kind!r}{where} is not a CodeRepairRL resource; expected one of {kinds} "
                 f"in {API_VERSION}",
             )
+        )
+        return None
+    if api_version is None:
+        result.problems.append(
+            Problem(source, doc.line, "apiVersion", f"required field is missing; use {API_VERSION}")
         )
         return None
     if api_version != API_VERSION:
         result.problems.append(
             Problem(
                 source,
-                _line(doc, ("apiVersion",)),
+                doc.line_of(("apiVersion",)),
                 "apiVersion",
                 f"{kind} is served as {API_VERSION!r} (got {api_version!r})",
             )
@@ -353,9 +349,13 @@ def _check_header(doc: _Document, source: str, result: DocumentResult) -> Kind |
     return KINDS[kind]
 
 
-def validate_document(doc: _Document, source: str) -> DocumentResult:
+def validate_document(doc: Document, source: str) -> DocumentResult:
     """Validate one parsed document."""
     result = DocumentResult(source, doc.index, doc.line)
+
+    def add(path: FieldPath, message: str) -> None:
+        result.problems.append(Problem(source, doc.line_of(path), format_path(path), message))
+
     for path, line in doc.duplicates:
         result.problems.append(
             Problem(source, line, format_path(path), "duplicate key: YAML keeps only the last one")
@@ -364,37 +364,49 @@ def validate_document(doc: _Document, source: str) -> DocumentResult:
     if k is None:
         return result
     schema = kind_schema(k.kind)
-    data = _prune_nulls(doc.data, schema)
-    meta = data.get("metadata")
-    if not isinstance(meta, dict) or not (meta.get("name") or meta.get("generateName")):
-        result.problems.append(
+    data = dict(doc.data)
+    if data.pop("status", None) is not None:
+        result.warnings.append(
             Problem(
                 source,
-                _line(doc, ("metadata",)),
-                "metadata.name",
-                "required field is missing: every object needs a name",
+                doc.line_of(("status",)),
+                "status",
+                "ignored: the operator writes status, and the API server drops it from manifests",
             )
         )
+    found: list[tuple[FieldPath, str]] = []
+    data = _normalize(data, schema, (), found)
+    for path, message in found:
+        add(path, message)
+    meta = data.get("metadata")
+    if meta is None or (
+        isinstance(meta, dict) and not (meta.get("name") or meta.get("generateName"))
+    ):
+        add(("metadata", "name"), "required field is missing: every object needs a name")
     try:
-        resource = k.model.model_validate_json(
-            json.dumps(data, default=_json_default), strict=True, by_name=False, by_alias=True
-        )
+        text = json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError) as exc:  # e.g. a NaN, which JSON (and Kubernetes) cannot hold
+        add((), f"the document holds a value JSON cannot represent: {exc}")
+        return result
+    try:
+        resource = k.model.model_validate_json(text, strict=True, by_name=False, by_alias=True)
     except ValidationError as exc:
         for err in exc.errors(include_url=False):
-            loc = tuple(err["loc"])
-            result.problems.append(
-                Problem(source, _line(doc, loc), format_path(loc), _describe(err, schema))
-            )
+            if err["type"] == "missing" and tuple(err["loc"]) == ("metadata",):
+                continue  # reported above, with a clearer message
+            add(tuple(err["loc"]), _describe(err, schema))
+        return result
+    if result.problems:
         return result
     for path, message in cel_problems(schema, resource.to_wire()):
-        result.problems.append(Problem(source, _line(doc, path), format_path(path), message))
+        add(path, message)
     if not result.problems:
         result.resource = resource
     return result
 
 
 def _yaml_error(exc: yaml.YAMLError, source: str, index: int) -> DocumentResult:
-    """A document result for a YAML syntax error, with the line where parsing broke."""
+    """A document result for a YAML error, with the line where parsing broke."""
     mark = getattr(exc, "problem_mark", None)
     line = mark.line + 1 if mark is not None else None
     detail = getattr(exc, "problem", None) or str(exc)
@@ -413,10 +425,17 @@ def validate_text(text: str, source: str = "<stdin>") -> list[DocumentResult]:
     """Validate every document of a YAML stream. Never raises on bad input."""
     results: list[DocumentResult] = []
     try:
-        for doc in _documents(text):
+        for doc in documents(text):
             if doc.data is None:  # an empty document (`---` with nothing after it)
                 continue
+            start = time.perf_counter()
             results.append(validate_document(doc, source))
+            log.debug(
+                "%s document %d validated in %.1f ms",
+                source,
+                doc.index,
+                1000 * (time.perf_counter() - start),
+            )
     except yaml.YAMLError as exc:
         results.append(_yaml_error(exc, source, len(results)))
         return results
@@ -432,26 +451,26 @@ def validate_text(text: str, source: str = "<stdin>") -> list[DocumentResult]:
     return results
 
 
-def validate_file(path: str | Path) -> list[DocumentResult]:
-    """Validate a manifest file (``-`` reads standard input)."""
-    import sys
+def _unreadable(source: str, why: str) -> list[DocumentResult]:
+    return [DocumentResult(source, 0, 1, problems=[Problem(source, None, "", why)])]
 
-    if str(path) == "-":
-        return validate_text(sys.stdin.read(), "<stdin>")
-    p = Path(path)
+
+def validate_file(path: str | Path) -> list[DocumentResult]:
+    """Validate a manifest file (`-` reads standard input)."""
+    source = "<stdin>" if str(path) == "-" else str(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return [
-            DocumentResult(
-                str(p), 0, 1, problems=[Problem(str(p), None, "", f"cannot read the file: {exc}")]
-            )
-        ]
-    return validate_text(text, str(p))
+        raw = sys.stdin.buffer.read() if source == "<stdin>" else Path(path).read_bytes()
+    except OSError as exc:
+        return _unreadable(source, f"cannot read the file: {exc.strerror or exc}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return _unreadable(source, f"cannot read the file: not UTF-8 text (byte {exc.start})")
+    return validate_text(text, source)
 
 
 def load_resources(path: str | Path) -> list[AnyResource]:
-    """Load and validate every resource of a manifest file; raise ``ManifestError`` if any is bad."""
+    """Load and validate every resource of a manifest file; raise `ManifestError` if any is bad."""
     results = validate_file(path)
     problems = [p for r in results for p in r.problems]
     if problems:
