@@ -54,6 +54,7 @@ def test_validate_reads_stdin_and_prints_json() -> None:
 def test_validate_a_directory() -> None:
     result = crl("validate", "examples")
     assert result.returncode == 0, result.stdout
+    assert f"{len(EXAMPLES)} valid, 0 invalid" in result.stdout
 
 
 def test_render_prints_the_children() -> None:
@@ -101,3 +102,39 @@ def test_version() -> None:
 def test_no_arguments_shows_help() -> None:
     result = crl()
     assert "validate" in result.stdout + result.stderr
+
+
+def test_stdin_that_is_not_utf8() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "crl_cli", "validate", "-"],
+        input=b"kind: \xff\xfe\n",
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert b"not UTF-8" in result.stdout
+    assert b"Traceback" not in result.stderr
+
+
+def test_usage_errors_exit_two(tmp_path: Path) -> None:
+    assert crl("validate", "-", "-", stdin="").returncode == 2
+    assert crl("validate", str(tmp_path)).returncode == 2  # no YAML files there
+    assert crl("version", "-o", "bogus").returncode == 2
+    assert crl("validate", "-o", "xml", "examples").returncode == 2
+
+
+def test_missing_file_is_invalid_input(tmp_path: Path) -> None:
+    result = crl("validate", str(tmp_path / "nope.yaml"))
+    assert result.returncode == 1
+    assert "cannot read the file" in result.stdout
+
+
+def test_render_needs_a_name() -> None:
+    text = (ROOT / "examples" / "rolloutpool-swe-gym.yaml").read_text()
+    text = text.replace("name: swe-gym\n", "generateName: swe-gym-\n", 1)
+    result = crl("render", "-", stdin=text)
+    assert result.returncode == 1
+    assert "metadata.generateName cannot be rendered" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -19,7 +19,7 @@ import pytest
 
 from crl_worker.api.validation import validate_file
 
-from .paths import EXAMPLES, INVALID, ROOT
+from .paths import EDGE, EXAMPLES, INVALID, ROOT, verdict
 
 pytestmark = pytest.mark.go
 
@@ -137,3 +137,13 @@ def test_offline_and_api_server_agree_on_wrong_manifests(crdcheck: Path, manifes
     expected = _expected_path(manifest)
     if expected is not None and "duplicate" not in manifest.name:
         assert any(expected in e for e in doc["errors"]), doc["errors"]
+
+
+@pytest.mark.parametrize("manifest", EDGE, ids=lambda p: p.name)
+def test_the_api_server_gives_the_edge_case_verdict(crdcheck: Path, manifest: Path) -> None:
+    """The same verdict as `crl validate` (test_validate.py checks that side)."""
+    result = _objects(crdcheck, manifest)
+    assert result.returncode == 0, result.stderr
+    [doc] = [json.loads(line) for line in result.stdout.splitlines()]
+    got = "invalid" if doc["errors"] else "valid"
+    assert got == verdict(manifest), doc["errors"]

@@ -146,7 +146,7 @@ def _rules(node: dict[str, Any], path: str):
 def test_cel_rules_compile_and_point_at_real_fields(kind: str) -> None:
     schema = crd(KINDS[kind])["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     env = celpy.Environment()
-    count = 0
+    count = reads = 0
     for path, node, rule in _rules(schema, kind):
         env.compile(rule["rule"])  # raises on a syntax error
         count += 1
@@ -158,14 +158,17 @@ def test_cel_rules_compile_and_point_at_real_fields(kind: str) -> None:
                     break
                 assert name in target["properties"], f"{path}: {rule['fieldPath']} is no field"
                 target = target["properties"][name]
-        # Every field a rule reads must exist at that level (self.x) -- catches renamed fields.
-        for token in rule["rule"].replace("(", " ").replace(")", " ").split():
-            if token.startswith("self.") and path == kind:
-                continue
-            if token.startswith("self.") and "." not in token[5:]:
-                field = token[5:].rstrip(",")
-                assert field in node["properties"], f"{path}: rule reads unknown field {field}"
+        # Every field a rule reads (self.a.b, oldSelf.a.b) must exist -- catches renamed fields.
+        for match in re.finditer(r"\b(?:self|oldSelf)((?:\.[A-Za-z_]\w*)+)", rule["rule"]):
+            target = node
+            for name in match.group(1).lstrip(".").split("."):
+                if target.get("type") != "object" or "properties" not in target:
+                    break  # a method of a list or string (.all, .size), or metadata
+                assert name in target["properties"], f"{path}: {rule['rule']} reads {name}"
+                target = target["properties"][name]
+            reads += 1
     assert count >= 2
+    assert reads >= count
 
 
 def test_crd_metadata() -> None:

@@ -124,17 +124,56 @@ def test_each_kind_has_its_own_literal() -> None:
         Benchmark.model_validate(pool)
 
 
+def _fits(value: Any, node: dict[str, Any], path: str) -> list[str]:
+    """Where `value` breaks `node` (types, enums, bounds, required fields, unknown keys)."""
+    kind = node.get("type")
+    if "enum" in node and value not in node["enum"]:
+        return [f"{path}: {value!r} not in enum"]
+    if kind == "object":
+        if not isinstance(value, dict):
+            return [f"{path}: not an object"]
+        props = node.get("properties")
+        bad = [f"{path}.{r}: required" for r in node.get("required", []) if r not in value]
+        for k, v in value.items():
+            if props is not None and k not in props:
+                bad.append(f"{path}.{k}: unknown")
+            sub = props[k] if props is not None and k in props else node.get("additionalProperties")
+            if isinstance(sub, dict):
+                bad += _fits(v, sub, f"{path}.{k}")
+        return bad
+    if kind == "array":
+        if not isinstance(value, list):
+            return [f"{path}: not a list"]
+        return [e for i, v in enumerate(value) for e in _fits(v, node["items"], f"{path}[{i}]")]
+    expected = {"string": str, "integer": int, "number": (int, float), "boolean": bool}
+    if kind in expected and not isinstance(value, expected[kind]):
+        return [f"{path}: {value!r} is not {kind}"]
+    if kind in ("integer", "number") and not (
+        node.get("minimum", value) <= value <= node.get("maximum", value)
+    ):
+        return [f"{path}: {value!r} out of bounds"]
+    return []
+
+
 def test_schema_defaults_are_valid_values() -> None:
-    """Every `default` the CRD carries must be accepted where it stands (the server checks)."""
+    """Every `default` the CRD carries must fit its own schema (the API server checks)."""
+    bad: list[str] = []
+    count = 0
     for kind in KINDS:
         for path, node in _walk(kind_schema(kind), kind):
-            if "default" not in node:
-                continue
-            default = node["default"]
-            if node.get("type") == "object":
-                assert default == {} or isinstance(default, dict), path
-            elif "enum" in node:
-                assert default in node["enum"], path
-            elif node.get("type") == "integer":
-                assert isinstance(default, int), path
-                assert node.get("minimum", default) <= default <= node.get("maximum", default), path
+            if "default" in node:
+                count += 1
+                bad += _fits(node["default"], node, path)
+    assert bad == []
+    assert count > 50
+
+
+def test_the_defaults_check_can_fail() -> None:
+    node = {
+        "type": "object",
+        "required": ["a"],
+        "properties": {"a": {"type": "integer", "maximum": 3}},
+    }
+    assert _fits({"a": 5}, node, "x") == ["x.a: 5 out of bounds"]
+    assert _fits({}, node, "x") == ["x.a: required"]
+    assert _fits({"a": 1, "b": 2}, node, "x") == ["x.b: unknown"]
