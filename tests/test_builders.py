@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
-from crl_operator.builders import NAME_LIMIT, child_name, render
+from crl_operator.builders import NAME_LIMIT, BuildError, child_name, render
 from crl_worker.api import Benchmark, TrainingRun
 
 RUN = {
@@ -65,3 +66,9 @@ def test_a_pool_reference_means_no_owned_pool() -> None:
     spec = {**RUN["spec"], "rollout": {"poolRef": {"name": "shared"}}}
     run = TrainingRun.model_validate({**RUN, "spec": spec})
     assert [c["kind"] for c in render(run)] == ["ConfigMap"]
+
+
+def test_a_resource_without_a_name_cannot_be_built() -> None:
+    run = TrainingRun.model_validate({**RUN, "metadata": {"generateName": "r-"}})
+    with pytest.raises(BuildError, match="generateName"):
+        render(run)

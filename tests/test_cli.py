@@ -11,19 +11,11 @@ import yaml
 
 from crl_operator.crds import all_crds_yaml
 
-from .paths import EXAMPLES, INVALID, ROOT
+from .paths import EXAMPLES, INVALID, ROOT, run
 
 
 def crl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "crl_cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+    return run([sys.executable, "-m", "crl_cli", *args], stdin=stdin, timeout=120)
 
 
 def test_validate_examples_exits_zero() -> None:

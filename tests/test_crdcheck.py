@@ -19,7 +19,7 @@ import pytest
 
 from crl_worker.api.validation import validate_file
 
-from .paths import EDGE, EXAMPLES, INVALID, ROOT, verdict
+from .paths import EDGE, EXAMPLES, INVALID, ROOT, run, verdict
 
 pytestmark = pytest.mark.go
 
@@ -34,13 +34,7 @@ def crdcheck() -> Path:
         if os.environ.get("CI"):
             pytest.fail("Go is needed in CI to build tests/crdcheck")
         pytest.skip("Go is not installed")
-    result = subprocess.run(
-        ["bash", str(CRDCHECK_SRC / "build.sh")],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
+    result = run(["bash", str(CRDCHECK_SRC / "build.sh")], timeout=1800)
     assert result.returncode == 0, result.stderr
     return Path(result.stdout.strip().splitlines()[-1])
 
@@ -49,14 +43,7 @@ def _objects(binary: Path, *files: Path) -> subprocess.CompletedProcess[str]:
     args = [str(binary), "objects"]
     for crd in CRDS:
         args += ["--crds", str(crd)]
-    return subprocess.run(
-        [*args, *map(str, files)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        check=False,
-    )
+    return run([*args, *map(str, files)])
 
 
 def test_the_tool_passes_its_own_tests() -> None:
@@ -71,22 +58,12 @@ def test_the_tool_passes_its_own_tests() -> None:
     cache = Path(os.environ.get("CRL_CACHE_DIR", Path.home() / ".cache" / "coderepairrl"))
     env.setdefault("GOMODCACHE", str(cache / "go" / "mod"))
     env.setdefault("GOCACHE", str(cache / "go" / "build"))
-    result = subprocess.run(
-        ["go", "test", "./..."],
-        cwd=CRDCHECK_SRC,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
+    result = run(["go", "test", "./..."], cwd=CRDCHECK_SRC, env=env, timeout=1800)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_api_server_accepts_the_generated_crds(crdcheck: Path) -> None:
-    result = subprocess.run(
-        [str(crdcheck), "crds", *map(str, CRDS)], capture_output=True, text=True, check=False
-    )
+    result = run([str(crdcheck), "crds", *map(str, CRDS)])
     assert result.returncode == 0, result.stdout + result.stderr
     assert sorted(result.stdout.split()) == sorted(
         ["ok", "ok", "ok", "benchmarks.coderepair.io", "rolloutpools.coderepair.io",
@@ -100,9 +77,7 @@ def test_the_api_server_rejects_a_broken_crd(crdcheck: Path, tmp_path: Path) -> 
     assert text != CRDS[-1].read_text()
     broken = tmp_path / "broken.yaml"
     broken.write_text(text)
-    result = subprocess.run(
-        [str(crdcheck), "crds", str(broken)], capture_output=True, text=True, check=False
-    )
+    result = run([str(crdcheck), "crds", str(broken)])
     assert result.returncode == 1
     assert "undefined field 'gpu'" in result.stdout
 

@@ -159,6 +159,7 @@ def render(
     What a reviewer of a GitOps change wants to see. The manifest is validated first; owner
     references appear only when the manifest carries a uid (the live object's).
     """
+    from crl_operator.builders import BuildError
     from crl_operator.builders import render as build
 
     try:
@@ -167,16 +168,12 @@ def render(
         for p in exc.problems:
             err.print(str(p), highlight=False, markup=False)
         raise typer.Exit(INVALID) from None
-    unnamed = [r.kind for r in resources if not r.metadata.name]
-    if unnamed:
-        err.print(
-            f"{file}: a {unnamed[0]} with only metadata.generateName cannot be rendered: the "
-            "children's names derive from metadata.name",
-            highlight=False,
-            markup=False,
-        )
-        raise typer.Exit(INVALID)
-    sys.stdout.write(dump_all(child for r in resources for child in build(r, namespace)))
+    try:
+        children = [child for r in resources for child in build(r, namespace)]
+    except BuildError as exc:
+        err.print(f"{file}: {exc}", highlight=False, markup=False)
+        raise typer.Exit(INVALID) from None
+    sys.stdout.write(dump_all(children))
 
 
 @app.command()

@@ -51,6 +51,11 @@ def _constraints(node: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _rules(rules: list[dict[str, str]]) -> list[str]:
+    """Markdown bullets for CEL rules: the message, then the expression."""
+    return [f"- {r['message']} — `{r['rule']}`" for r in rules]
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n\n", "<br><br>").replace("\n", " ")
 
@@ -118,8 +123,7 @@ def _sections(kind: str) -> list[str]:
             lines.append(f"| `{name}` | {type_text} | {default} | {_cell(desc)}{req}{more} |")
         rules = node.get(CEL_KEY, [])
         if rules:
-            lines += ["", "Rules:", ""]
-            lines += [f"- {r['message']} — `{r['rule']}`" for r in rules]
+            lines += ["", "Rules:", "", *_rules(rules)]
         out.append("\n".join(lines) + "\n")
     return out
 
@@ -149,8 +153,6 @@ def api_reference() -> str:
         ]
         root_rules = schema.get(CEL_KEY, [])
         if root_rules:
-            parts += ["Rules on the whole object:", ""]
-            parts += [f"- {r['message']} — `{r['rule']}`" for r in root_rules]
-            parts.append("")
+            parts += ["Rules on the whole object:", "", *_rules(root_rules), ""]
         parts += _sections(kind.kind)
     return "\n".join(parts)

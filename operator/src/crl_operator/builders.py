@@ -19,6 +19,20 @@ NAME_LIMIT = 63
 CONFIG_KEY = "config.yaml"
 
 
+class BuildError(ValueError):
+    """A resource the builders cannot turn into children (the message says why)."""
+
+
+def owner_name(resource: AnyResource) -> str:
+    """The resource's name, which every child name and label derives from."""
+    if not resource.metadata.name:
+        raise BuildError(
+            f"a {resource.kind} with only metadata.generateName cannot be rendered: the"
+            " children's names derive from metadata.name"
+        )
+    return resource.metadata.name
+
+
 def child_name(parent: str, suffix: str, limit: int = NAME_LIMIT) -> str:
     """Deterministic child name `parent-suffix`, shortened with a hash when over `limit`."""
     name = f"{parent}-{suffix}"
@@ -31,7 +45,7 @@ def child_name(parent: str, suffix: str, limit: int = NAME_LIMIT) -> str:
 
 def labels(resource: AnyResource, component: str) -> dict[str, str]:
     """The standard `app.kubernetes.io/*` labels of a child."""
-    name = resource.metadata.name or ""
+    name = owner_name(resource)
     return {
         "app.kubernetes.io/name": "coderepairrl",
         "app.kubernetes.io/instance": name,
@@ -84,7 +98,7 @@ def worker_config(resource: AnyResource) -> dict[str, Any]:
 
 def config_map(resource: AnyResource, namespace: str) -> dict[str, Any]:
     """The ConfigMap that hands the resolved config to the worker pods."""
-    name = child_name(resource.metadata.name or "", "config")
+    name = child_name(owner_name(resource), "config")
     text = dump(worker_config(resource))
     return {
         "apiVersion": "v1",
@@ -107,7 +121,7 @@ def inline_pool(owner: TrainingRun | Benchmark, namespace: str) -> dict[str, Any
     if pool_ref is not None:
         return None
     settings = pool.to_wire() if pool is not None else {}
-    name = child_name(owner.metadata.name or "", "pool")
+    name = child_name(owner_name(owner), "pool")
     spec = {"tasks": tasks.to_wire(), **settings}
     # Validating as a RolloutPool fills the pool's own defaults into the child's spec.
     child = RolloutPool.model_validate(

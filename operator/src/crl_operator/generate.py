@@ -31,13 +31,13 @@ def generated_files(root: Path) -> dict[Path, str]:
     return files
 
 
+def _differs(path: Path, text: str) -> bool:
+    return not path.exists() or path.read_text(encoding="utf-8") != text
+
+
 def stale_files(root: Path) -> list[Path]:
     """Generated files that are missing or differ from what the models produce."""
-    return [
-        path
-        for path, text in generated_files(root).items()
-        if not path.exists() or path.read_text(encoding="utf-8") != text
-    ]
+    return [path for path, text in generated_files(root).items() if _differs(path, text)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> int:
             log.error("stale: %s (run: python -m crl_operator.generate)", path)
         return 1 if stale else 0
     for path, text in generated_files(args.root).items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
+        if _differs(path, text):
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
             log.info("wrote %s", path)
     return 0
