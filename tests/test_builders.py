@@ -21,6 +21,7 @@ from crl_operator.builders import (
     NAME_LIMIT,
     BuildError,
     RenderState,
+    baseline_results,
     child_name,
     render,
     render_offline,
@@ -644,7 +645,12 @@ def test_served_benchmark_waits_for_inference() -> None:
 
 def test_finished_benchmark_keeps_only_config_and_its_job() -> None:
     bench = load("benchmark-swe-bench-verified-baseline.yaml")
-    assert kinds(render(bench, state=STATES["finished"])) == ["ConfigMap"]
+    finished = render(bench, state=STATES["finished"])
+    # The config and the last progress report stay; the runner's identity goes with it.
+    assert [c["metadata"]["name"] for c in finished] == [
+        "qwen3-8b-zero-shot-swe-bench-verified-config",
+        "qwen3-8b-zero-shot-swe-bench-verified-progress",
+    ]
     assert retained(bench, state=STATES["finished"]) == [
         ("Job", "qwen3-8b-zero-shot-swe-bench-verified-runner")
     ]
@@ -652,7 +658,7 @@ def test_finished_benchmark_keeps_only_config_and_its_job() -> None:
 
 def test_checkpoint_benchmark_needs_its_checkpoint_resolved() -> None:
     bench = load("benchmark-swe-bench-verified.yaml")
-    assert kinds(render(bench)) == ["ConfigMap", "RolloutPool"]
+    assert kinds(render(bench)) == ["ConfigMap", "ConfigMap", "RolloutPool"]
     run = load("trainingrun-qwen3-8b-swe-gym.yaml")
     state = RenderState(inference_ready=True, checkpoint=resolve_checkpoint(bench, run))
     children = render(bench, state=state)
@@ -767,3 +773,163 @@ def test_the_gateway_reads_its_task_source(
     mounts = [m for m in container(deployment)["volumeMounts"] if m["name"] == "tasks"]
     assert all(m["readOnly"] and m["mountPath"] == "/var/lib/crl/tasks" for m in mounts)
     assert len(mounts) == len(mounted)
+
+
+# --- the runner's identity and progress channel ---------------------------------------------
+
+
+def test_runner_reports_progress_with_least_privilege() -> None:
+    bench = load("benchmark-hosted-endpoint.yaml")
+    children = render(bench, state=RenderState())
+    names = [(c["kind"], c["metadata"]["name"]) for c in children]
+    runner = "hosted-model-swe-bench-lite-runner"
+    progress = "hosted-model-swe-bench-lite-progress"
+    # The RoleBinding needs its Role, the Job's pods need the ServiceAccount: applied before.
+    assert names.index(("ServiceAccount", runner)) < names.index(("Job", runner))
+    assert names.index(("Role", runner)) < names.index(("RoleBinding", runner))
+    assert names.index(("RoleBinding", runner)) < names.index(("Job", runner))
+    cm = find(children, "ConfigMap", "-progress")
+    assert cm["metadata"]["name"] == progress
+    # No data: server-side apply then leaves the runner's `progress.json` to the runner.
+    assert set(cm) == {"apiVersion", "kind", "metadata"}
+    assert cm["metadata"]["labels"]["app.kubernetes.io/component"] == "progress"
+    role = find(children, "Role")
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [progress],
+            "verbs": ["get", "patch"],
+        }
+    ]
+    binding = find(children, "RoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": runner,
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": runner, "namespace": "default"}
+    ]
+    job = find(children, "Job")
+    spec = pod_spec(job)
+    assert spec["serviceAccountName"] == runner
+    assert spec["automountServiceAccountToken"] is True
+    env = env_of(job)
+    assert env["CRL_PROGRESS_CONFIGMAP"] == progress
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert "CRL_BASELINE_RESULTS" not in env
+    # A Hugging Face suite is not a file: nothing mounted, no --tasks.
+    assert "--tasks" not in container(job)["args"]
+    assert "tasks" not in {v["name"] for v in spec["volumes"]}
+
+
+def test_the_builder_and_the_runner_agree_on_the_progress_variable() -> None:
+    from crl_operator.builders.benchmark import PROGRESS_ENV
+    from crl_worker.bench.report import PROGRESS_CONFIGMAP_ENV
+
+    assert PROGRESS_ENV == PROGRESS_CONFIGMAP_ENV
+
+
+def test_no_other_pod_gets_the_runner_identity() -> None:
+    bench = load("benchmark-swe-bench-verified-baseline.yaml")
+    for child in render(bench, state=STATES["ready"]):
+        if child["kind"] == "Deployment":
+            assert pod_spec(child).get("serviceAccountName") != (
+                "qwen3-8b-zero-shot-swe-bench-verified-runner"
+            )
+
+
+@pytest.mark.parametrize(
+    ("tasks", "volume", "path"),
+    [
+        (
+            {"configMap": {"name": "suite", "key": "lite.jsonl"}},
+            {
+                "configMap": {
+                    "name": "suite",
+                    "items": [{"key": "lite.jsonl", "path": "lite.jsonl"}],
+                }
+            },
+            "/var/lib/crl/tasks/lite.jsonl",
+        ),
+        (
+            {"volume": {"claimName": "data", "subPath": "suites", "path": "/v/test.jsonl"}},
+            {"persistentVolumeClaim": {"claimName": "data", "readOnly": True}},
+            "/var/lib/crl/tasks/v/test.jsonl",
+        ),
+        # A file in the image or a download: the runner reads the source from its config.
+        ({"path": "/opt/tasks.jsonl"}, None, None),
+        ({"url": "https://example.org/tasks.jsonl"}, None, None),
+    ],
+)
+def test_the_runner_reads_a_mounted_task_file(
+    tasks: dict[str, Any], volume: dict[str, Any] | None, path: str | None
+) -> None:
+    bench = load("benchmark-hosted-endpoint.yaml")
+    suite = {"name": "s", "tasks": {"format": "swe-bench", **tasks}}
+    job = find(render(with_spec(bench, suite=suite), state=RenderState()), "Job")
+    args = container(job)["args"]
+    assert flag(args, "--config") == "/etc/crl/config.yaml"
+    assert flag(args, "--tasks") == path
+    mounted = [v for v in pod_spec(job)["volumes"] if v["name"] == "tasks"]
+    assert [{k: v for k, v in m.items() if k != "name"} for m in mounted] == (
+        [volume] if volume else []
+    )
+    mounts = [m for m in container(job)["volumeMounts"] if m["name"] == "tasks"]
+    assert all(m["readOnly"] and m["mountPath"] == "/var/lib/crl/tasks" for m in mounts)
+    assert len(mounts) == len(mounted)
+    if "volume" in tasks:
+        assert mounts[0]["subPath"] == "suites"
+
+
+def test_a_baseline_on_the_same_results_volume_is_passed_to_the_runner(tmp_path: Path) -> None:
+    rl = load("benchmark-swe-bench-verified.yaml")
+    zero_shot = load("benchmark-swe-bench-verified-baseline.yaml")
+    assert baseline_results(rl, zero_shot) == "/results/qwen3-8b-zero-shot/swe-bench-verified"
+    # Another claim, another subPath, no volume, or the same directory: nothing to read.
+    elsewhere = with_spec(zero_shot, results={"volume": {"claimName": "x"}, "path": "a"})
+    assert baseline_results(rl, elsewhere) is None
+    sub = with_spec(
+        zero_shot, results={"volume": {"claimName": "benchmark-results", "subPath": "s"}}
+    )
+    assert baseline_results(rl, sub) is None
+    assert baseline_results(rl, with_spec(zero_shot, results={"path": "a"})) is None
+    same = with_spec(
+        zero_shot,
+        results={
+            "volume": {"claimName": "benchmark-results"},
+            "path": "qwen3-8b-rl/swe-bench-verified/",
+        },
+    )
+    assert baseline_results(rl, same) is None
+    # The state carries it into the runner; `crl render` resolves it from the same input.
+    run = load("trainingrun-qwen3-8b-swe-gym.yaml")
+    state = RenderState(
+        inference_ready=True,
+        checkpoint=resolve_checkpoint(rl, run),
+        baseline_results="/results/qwen3-8b-zero-shot/swe-bench-verified",
+    )
+    env = env_of(find(render(rl, state=state), "Job"))
+    assert env["CRL_BASELINE_RESULTS"] == "/results/qwen3-8b-zero-shot/swe-bench-verified"
+    both = tmp_path / "all.yaml"
+    both.write_text(
+        "---\n".join(
+            (ROOT / "examples" / n).read_text()
+            for n in (
+                "trainingrun-qwen3-8b-swe-gym.yaml",
+                "benchmark-swe-bench-verified.yaml",
+                "benchmark-swe-bench-verified-baseline.yaml",
+            )
+        )
+    )
+    children, _ = render_offline(load_resources(str(both)))
+    runners = {
+        c["metadata"]["name"]: env_of(c)
+        for c in children
+        if c["kind"] == "Job" and "runner" in c["metadata"]["name"]
+    }
+    assert runners["qwen3-8b-rl-swe-bench-verified-runner"]["CRL_BASELINE_RESULTS"] == (
+        "/results/qwen3-8b-zero-shot/swe-bench-verified"
+    )
+    assert "CRL_BASELINE_RESULTS" not in runners["qwen3-8b-zero-shot-swe-bench-verified-runner"]

@@ -33,6 +33,7 @@ from crl_operator.status import (
 )
 from crl_operator.workqueue import WorkQueue
 from crl_worker.api import Benchmark, RolloutPool, TrainingRun
+from crl_worker.bench.report import ProgressReport
 from crl_worker.logs import JsonFormatter
 
 from .paths import ROOT
@@ -480,6 +481,74 @@ def test_benchmark_progress_from_report() -> None:
     st = benchmark_status(bench, Observed(report=report), None, T0)
     assert st["progress"]["summary"] == "50/200"
     assert st["resolveRate"] == 0.5  # errored attempts are not counted as unresolved
+
+
+def test_benchmark_results_follow_the_report_exactly() -> None:
+    bench = bench_model()
+    kids = children(bench, inference_ready=True)
+    report = ProgressReport.parse(
+        json.dumps(
+            {
+                "total": 2000,
+                "done": 40,
+                "resolved": 12,
+                "errored": 4,
+                "resolveRate": 0.333333,
+                "passAtK": [{"k": 4, "value": 0.5}, {"k": 1, "value": 0.3}],
+                "finished": False,
+                "updatedAt": "2026-01-01T12:00:00Z",
+                "futureKey": 1,
+                "comparison": {
+                    "baseline": "zero-shot",
+                    "sharedInstances": 10,
+                    "difference": 0.1,
+                    "ciLow": -0.05,
+                    "ciHigh": 0.25,
+                    "confidenceLevel": 0.95,
+                },
+            }
+        )
+    ).to_wire()
+    st = benchmark_status(bench, Observed(children=tuple(kids), report=report), None, T0)
+    assert st["progress"] == {
+        "total": 2000, "done": 40, "resolved": 12, "errored": 4, "summary": "40/2000"
+    }  # fmt: skip
+    assert st["resolveRate"] == 0.333333
+    assert st["passAtK"] == [{"k": 1, "value": 0.3}, {"k": 4, "value": 0.5}]
+    assert st["comparison"]["ciLow"] == -0.05
+    # The config map is named even though the benchmark owns two.
+    assert st["children"]["configMap"] == "qwen3-8b-zero-shot-swe-bench-verified-config"
+    # Without a report (not readable now) the recorded results stay.
+    kept = benchmark_status(bench, Observed(children=tuple(kids)), st, T1)
+    assert status_patch("Benchmark", st, kept) == {}
+    # A new report without pass@k or comparison removes them: the report is the truth.
+    later = benchmark_status(
+        bench,
+        Observed(children=tuple(kids), report={"total": 2000, "done": 41, "resolved": 13}),
+        st,
+        T1,
+    )
+    patch = status_patch("Benchmark", st, later)
+    assert patch["passAtK"] is None and patch["comparison"] is None
+    assert patch["resolveRate"] == round(13 / 41, 6)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("not json", "Invalid JSON"),
+        ('{"total": 10, "done": 5}', "resolved"),
+        ('{"total": 10, "done": 11, "resolved": 1}', "exceeds total"),
+        ('{"total": 10, "done": 5, "resolved": 4, "errored": 2}', "exceed done"),
+        ('{"total": 10, "done": 5, "resolved": 1, "resolveRate": 2}', "resolveRate"),
+        ('{"total": 10, "done": 5, "resolved": 1, "passAtK": [{"k": 0, "value": 1}]}', "passAtK"),
+        ("[]", "report"),
+    ],
+)
+def test_a_malformed_report_is_refused_with_the_reason(text: str, problem: str) -> None:
+    with pytest.raises(ValueError, match="malformed progress report") as err:
+        ProgressReport.parse(text)
+    assert problem in str(err.value)
 
 
 def test_hosted_endpoint_needs_no_inference() -> None:

@@ -22,8 +22,17 @@ from pydantic import ValidationError
 
 from crl_operator import builders
 from crl_operator import conditions as c
-from crl_operator.apply import Kube, KubeError, child_key, contains, fingerprint, to_prune
+from crl_operator.apply import (
+    Kube,
+    KubeError,
+    child_key,
+    contains,
+    controller_uid,
+    fingerprint,
+    to_prune,
+)
 from crl_operator.builders import BuildError, RenderState, ResolvedCheckpoint
+from crl_operator.builders.benchmark import BASELINE_RESULTS_ENV
 from crl_operator.cache import Cache, Key
 from crl_operator.conditions import merge_conditions
 from crl_operator.metrics import APPLIES_SKIPPED, ERRORS, LATENCY, RECONCILES
@@ -39,6 +48,7 @@ from crl_operator.status import (
     trainingrun_status,
 )
 from crl_worker.api import KINDS, AnyResource, Benchmark, RolloutPool, TrainingRun
+from crl_worker.bench.report import PROGRESS_KEY, ProgressReport
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +93,9 @@ class Reconciler:
         self._applied: dict[Key, tuple[str, str]] = {}
         # resourceVersion our last status patch produced, per resource: its watch echo is ours.
         self.status_versions: dict[Key, str] = {}
+        # resourceVersion of the progress ConfigMap whose malformed report was logged, per
+        # Benchmark: a bad report is logged once, not at every resync.
+        self._bad_reports: dict[Key, str] = {}
         self._lock = threading.Lock()
 
     def forget(self, key: Key) -> None:
@@ -90,6 +103,7 @@ class Reconciler:
         with self._lock:
             self._applied.pop(key, None)
             self.status_versions.pop(key, None)
+            self._bad_reports.pop(key, None)
 
     # --- entry point ----------------------------------------------------------------------
 
@@ -202,7 +216,42 @@ class Reconciler:
         if isinstance(resource, RolloutPool):
             pods = tuple(self.cache.pool_pods(ns, resource.metadata.name or ""))
             return Observed(children=children, pods=pods, problem=problem)
-        return Observed(children=children, pool=self._pool_of(resource, uid), problem=problem)
+        report = self._report(resource, uid) if isinstance(resource, Benchmark) else None
+        return Observed(
+            children=children, pool=self._pool_of(resource, uid), report=report, problem=problem
+        )
+
+    def _report(self, bench: Benchmark, uid: str) -> dict[str, Any] | None:
+        """The runner's progress report from its ConfigMap (watched like every child).
+
+        A malformed report is logged (once per version of the ConfigMap) and ignored: the
+        status keeps what it recorded before, and the reconcile goes on.
+        """
+        ns = bench.metadata.namespace or "default"
+        name = builders.progress_name(bench)
+        live = self.cache.get("ConfigMap", ns, name)
+        if live is None or controller_uid(live) != uid:
+            return None
+        text = (live.get("data") or {}).get(PROGRESS_KEY)
+        if not text:
+            return None
+        try:
+            return ProgressReport.parse(str(text)).to_wire()
+        except ValueError as err:
+            key = ("Benchmark", ns, bench.metadata.name or "")
+            version = str(live["metadata"].get("resourceVersion"))
+            with self._lock:
+                logged = self._bad_reports.get(key) == version
+                self._bad_reports[key] = version
+            if not logged:
+                log.warning(
+                    "ignoring the progress report of Benchmark %s/%s in ConfigMap %s: %s",
+                    ns,
+                    bench.metadata.name,
+                    name,
+                    err,
+                )
+            return None
 
     def _finished(self, uid: str, previous: Mapping[str, Any]) -> tuple[bool, str | None]:
         """Whether the resource's Job finished (live, or recorded before it was deleted)."""
@@ -241,6 +290,9 @@ class Reconciler:
         evaluation: tuple[int, ...] = ()
         if isinstance(resource, Benchmark) and resource.spec.model.checkpoint is not None:
             checkpoint, problem = self._checkpoint(resource)
+        baseline = None
+        if isinstance(resource, Benchmark) and resource.spec.baseline is not None:
+            baseline = self._baseline_results(resource, uid)
         if isinstance(resource, TrainingRun) and resource.spec.evaluation is not None:
             last = (previous.get("lastCheckpoint") or {}).get("step")
             every = resource.spec.evaluation.every_steps
@@ -252,8 +304,33 @@ class Reconciler:
             finished=finished,
             checkpoint=checkpoint,
             evaluation_steps=evaluation,
+            baseline_results=baseline,
         )
         return state, problem
+
+    def _baseline_results(self, bench: Benchmark, uid: str) -> str | None:
+        """The baseline's results directory for the runner, when it can read it.
+
+        A runner Job that exists keeps the value it was created with: its pod template is
+        immutable, and a baseline created or edited later must not restart a running benchmark.
+        """
+        for child in self.cache.owned(uid):
+            if child.get("kind") == "Job":
+                containers = child["spec"]["template"]["spec"].get("containers") or [{}]
+                for var in containers[0].get("env") or ():
+                    if var.get("name") == BASELINE_RESULTS_ENV:
+                        return str(var.get("value") or "") or None
+                return None
+        ref = bench.spec.baseline
+        assert ref is not None
+        body = self.cache.get("Benchmark", bench.metadata.namespace or "default", ref.name)
+        if body is None:
+            return None
+        try:
+            baseline = Benchmark.model_validate({k: v for k, v in body.items() if k != "status"})
+        except ValidationError:
+            return None
+        return builders.baseline_results(bench, baseline)
 
     def _checkpoint(self, bench: Benchmark) -> tuple[ResolvedCheckpoint | None, Problem | None]:
         """The checkpoint a Benchmark serves, resolved from its TrainingRun in the cache."""

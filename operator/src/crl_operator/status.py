@@ -61,6 +61,8 @@ OWNED_KEYS: dict[str, frozenset[str]] = {
             "completionTime",
             "progress",
             "resolveRate",
+            "passAtK",
+            "comparison",
             "resultsPath",
             "children",
         }
@@ -87,7 +89,8 @@ class Observed:
     pool: Obj | None = None
     """The RolloutPool a TrainingRun or Benchmark uses (owned inline or referenced)."""
     report: Obj | None = None
-    """A progress report written by the runner (Benchmark), when one was found."""
+    """The runner's progress report (Benchmark), validated, as JSON
+    (crl_worker.bench.report.ProgressReport); None when there is none or it is malformed."""
     problem: Problem | None = None
     """A failure of this reconcile (invalid spec, a child that could not be applied)."""
 
@@ -573,7 +576,7 @@ def benchmark_status(
             **_children(
                 seen,
                 {
-                    "configMap": ("ConfigMap", None),
+                    "configMap": ("ConfigMap", "config"),
                     "runnerJob": ("Job", None),
                     "inferenceDeployment": ("Deployment", None),
                     "inferenceService": ("Service", "inference"),
@@ -584,14 +587,33 @@ def benchmark_status(
     }
     if bench.spec.pool_ref is not None and seen.pool is not None:
         out["children"]["rolloutPool"] = name_of(seen.pool)
-    if progress is not None:
-        finished = progress["done"] - progress["errored"]
-        if finished > 0:
-            out["resolveRate"] = round(progress["resolved"] / finished, 6)
-    if "resolveRate" not in out and prev.get("resolveRate") is not None:
-        out["resolveRate"] = prev["resolveRate"]
+    out.update(_results(seen.report, progress, prev))
     out["completionTime"] = _completion_time(prev, js, now)
     return _drop_none(out)
+
+
+def _results(report: Obj | None, progress: Obj | None, prev: Obj) -> dict[str, Any]:
+    """`resolveRate`, `passAtK` and `comparison`: the runner's report says them exactly; without
+    one (not written yet, malformed, or gone) what was recorded stays."""
+    if report is None:
+        return {k: prev[k] for k in ("resolveRate", "passAtK", "comparison") if k in prev}
+    out: dict[str, Any] = {}
+    rate = report.get("resolveRate")
+    if rate is None and progress is not None:
+        # Resolved over finished attempts; an infrastructure failure is not a wrong answer.
+        finished = progress["done"] - progress["errored"]
+        if finished > 0:
+            rate = progress["resolved"] / finished
+    if rate is not None:
+        out["resolveRate"] = round(float(rate), 6)
+    if report.get("passAtK"):
+        out["passAtK"] = [
+            {"k": int(p["k"]), "value": round(float(p["value"]), 6)}
+            for p in sorted(report["passAtK"], key=lambda p: int(p["k"]))
+        ]
+    if report.get("comparison"):
+        out["comparison"] = dict(report["comparison"])
+    return out
 
 
 def _progress(report: Obj | None, previous: Obj | None, total: int | None) -> dict[str, Any] | None:

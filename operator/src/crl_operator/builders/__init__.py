@@ -10,19 +10,24 @@ output nor in :func:`retained`.
 |---|---|
 | TrainingRun | ConfigMap; vLLM Deployment + Service (+ peers Service for NCCL); inline RolloutPool; trainer headless Service + indexed Job (once inference is ready); evaluation Benchmarks |
 | RolloutPool | ConfigMap; gateway ServiceAccount, Role, RoleBinding, Deployment, Service; sandbox NetworkPolicy |
-| Benchmark | ConfigMap; vLLM Deployment + Service (when served); inline RolloutPool; runner Job (once inference is ready) |
+| Benchmark | ConfigMap; progress ConfigMap; vLLM Deployment + Service (when served); inline RolloutPool; runner ServiceAccount, Role, RoleBinding and Job (once inference is ready) |
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from crl_operator.builders.benchmark import (
+    baseline_results,
     evaluation_benchmark,
     inference_spec,
+    progress_config_map,
+    progress_name,
     resolve_checkpoint,
     runner_job,
     runner_name,
+    runner_rbac,
     served_model,
 )
 from crl_operator.builders.config import (
@@ -62,6 +67,7 @@ __all__ = [
     "RenderState",
     "ResolvedCheckpoint",
     "accelerate_config",
+    "baseline_results",
     "child_name",
     "config_map",
     "deepspeed_config",
@@ -69,10 +75,12 @@ __all__ = [
     "labels",
     "owner_name",
     "owner_references",
+    "progress_name",
     "render",
     "render_offline",
     "resolve_checkpoint",
     "retained",
+    "runner_name",
     "worker_config",
 ]
 
@@ -144,7 +152,8 @@ def _rollout_pool(pool: RolloutPool, ns: str) -> list[dict[str, Any]]:
 
 
 def _benchmark(bench: Benchmark, ns: str, state: RenderState) -> list[dict[str, Any]]:
-    out = [config_map(bench, ns)]
+    # The progress ConfigMap outlives the runner: it holds the last report.
+    out = [config_map(bench, ns), progress_config_map(bench, ns)]
     if state.finished:
         return out
     spec = inference_spec(bench)
@@ -161,7 +170,9 @@ def _benchmark(bench: Benchmark, ns: str, state: RenderState) -> list[dict[str, 
     if pool is not None:
         out.append(pool)
     if spec is None or state.inference_ready:
-        out.append(runner_job(bench, ns, served))
+        # The runner's identity exists exactly while the runner may run (created before it).
+        out += runner_rbac(bench, ns)
+        out.append(runner_job(bench, ns, served, state.baseline_results))
     return out
 
 
@@ -210,6 +221,7 @@ def render_offline(
     Returns the children and notes for the reader about what the offline view cannot show.
     """
     runs = {r.metadata.name: r for r in resources if isinstance(r, TrainingRun)}
+    benches = {r.metadata.name: r for r in resources if isinstance(r, Benchmark)}
     children: list[dict[str, Any]] = []
     notes = [
         "rendered as if inference were ready (the operator creates the trainer and runner"
@@ -231,5 +243,9 @@ def render_offline(
                     " appear once the operator resolves the checkpoint (render both together"
                     " to see them)"
                 )
+        if isinstance(resource, Benchmark) and resource.spec.baseline is not None:
+            baseline = benches.get(resource.spec.baseline.name)
+            if baseline is not None:
+                state = replace(state, baseline_results=baseline_results(resource, baseline))
         children.extend(render(resource, namespace, state))
     return children, notes

@@ -5,6 +5,11 @@ The runner is `python -m crl_worker.bench --config /etc/crl/config.yaml` (the be
 entry point in the worker image). It reads the model's URL and name from its environment: the
 operator's own vLLM Service, or the external endpoint with the API key from the Secret the
 spec names (a `secretKeyRef`: the operator never reads the Secret).
+
+The runner reports its progress into a ConfigMap of its own, `<bench>-progress`, key
+`progress.json` (crl_worker.bench.report). The operator creates that ConfigMap without data and
+never sends its `data`, so with server-side apply the key stays the runner's; the runner's
+ServiceAccount may `get` and `patch` that one ConfigMap and nothing else.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from crl_operator.builders.inference import (
 )
 from crl_operator.builders.meta import (
     COMPONENT_EVALUATION,
+    COMPONENT_PROGRESS,
     COMPONENT_RUNNER,
     JOB_NAME_LIMIT,
     BuildError,
@@ -41,6 +47,7 @@ from crl_operator.builders.pods import (
     mount,
     priority,
     scheduling_labels,
+    task_mount,
     volume_or_scratch,
 )
 from crl_operator.builders.pool import gateway_url, pool_name
@@ -49,11 +56,82 @@ from crl_worker.api.common import DEFAULT_WORKER_IMAGE, InferenceSpec
 
 #: Where the results volume is mounted in the runner.
 RESULTS_DIR = "/results"
+#: The runner's progress ConfigMap (crl_worker.bench.report.PROGRESS_CONFIGMAP_ENV).
+PROGRESS_ENV = "CRL_PROGRESS_CONFIGMAP"
+#: The baseline's results directory, when the runner can read it.
+BASELINE_RESULTS_ENV = "CRL_BASELINE_RESULTS"
 
 
 def runner_name(bench: Benchmark) -> str:
-    """Name of the runner Job."""
+    """Name of the runner Job, and of its ServiceAccount, Role and RoleBinding."""
     return child_name(owner_name(bench), COMPONENT_RUNNER, limit=JOB_NAME_LIMIT)
+
+
+def progress_name(bench: Benchmark) -> str:
+    """Name of the ConfigMap the runner writes its progress report into."""
+    return child_name(owner_name(bench), COMPONENT_PROGRESS)
+
+
+def progress_config_map(bench: Benchmark, namespace: str) -> dict[str, Any]:
+    """The runner's progress ConfigMap, created empty.
+
+    It has no `data` on purpose: server-side apply leaves the fields a manifest does not send
+    to their owner, so the runner's `progress.json` is never reverted or contested.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": object_meta(bench, progress_name(bench), COMPONENT_PROGRESS, namespace),
+    }
+
+
+def runner_rbac(bench: Benchmark, namespace: str) -> list[dict[str, Any]]:
+    """ServiceAccount, Role and RoleBinding of the runner: `get` and `patch` on its progress
+    ConfigMap (by name), nothing else. Sandboxes come from the gateway over HTTP."""
+    name = runner_name(bench)
+    meta = object_meta(bench, name, COMPONENT_RUNNER, namespace)
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": [progress_name(bench)],
+                    "verbs": ["get", "patch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    ]
+
+
+def baseline_results(bench: Benchmark, baseline: Benchmark) -> str | None:
+    """The baseline's results directory inside this benchmark's runner, or None.
+
+    The runner mounts only its own results volume, so it sees the baseline's results when both
+    write to the same claim under the same `subPath`, in different directories.
+    """
+    mine, theirs = bench.spec.results, baseline.spec.results
+    if mine.volume is None or theirs.volume is None:
+        return None
+    if (mine.volume.claim_name, mine.volume.sub_path) != (
+        theirs.volume.claim_name,
+        theirs.volume.sub_path,
+    ):
+        return None
+    if mine.path.strip("/") == theirs.path.strip("/"):
+        return None  # the same directory: nothing to compare with
+    return f"{RESULTS_DIR}/{theirs.path.strip('/')}"
 
 
 def checkpoint_model_name(bench: Benchmark) -> str:
@@ -178,17 +256,30 @@ def model_env(bench: Benchmark, served: ServedModel | None) -> list[dict[str, An
     return [env("CRL_MODEL_URL", base_url(bench, spec)), env("CRL_MODEL_NAME", name)]
 
 
-def runner_job(bench: Benchmark, namespace: str, served: ServedModel | None) -> dict[str, Any]:
-    """The runner Job: one pod that runs the suite against the model with the pool's sandboxes."""
+def runner_job(
+    bench: Benchmark,
+    namespace: str,
+    served: ServedModel | None,
+    baseline: str | None = None,
+) -> dict[str, Any]:
+    """The runner Job: one pod that runs the suite against the model with the pool's sandboxes.
+
+    `baseline` is the baseline's results directory as the runner sees it
+    (:func:`baseline_results`), passed as `CRL_BASELINE_RESULTS`.
+    """
     spec = bench.spec
     kueue = scheduling_labels(spec.scheduling)
     results = spec.results
+    # A task file from a ConfigMap or a claim is mounted, as for the pool gateway; other
+    # sources (a path in the image, a URL, a dataset) are read through the config.
+    tasks = task_mount(spec.suite.tasks)
+    mounted = bool(tasks.volumes) and tasks.path is not None
     container: dict[str, Any] = {
         "name": "runner",
         # The benchmark has no image of its own: its inline pool's worker image, else the default.
         "image": spec.pool.gateway.image if spec.pool is not None else DEFAULT_WORKER_IMAGE,
         "command": ["python", "-m", "crl_worker.bench"],
-        "args": ["--config", CONFIG_PATH],
+        "args": ["--config", CONFIG_PATH, *(["--tasks", str(tasks.path)] if mounted else [])],
         "env": [
             env_field("POD_NAMESPACE", "metadata.namespace"),
             env("CRL_BENCHMARK_NAME", owner_name(bench)),
@@ -196,11 +287,14 @@ def runner_job(bench: Benchmark, namespace: str, served: ServedModel | None) -> 
             *model_env(bench, served),
             env("CRL_POOL_URL", gateway_url(pool_name(bench))),
             env("CRL_RESULTS_DIR", f"{RESULTS_DIR}/{results.path}"),
+            env(PROGRESS_ENV, progress_name(bench)),
+            *([env(BASELINE_RESULTS_ENV, baseline)] if baseline else []),
         ],
         "volumeMounts": [
             config_mount(),
             mount("results", RESULTS_DIR, results.volume),
             {"name": "tmp", "mountPath": "/tmp"},
+            *(tasks.mounts if mounted else []),
         ],
         "securityContext": {**RESTRICTED_CONTAINER, "readOnlyRootFilesystem": True},
     }
@@ -217,6 +311,10 @@ def runner_job(bench: Benchmark, namespace: str, served: ServedModel | None) -> 
             "spec": {
                 "restartPolicy": "Never",
                 "enableServiceLinks": False,
+                # Its own identity, allowed only to write its progress report; the token is
+                # mounted for that (sandbox pods get none).
+                "serviceAccountName": runner_name(bench),
+                "automountServiceAccountToken": True,
                 "securityContext": {
                     "runAsNonRoot": True,
                     "runAsUser": 1000,
@@ -230,6 +328,7 @@ def runner_job(bench: Benchmark, namespace: str, served: ServedModel | None) -> 
                     config_volume(config_map_name(bench)),
                     volume_or_scratch("results", results.volume),
                     {"name": "tmp", "emptyDir": {}},
+                    *(tasks.volumes if mounted else []),
                 ],
             },
         },

@@ -47,6 +47,7 @@ COMPONENT_POOL = "rollout-pool"
 COMPONENT_GATEWAY = "gateway"
 COMPONENT_SANDBOX_POLICY = "sandbox-policy"
 COMPONENT_RUNNER = "runner"
+COMPONENT_PROGRESS = "progress"
 COMPONENT_EVALUATION = "evaluation"
 
 
@@ -99,6 +100,10 @@ class RenderState:
     evaluation_steps: tuple[int, ...] = ()
     """For a TrainingRun with `spec.evaluation`: steps whose evaluation Benchmark should
     exist (the runtime adds a step once its checkpoint is saved)."""
+    baseline_results: str | None = None
+    """For a Benchmark with `spec.baseline`: the baseline's results directory as the runner
+    sees it (both write to the same results volume), or None when the runner cannot see it.
+    The runtime keeps the value of a runner Job that exists (its pod template is immutable)."""
 
     @classmethod
     def offline(cls) -> RenderState:

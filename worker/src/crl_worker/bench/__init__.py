@@ -1,0 +1,1 @@
+"""The benchmark runner: a suite, the agent, evaluation, results and a summary."""
