@@ -1,10 +1,11 @@
 """Getting a task's repository at its base commit into a local folder, fast the second time.
 
-Where from: ``task.source`` (a git URL or a local path) when set; otherwise the mirror named by
-``$CRL_GIT_MIRROR`` (a directory or URL prefix holding ``owner__name.git``); otherwise
-``https://github.com/{owner}/{name}.git``. Remote sources are cloned once into a bare mirror under
+Where from: ``task.source`` (a git URL, a local repository, or a git bundle file) when set;
+otherwise the mirror named by ``$CRL_GIT_MIRROR`` (a directory or URL prefix holding
+``owner__name.git``); otherwise ``https://github.com/{owner}/{name}.git``. Remote sources and
+bundles are cloned once into a bare mirror under
 ``${CRL_CACHE_DIR:-~/.cache/coderepairrl}/repos/owner__name.git`` (fetched again only when the
-base commit is missing); every sandbox then clones that cache (or a local source) with
+base commit is missing); every sandbox then clones that cache (or a local repository) with
 ``--shared``, which links the object store instead of copying it.
 
 The sandbox's clone keeps only what the task allows the agent to see: ``HEAD`` detached at the
@@ -39,18 +40,42 @@ def repo_key(task: Task) -> str:
     return f"{task.owner}__{task.name}".replace("/", "__")
 
 
+#: First line of a git bundle file (format 2 or 3), as ``git bundle create`` writes it.
+_BUNDLE_SIGNATURES = (b"# v2 git bundle\n", b"# v3 git bundle\n")
+
+
+def is_bundle(path: str | Path) -> bool:
+    """Whether ``path`` is a git bundle file (by its first line, whatever its name)."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(len(_BUNDLE_SIGNATURES[0]))
+    except OSError:
+        return False
+    return head in _BUNDLE_SIGNATURES
+
+
 def resolve_source(task: Task) -> str:
-    """Where the repository comes from: a local directory or a URL (see the module docs)."""
+    """Where the repository comes from: a local directory, a git bundle file or a URL (see the
+    module docs). A relative path is taken from the current directory; task files resolve
+    their relative sources against their own folder when they are loaded."""
     if task.source:
         source = task.source
         if "://" not in source and not source.startswith("git@"):
             path = Path(source).expanduser()
-            if not path.exists():
-                raise SandboxError(
-                    f"task {task.instance_id}: source {source!r} is neither a URL nor an "
-                    "existing directory"
-                )
-            return str(path.resolve())
+            if path.is_dir():
+                return str(path.resolve())
+            if path.is_file():
+                if not is_bundle(path):
+                    raise SandboxError(
+                        f"task {task.instance_id}: source {source!r} is a file but not a git "
+                        "bundle; give a repository folder, a URL, or a bundle made with "
+                        "'git bundle create FILE --all'"
+                    )
+                return str(path.resolve())
+            raise SandboxError(
+                f"task {task.instance_id}: source {source!r} is neither a URL nor an existing "
+                "directory or git bundle"
+            )
         return source
     mirror = os.environ.get(MIRROR_ENV)
     if mirror:
@@ -124,8 +149,9 @@ async def _has_commit(repo: str | Path, commit: str) -> bool:
 
 
 async def ensure_cached(task: Task, source: str, *, timeout: float) -> str:
-    """A local repository holding ``task.base_commit``: the source itself when it is local,
-    else the bare cache mirror (cloned or fetched under a file lock, safe across processes)."""
+    """A local repository holding ``task.base_commit``: the source itself when it is a local
+    repository, else the bare cache mirror of the URL or bundle (cloned or fetched under a file
+    lock, safe across processes)."""
     if os.path.isdir(source):
         return source
     root = cache_dir() / "repos"
@@ -180,6 +206,12 @@ async def checkout(task: Task, dest: Path, *, timeout: float) -> None:
         what=f"{what}: cloning {local}",
     )
     if not await _has_commit(dest, task.base_commit):
+        if is_bundle(source):
+            raise SandboxError(
+                f"{what}: base commit {task.base_commit} is not in the git bundle {source}; "
+                "the bundle is older or newer than the task file: rebuild them together, or "
+                "fix the task's base_commit"
+            )
         raise SandboxError(
             f"{what}: base commit {task.base_commit} is not in {source}; check the task's "
             "base_commit and source"

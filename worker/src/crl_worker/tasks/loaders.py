@@ -164,15 +164,39 @@ def load_tasks(
 
     ``image_template`` overrides the format's usual images (the ``imageTemplate`` of a task
     source). ``strict`` raises the first malformed record's :class:`TaskFormatError` instead of
-    collecting it. A file that cannot be read at all always raises.
+    collecting it. A file that cannot be read at all always raises. A task whose ``source`` is a
+    relative path (``repos/intervals.bundle``) gets it resolved against the file's folder, so a
+    suite that ships its repositories beside its task file loads from any working directory.
     """
-    return load_records(
+    result = load_records(
         read_records(Path(path)),
         format,
         task_filter,
         image_template=image_template,
         strict=strict,
     )
+    folder = Path(path).resolve().parent
+    result.tasks = [anchor_source(task, folder) for task in result.tasks]
+    return result
 
 
-__all__ = ["LoadResult", "apply_filter", "convert_records", "load_records", "load_tasks"]
+def anchor_source(task: Task, folder: Path) -> Task:
+    """``task`` with a relative local ``source`` made absolute against ``folder``; URLs
+    (``https://…``, ``git@host:…``), absolute and ``~`` paths are left as they are."""
+    source = task.source
+    if not source or "://" in source or source.startswith(("git@", "~")):
+        return task
+    path = Path(source)
+    if path.is_absolute():
+        return task
+    return task.model_copy(update={"source": str(folder / path)})
+
+
+__all__ = [
+    "LoadResult",
+    "anchor_source",
+    "apply_filter",
+    "convert_records",
+    "load_records",
+    "load_tasks",
+]

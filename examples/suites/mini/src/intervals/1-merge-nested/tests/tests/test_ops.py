@@ -1,0 +1,49 @@
+from intervals import Interval, gaps, merge, total_length
+
+
+def test_merge_overlapping():
+    assert merge([Interval(1, 3), Interval(2, 6), Interval(8, 9)]) == [
+        Interval(1, 6),
+        Interval(8, 9),
+    ]
+
+
+def test_merge_sorts_its_input():
+    assert merge([Interval(8, 9), Interval(1, 2)]) == [Interval(1, 2), Interval(8, 9)]
+
+
+def test_merge_touching():
+    assert merge([Interval(1, 3), Interval(3, 4)]) == [Interval(1, 4)]
+
+
+def test_merge_empty():
+    assert merge([]) == []
+
+
+def test_total_length():
+    assert total_length([Interval(0, 2), Interval(1, 4), Interval(10, 11)]) == 5
+
+
+def test_gaps():
+    assert gaps([Interval(1, 2), Interval(4, 5)], within=Interval(0, 6)) == [
+        Interval(0, 1),
+        Interval(2, 4),
+        Interval(5, 6),
+    ]
+
+
+def test_gaps_none_left():
+    assert gaps([Interval(-1, 7)], within=Interval(0, 6)) == []
+
+
+def test_merge_keeps_enclosing_interval():
+    assert merge([Interval(0, 10), Interval(2, 3)]) == [Interval(0, 10)]
+    assert merge([Interval(0, 10), Interval(2, 3), Interval(4, 12)]) == [Interval(0, 12)]
+
+
+def test_total_length_with_nested_intervals():
+    assert total_length([Interval(0, 10), Interval(1, 2), Interval(3, 4)]) == 10
+
+
+def test_gaps_with_nested_intervals():
+    assert gaps([Interval(0, 10), Interval(2, 3)], within=Interval(0, 12)) == [Interval(10, 12)]
