@@ -1,0 +1,369 @@
+"""The model side of the agent: a :class:`Policy` answers one chat turn; :class:`ChatClient` is
+the policy that talks to any OpenAI-compatible ``/v1/chat/completions`` endpoint over HTTP.
+
+The client is built for many concurrent trajectories in one process: one ``aiohttp`` session
+with a connection limit (requests beyond it wait for a free connection: back-pressure), requests
+built as plain dicts, responses read as plain JSON without validating the whole body. With
+``token_ids=True`` it asks vLLM for the exact token ids and logprobs (``return_token_ids``,
+``logprobs``; see docs/agent.md); servers that ignore those fields still work, the ids stay
+``None``. Nothing is ever re-tokenized here.
+
+Failures: 429, 5xx, dropped connections and timeouts are retried with exponential backoff and
+full jitter (``Retry-After`` honoured); after ``max_retries`` they raise
+:class:`ModelServerError` (an infrastructure failure, never a wrong answer). A 400 saying the
+prompt is too long raises :class:`ContextLengthError`; any other 4xx raises
+:class:`ModelServerError` with the server's message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import random
+import time
+from types import TracebackType
+from typing import Any, Protocol
+
+import aiohttp
+from pydantic import BaseModel, ConfigDict
+
+from crl_worker.errors import CrlError, InfrastructureError
+
+logger = logging.getLogger(__name__)
+
+#: Phrases servers use when the prompt does not fit the context window (vLLM, OpenAI,
+#: Anthropic-style proxies, llama.cpp). Matched case-insensitively in a 400's message.
+CONTEXT_LENGTH_PHRASES = (
+    "maximum context length",
+    "context length",
+    "context_length_exceeded",
+    "prompt is too long",
+    "exceeds the context size",
+    "exceed_context_size",
+)
+
+#: 4xx status codes worth another try (every 5xx is retried too).
+_RETRY_4XX = frozenset({408, 425, 429})
+
+
+class ModelServerError(InfrastructureError):
+    """The model server could not answer: unreachable, 5xx or 429 after every retry, or a 4xx
+    that is not the model's fault (bad model name, bad key). Ends a trajectory as an
+    infrastructure failure."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ContextLengthError(CrlError):
+    """The server refused the request because the prompt no longer fits the model's context.
+
+    Ends a trajectory as ``context_exhausted``: the agent ran out of room, the infrastructure
+    is fine."""
+
+
+class Completion(BaseModel):
+    """One model answer, as the server returned it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: dict[str, Any]
+    """The assistant message as the API returned it (role, content, tool_calls, and
+    reasoning_content when the server sends it)."""
+    finish_reason: str | None
+    """Why generation stopped: ``stop``, ``tool_calls``, ``length``, ..."""
+    prompt_tokens: int
+    """Prompt tokens, from ``usage`` (0 when the server sent no usage)."""
+    completion_tokens: int
+    """Completion tokens, from ``usage`` (0 when absent)."""
+    prompt_token_ids: list[int] | None = None
+    """vLLM's top-level ``prompt_token_ids`` (with ``return_token_ids``), exactly as sent."""
+    completion_token_ids: list[int] | None = None
+    """vLLM's per-choice ``token_ids``: the sampled tokens, exactly as sent."""
+    completion_logprobs: list[float] | None = None
+    """One logprob per completion token (``choices[0].logprobs.content[].logprob``)."""
+    latency: float
+    """Seconds the whole call took, retries and backoff included."""
+    retries: int = 0
+    """Attempts that failed and were retried before this answer."""
+
+
+class Policy(Protocol):
+    """Anything that answers a chat turn: an HTTP client, the gold replayer, a test double."""
+
+    model: str
+    """Name recorded in the trajectory."""
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]],
+        max_tokens: int,
+        temperature: float,
+        top_p: float,
+    ) -> Completion:
+        """Answer the conversation ``messages`` with one assistant message."""
+        ...
+
+
+class _Retryable(Exception):
+    """One attempt failed in a way worth retrying (internal)."""
+
+    def __init__(self, message: str, *, status: int | None = None, wait: float | None = None):
+        super().__init__(message)
+        self.status = status
+        self.wait = wait
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta seconds or an HTTP date)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _error_message(body: bytes) -> str:
+    """The human-readable message of an error response (OpenAI ``{"error": {"message"}}``,
+    vLLM, FastAPI ``detail``, or the raw text)."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text[:2000]
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict):
+            for key in ("message", "detail", "msg"):
+                if isinstance(error.get(key), str):
+                    return str(error[key])
+        elif isinstance(error, str):
+            return error
+        if isinstance(data.get("detail"), str):
+            return str(data["detail"])
+        if isinstance(data.get("message"), str):
+            return str(data["message"])
+    return text[:2000]
+
+
+def is_context_length_message(message: str) -> bool:
+    """Whether a server's error message says the prompt does not fit the context window."""
+    lowered = message.lower()
+    return any(phrase in lowered for phrase in CONTEXT_LENGTH_PHRASES)
+
+
+def parse_completion(data: Any, *, latency: float, retries: int) -> Completion:
+    """Read one chat completion response body (already JSON-decoded) into a :class:`Completion`.
+
+    Only the fields the agent needs are read; the body is not validated as a whole (the hot path
+    of a thousand concurrent trajectories). Raises :class:`ModelServerError` when the body has
+    no first choice with a message.
+    """
+    try:
+        choice = data["choices"][0]
+        message = choice["message"]
+    except (KeyError, IndexError, TypeError):
+        raise ModelServerError(
+            f"the model server answered without a choice: {str(data)[:500]}"
+        ) from None
+    if not isinstance(message, dict):
+        raise ModelServerError(f"the model server's message is not an object: {message!r:.500}")
+    usage = data.get("usage") or {}
+    logprobs: list[float] | None = None
+    choice_logprobs = choice.get("logprobs")
+    if isinstance(choice_logprobs, dict):
+        content = choice_logprobs.get("content")
+        if isinstance(content, list):
+            logprobs = [float(entry["logprob"]) for entry in content]
+    # model_construct: the server's lists go in as they came (no per-element validation).
+    return Completion.model_construct(
+        message=message,
+        finish_reason=choice.get("finish_reason"),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        prompt_token_ids=data.get("prompt_token_ids"),
+        completion_token_ids=choice.get("token_ids"),
+        completion_logprobs=logprobs,
+        latency=latency,
+        retries=retries,
+    )
+
+
+class ChatClient:
+    """A :class:`Policy` over HTTP to an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    ``base_url`` is the API root (e.g. ``http://vllm:8000/v1``); ``token_ids`` asks vLLM for
+    token ids and logprobs; ``request_timeout`` bounds one attempt; ``max_retries`` is the
+    number of retries after the first attempt; ``max_connections`` caps concurrent requests
+    (more wait their turn). ``backoff_base`` and ``backoff_max`` (seconds) shape the
+    exponential backoff: attempt *n* waits a uniform random time in ``[0, min(max, base·2ⁿ)]``
+    unless the server sent ``Retry-After``.
+
+    Use as ``async with ChatClient(...) as client`` or call :meth:`aclose` at the end.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        token_ids: bool = True,
+        request_timeout: float = 600.0,
+        max_retries: int = 8,
+        max_connections: int = 1024,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+    ) -> None:
+        self.model = model
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.token_ids = token_ids
+        self.request_timeout = request_timeout
+        self.max_retries = max_retries
+        self.max_connections = max_connections
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        # Created on first use: a ClientSession belongs to the running event loop.
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=self.request_timeout),
+                # The body is decoded by json.loads below; skip aiohttp's cookie handling.
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
+        return self._session
+
+    async def aclose(self) -> None:
+        """Close the HTTP session (idempotent)."""
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+
+    async def __aenter__(self) -> ChatClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def request_body(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]],
+        max_tokens: int,
+        temperature: float,
+        top_p: float,
+    ) -> dict[str, Any]:
+        """The JSON body of one request (a plain dict)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "top_p": top_p,
+        }
+        if tools:
+            body["tools"] = tools
+            body["tool_choice"] = "auto"
+        if self.token_ids:
+            # vLLM >= 0.10.2: prompt_token_ids (top level) and choices[].token_ids.
+            body["return_token_ids"] = True
+            # choices[].logprobs.content[].logprob: the sampled token's logprob.
+            body["logprobs"] = True
+        return body
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]],
+        max_tokens: int,
+        temperature: float,
+        top_p: float,
+    ) -> Completion:
+        """Send one chat completion request (retrying what is worth retrying)."""
+        payload = json.dumps(
+            self.request_body(
+                messages, tools=tools, max_tokens=max_tokens, temperature=temperature, top_p=top_p
+            ),
+            ensure_ascii=False,
+        ).encode("utf-8")
+        started = time.monotonic()
+        retries = 0
+        while True:
+            try:
+                data = await self._attempt(payload)
+            except _Retryable as failure:
+                if retries >= self.max_retries:
+                    raise ModelServerError(
+                        f"the model server at {self.url} failed {retries + 1} times; "
+                        f"last: {failure}. Check that the server is up and not overloaded.",
+                        status=failure.status,
+                    ) from None
+                wait = failure.wait
+                if wait is None:
+                    wait = random.uniform(0, min(self.backoff_max, self.backoff_base * 2**retries))
+                retries += 1
+                logger.debug(
+                    "model request failed (%s); retry %d/%d in %.2fs",
+                    failure,
+                    retries,
+                    self.max_retries,
+                    wait,
+                )
+                await asyncio.sleep(wait)
+                continue
+            return parse_completion(data, latency=time.monotonic() - started, retries=retries)
+
+    async def _attempt(self, payload: bytes) -> Any:
+        session = self._get_session()
+        try:
+            async with session.post(self.url, data=payload, headers=self._headers) as response:
+                body = await response.read()
+                status = response.status
+                retry_after = response.headers.get("Retry-After")
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            raise _Retryable(f"connection error: {type(exc).__name__}: {exc}") from None
+        except TimeoutError:
+            raise _Retryable(f"no answer within {self.request_timeout:g}s") from None
+        if status == 200:
+            try:
+                return json.loads(body)
+            except ValueError:
+                # A truncated body from a proxy that cut the stream: worth another try.
+                raise _Retryable(f"malformed JSON in a 200 answer: {body[:200]!r}") from None
+        message = _error_message(body)
+        if status >= 500 or status in _RETRY_4XX:
+            wait = _retry_after(retry_after) if status in (429, 503) else None
+            if wait is not None:
+                wait = min(wait, self.backoff_max * 4)
+            raise _Retryable(f"HTTP {status}: {message[:500]}", status=status, wait=wait)
+        if status in (400, 413, 422) and is_context_length_message(message):
+            raise ContextLengthError(message)
+        raise ModelServerError(
+            f"the model server at {self.url} refused the request (HTTP {status}): {message}",
+            status=status,
+        )

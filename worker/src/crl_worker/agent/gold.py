@@ -1,0 +1,86 @@
+"""The gold policy: replays a task's gold patch through the agent's own loop and tools.
+
+Turn 1 calls ``shell`` with ``git apply`` reading the patch from a quoted heredoc; turn 2 calls
+``submit`` (also when the patch did not apply: the evaluation shows it). A gold run therefore
+exercises everything a model's run does except the model (prompts, tool calls, the sandbox's
+shell, the final diff, the evaluation), like SWE-bench's gold validation run: every instance
+must resolve, or the harness or the task is broken.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from crl_worker.agent.client import Completion
+from crl_worker.tasks.model import Task
+
+#: The heredoc delimiter's stem; a suffix is added until no line of the patch equals it.
+_DELIMITER = "CRL_GOLD_PATCH_EOF"
+
+
+def heredoc_delimiter(text: str) -> str:
+    """A heredoc delimiter that no line of ``text`` equals."""
+    lines = set(text.splitlines())
+    delimiter, n = _DELIMITER, 0
+    while delimiter in lines:
+        n += 1
+        delimiter = f"{_DELIMITER}_{n}"
+    return delimiter
+
+
+def apply_command(patch: str) -> str:
+    """A shell command applying ``patch`` to the repository in the current directory."""
+    if patch and not patch.endswith("\n"):
+        patch += "\n"
+    delimiter = heredoc_delimiter(patch)
+    # Quoted delimiter: the shell expands nothing inside the patch ($, `, \ stay as written).
+    return f"git apply --verbose <<'{delimiter}'\n{patch}{delimiter}"
+
+
+def _tool_call(turn: int, name: str, arguments: dict[str, Any]) -> Completion:
+    return Completion(
+        message={
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": f"gold_{turn}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments)},
+                }
+            ],
+        },
+        finish_reason="tool_calls",
+        prompt_tokens=0,
+        completion_tokens=0,
+        latency=0.0,
+    )
+
+
+class GoldPolicy:
+    """A :class:`~crl_worker.agent.client.Policy` that applies ``task.patch`` and submits.
+
+    When ``shell`` is not among the offered tools it submits at once (nothing applied).
+    """
+
+    model = "gold"
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]],
+        max_tokens: int,
+        temperature: float,
+        top_p: float,
+    ) -> Completion:
+        """Turn 1: apply the patch with ``shell``; later turns: ``submit``."""
+        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        offered = {t.get("function", {}).get("name") for t in tools}
+        if turn == 0 and "shell" in offered:
+            return _tool_call(turn, "shell", {"command": apply_command(self.task.patch)})
+        return _tool_call(turn, "submit", {})

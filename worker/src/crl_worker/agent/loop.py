@@ -1,0 +1,349 @@
+"""The agent loop: ask the policy, run the tool calls in the sandbox, repeat until the model
+submits or a limit ends the run.
+
+Limits are checked before each model call, so a run never makes a call it cannot afford: the
+number of turns (``maxTurns``), the context budget (the last turn's prompt + completion tokens
+against ``maxTotalTokens``; each request asks for ``min(maxTokensPerTurn, what is left)``) and
+the wall clock (``deadline`` / ``timeoutSeconds``, which also bounds each model call and each
+command). Failures of the model server or the sandbox end the run as ``infrastructure_error``
+(never as a wrong answer); a server saying the prompt no longer fits ends it as
+``context_exhausted``.
+
+Whatever happens, a :class:`~crl_worker.agent.trajectory.Trajectory` comes out: returned
+normally, or, when the task running the loop is cancelled, carried by :class:`AgentCancelled`
+(a :class:`asyncio.CancelledError`, so cancellation still propagates).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from crl_worker.agent.client import ContextLengthError, ModelServerError, Policy
+from crl_worker.agent.prompts import Prompts, load_prompts
+from crl_worker.agent.tools import Toolbox, tool_schemas
+from crl_worker.agent.trajectory import (
+    ExitReason,
+    ToolCallRecord,
+    Trajectory,
+    Turn,
+    dedupe_prompt_ids,
+)
+from crl_worker.api.common import AgentSpec
+from crl_worker.errors import InfrastructureError, SandboxError
+from crl_worker.sandbox.base import Sandbox
+from crl_worker.tasks.model import Task
+
+logger = logging.getLogger(__name__)
+
+#: A turn needs room for at least this many completion tokens (or ``maxTokensPerTurn`` when
+#: smaller); with less of the context budget left the run ends as ``context_exhausted``.
+MIN_TURN_TOKENS = 128
+
+
+class AgentCancelled(asyncio.CancelledError):
+    """The run was cancelled; :attr:`trajectory` holds what it did until then (exit reason
+    ``cancelled``, no final diff). Being a :class:`asyncio.CancelledError`, it propagates
+    cancellation like the original."""
+
+    def __init__(self, trajectory: Trajectory) -> None:
+        super().__init__(f"agent run on {trajectory.instance_id} cancelled")
+        self.trajectory = trajectory
+
+
+class _Ended(Exception):
+    """Internal: a limit or the model ended the run."""
+
+    def __init__(self, reason: ExitReason, error: str | None = None) -> None:
+        super().__init__(error or reason)
+        self.reason = reason
+        self.error = error
+
+
+async def run_agent(
+    task: Task,
+    sandbox: Sandbox,
+    policy: Policy,
+    spec: AgentSpec,
+    *,
+    attempt: int = 0,
+    deadline: float | None = None,
+) -> Trajectory:
+    """Run the agent on ``task`` in the started ``sandbox`` and return its trajectory.
+
+    ``deadline`` is a :func:`time.monotonic` value; the run also stops after
+    ``spec.timeout_seconds``. Never raises for model or sandbox failures (the trajectory says
+    what happened); raises :class:`~crl_worker.agent.prompts.PromptError` for a prompt template
+    that does not exist or does not render, and :class:`AgentCancelled` when cancelled.
+    """
+    prompts = load_prompts(spec.prompt_template)
+    return await _Run(task, sandbox, policy, spec, prompts, attempt, deadline).execute()
+
+
+class _Run:
+    """The state of one run."""
+
+    def __init__(
+        self,
+        task: Task,
+        sandbox: Sandbox,
+        policy: Policy,
+        spec: AgentSpec,
+        prompts: Prompts,
+        attempt: int,
+        deadline: float | None,
+    ) -> None:
+        self.task = task
+        self.sandbox = sandbox
+        self.policy = policy
+        self.spec = spec
+        self.prompts = prompts
+        self.attempt = attempt
+        self.tools: list[str] = list(spec.tools)
+        self.schemas = tool_schemas(self.tools, prompts)
+        self.toolbox = Toolbox(
+            sandbox, prompts, tools=self.tools, command_timeout=spec.command_timeout_seconds
+        )
+        self.started = time.monotonic()
+        self.started_at = datetime.now(UTC)
+        self.end = self.started + spec.timeout_seconds
+        if deadline is not None:
+            self.end = min(self.end, deadline)
+        self.messages: list[dict[str, Any]] = []
+        self.turns: list[Turn] = []
+        #: Tokens of the conversation so far: the last turn's prompt + completion.
+        self.context_tokens = 0
+        #: The last turn's prompt + completion ids (for the prefix-deduplicated storage).
+        self.running_ids: list[int] | None = None
+
+    # --- the run ------------------------------------------------------------------------------
+
+    async def execute(self) -> Trajectory:
+        context = {
+            "task": self.task,
+            "problem_statement": self.task.problem_statement,
+            "repo": self.task.repo,
+            "instance_id": self.task.instance_id,
+            "language": self.task.language,
+            "workdir": self.sandbox.workdir,
+            "tools": self.tools,
+        }
+        # Rendered outside the guarded part: a template that does not render is a
+        # configuration error for every run, not one trajectory's failure.
+        self.messages.append(
+            {"role": "system", "content": self.prompts.render("system", **context)}
+        )
+        self.messages.append(
+            {"role": "user", "content": self.prompts.render("instance", **context)}
+        )
+        reason: ExitReason
+        error: str | None
+        try:
+            try:
+                if not self.sandbox.alive:
+                    raise SandboxError("the sandbox is not running at the start of the run")
+                await self._loop()
+            except _Ended as ended:
+                reason, error = ended.reason, ended.error
+            except ContextLengthError as exc:
+                reason, error = "context_exhausted", f"the model server refused the prompt: {exc}"
+            except InfrastructureError as exc:
+                reason, error = "infrastructure_error", str(exc)
+            except Exception as exc:
+                # A bug, not a verdict on the model: keep the trajectory, flag it as a failure
+                # of the machinery, and log the traceback.
+                logger.exception("%s: the agent loop failed", self.task.instance_id)
+                reason, error = (
+                    "infrastructure_error",
+                    f"internal error: {type(exc).__name__}: {exc}",
+                )
+            diff = ""
+            if self.sandbox.alive:
+                try:
+                    diff = await self.sandbox.diff()
+                except InfrastructureError as exc:
+                    reason, error = (
+                        "infrastructure_error",
+                        f"computing the final diff failed: {exc}",
+                    )
+            elif reason != "infrastructure_error":
+                reason, error = (
+                    "infrastructure_error",
+                    "the sandbox was gone at the end of the run: no final diff",
+                )
+        except asyncio.CancelledError:
+            trajectory = self._trajectory("cancelled", "the run was cancelled", "")
+            logger.info("%s: cancelled after %d turns", self.task.instance_id, len(self.turns))
+            raise AgentCancelled(trajectory) from None
+        trajectory = self._trajectory(reason, error, diff)
+        logger.info(
+            "%s attempt %d: %s after %d turns (%d+%d tokens, %.1fs)%s",
+            self.task.instance_id,
+            self.attempt,
+            reason,
+            len(self.turns),
+            trajectory.prompt_tokens,
+            trajectory.completion_tokens,
+            trajectory.duration,
+            f": {error}" if error else "",
+        )
+        return trajectory
+
+    def _trajectory(self, reason: ExitReason, error: str | None, diff: str) -> Trajectory:
+        return Trajectory(
+            instance_id=self.task.instance_id,
+            repo=self.task.repo,
+            attempt=self.attempt,
+            model=self.policy.model,
+            template=self.prompts.name,
+            tools=self.tools,
+            started_at=self.started_at,
+            duration=time.monotonic() - self.started,
+            messages=self.messages,
+            turns=self.turns,
+            exit_reason=reason,
+            error=error,
+            prompt_tokens=sum(t.prompt_tokens for t in self.turns),
+            completion_tokens=sum(t.completion_tokens for t in self.turns),
+            diff=diff,
+        )
+
+    def _check_limits(self) -> int:
+        """End the run when a limit forbids another model call; else return its max_tokens."""
+        spec = self.spec
+        if len(self.turns) >= spec.max_turns:
+            raise _Ended("max_turns", f"reached the limit of {spec.max_turns} model calls")
+        if time.monotonic() >= self.end:
+            raise _Ended("timeout", self._timeout_text("before the next model call"))
+        left = spec.max_total_tokens - self.context_tokens
+        max_tokens = min(spec.max_tokens_per_turn, left)
+        if max_tokens < min(MIN_TURN_TOKENS, spec.max_tokens_per_turn):
+            raise _Ended(
+                "context_exhausted",
+                f"the conversation holds {self.context_tokens} of {spec.max_total_tokens} "
+                f"tokens; the {max(left, 0)} left are too few for another turn",
+            )
+        return max_tokens
+
+    def _timeout_text(self, where: str) -> str:
+        return (
+            f"the time limit ({time.monotonic() - self.started:.0f}s into the run) ran out {where}"
+        )
+
+    async def _loop(self) -> None:
+        while True:
+            max_tokens = self._check_limits()
+            index = len(self.turns)
+            started = time.time()
+            time_left = self.end - time.monotonic()
+            try:
+                async with asyncio.timeout(time_left) as scope:
+                    completion = await self.policy.complete(
+                        self.messages,
+                        tools=self.schemas,
+                        max_tokens=max_tokens,
+                        temperature=self.spec.temperature,
+                        top_p=self.spec.top_p,
+                    )
+            except TimeoutError:
+                if scope.expired():
+                    raise _Ended("timeout", self._timeout_text("during a model call")) from None
+                raise ModelServerError("the model call timed out") from None
+            message = completion.message
+            calls = message.get("tool_calls") or []
+            history: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+            if calls:
+                calls = [
+                    call if call.get("id") else {**call, "id": f"call_{index}_{n}"}
+                    for n, call in enumerate(calls)
+                ]
+                history["tool_calls"] = calls
+            elif history["content"] is None:
+                history["content"] = ""
+            self.messages.append(history)
+
+            stored, offset = dedupe_prompt_ids(self.running_ids, completion.prompt_token_ids)
+            if (
+                completion.prompt_token_ids is not None
+                and completion.completion_token_ids is not None
+            ):
+                self.running_ids = completion.prompt_token_ids + completion.completion_token_ids
+            else:
+                self.running_ids = None
+            records: list[ToolCallRecord] = []
+            reasoning = message.get("reasoning_content") or message.get("reasoning")
+            # model_construct: the server's id lists are kept as they came, unvalidated (hot path).
+            self.turns.append(
+                Turn.model_construct(
+                    index=index,
+                    started=started,
+                    latency=completion.latency,
+                    retries=completion.retries,
+                    finish_reason=completion.finish_reason,
+                    max_tokens=max_tokens,
+                    prompt_tokens=completion.prompt_tokens,
+                    completion_tokens=completion.completion_tokens,
+                    message_index=len(self.messages) - 1,
+                    reasoning=reasoning if isinstance(reasoning, str) else None,
+                    prompt_token_ids=stored,
+                    prompt_ids_offset=offset,
+                    completion_token_ids=completion.completion_token_ids,
+                    completion_logprobs=completion.completion_logprobs,
+                    tool_calls=records,
+                )
+            )
+            used = completion.prompt_tokens + completion.completion_tokens
+            if used == 0 and self.running_ids is not None:
+                used = len(self.running_ids)
+            self.context_tokens = used
+            logger.debug(
+                "%s turn %d: %s, %d+%d tokens, %.2fs, calls: %s",
+                self.task.instance_id,
+                index,
+                completion.finish_reason,
+                completion.prompt_tokens,
+                completion.completion_tokens,
+                completion.latency,
+                [self._call_name(c) for c in calls] or "none",
+            )
+            if not calls:
+                nudge = self.prompts.render(
+                    "no_tool_call", tools=self.tools, finish_reason=completion.finish_reason
+                )
+                self.messages.append({"role": "user", "content": nudge})
+                continue
+            for call in calls:
+                if await self._run_call(call, records):
+                    raise _Ended("submitted")
+
+    @staticmethod
+    def _call_name(call: Any) -> str:
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        return name if isinstance(name, str) else ""
+
+    async def _run_call(self, call: dict[str, Any], records: list[ToolCallRecord]) -> bool:
+        """Run one tool call, answer it in the chat, record it; True when it submitted."""
+        name = self._call_name(call)
+        function = call.get("function")
+        raw = function.get("arguments") if isinstance(function, dict) else None
+        started = time.monotonic()
+        outcome = await self.toolbox.call(name, raw, time_left=self.end - started)
+        call_id = str(call["id"])
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": outcome.output})
+        records.append(
+            ToolCallRecord.model_construct(
+                id=call_id,
+                name=name,
+                arguments=raw if isinstance(raw, str) else ("" if raw is None else json.dumps(raw)),
+                output=outcome.output,
+                error=outcome.error,
+                exit_code=outcome.exit_code,
+                duration=time.monotonic() - started,
+            )
+        )
+        return outcome.submitted
