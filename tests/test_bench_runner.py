@@ -1,0 +1,275 @@
+"""The benchmark runner end to end: real fixture repositories in local sandboxes, the gold
+policy through the agent's own loop and tools, the real evaluation, the results folder on disk.
+Infrastructure failures are real too: a repository that cannot be cloned, a model server port
+nobody listens on."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crl_worker.agent.client import ChatClient
+from crl_worker.agent.gold import GoldPolicy
+from crl_worker.api.common import AgentSpec
+from crl_worker.bench.config import Sandboxes
+from crl_worker.bench.results import (
+    AttemptResult,
+    ResultsError,
+    ResultsMismatchError,
+    ResultsStore,
+    read_results,
+)
+from crl_worker.bench.runner import BenchmarkRunner
+from crl_worker.tasks.model import Task
+from tests.fixtures.repos import python_task, unittest_task
+
+IDENTITY = {"suite": "fixtures", "model": "gold", "agent": {"maxTurns": 5}}
+
+
+class RecordingReporter:
+    """A progress reporter that keeps what it was given (in a cluster: the ConfigMap)."""
+
+    def __init__(self) -> None:
+        self.reports: list[dict[str, Any]] = []
+
+    async def publish(self, report: Mapping[str, Any]) -> None:
+        self.reports.append(dict(report))
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _runner(
+    tasks: list[Task],
+    store: ResultsStore,
+    *,
+    attempts: int = 1,
+    pass_at_k: tuple[int, ...] = (1,),
+    parallelism: int = 2,
+    reporter: RecordingReporter | None = None,
+    progress: Any = None,
+) -> BenchmarkRunner:
+    return BenchmarkRunner(
+        tasks,
+        agent=AgentSpec(max_turns=5),
+        store=store,
+        policy_factory=GoldPolicy,
+        sandbox_factory=Sandboxes.make(None).factory,
+        suite="fixtures",
+        model="gold",
+        attempts=attempts,
+        pass_at_k=pass_at_k,
+        parallelism=parallelism,
+        reporter=reporter,
+        progress=progress,
+    )
+
+
+@pytest.fixture
+def tasks(tmp_path: Path) -> list[Task]:
+    return [python_task(tmp_path / "repos"), unittest_task(tmp_path / "repos")]
+
+
+async def test_gold_run_resolves_every_fixture_and_writes_a_consistent_folder(
+    tmp_path: Path, tasks: list[Task]
+) -> None:
+    store = ResultsStore(tmp_path / "results")
+    store.open(IDENTITY)
+    reporter = RecordingReporter()
+    seen: list[tuple[str, int]] = []
+    runner = _runner(
+        tasks,
+        store,
+        attempts=2,
+        pass_at_k=(1, 2),
+        reporter=reporter,
+        progress=lambda result, report: seen.append((result.instance_id, report["done"])),
+    )
+    outcome = await runner.run()
+
+    assert not outcome.interrupted
+    assert (outcome.total, outcome.ran, outcome.skipped) == (4, 4, 0)
+    results = _lines(store.results_file)
+    trajectories = _lines(store.trajectories_file)
+    assert len(results) == len(trajectories) == 4
+    assert {(r["instance_id"], r["attempt"]) for r in results} == {
+        (t.instance_id, a) for t in tasks for a in (0, 1)
+    }
+    for result, trajectory in zip(results, trajectories, strict=True):
+        # Same order, and each result's trajectory holds the evaluation that decided it.
+        assert (trajectory["instance_id"], trajectory["attempt"]) == (
+            result["instance_id"],
+            result["attempt"],
+        )
+        assert result["resolved"] is True and result["reward"] == 1.0
+        assert result["exit_reason"] == trajectory["exit_reason"] == "submitted"
+        assert trajectory["evaluation"]["resolved"] is True
+        assert trajectory["reward"] == 1.0
+        assert trajectory["diff"].strip(), "the gold patch's changes are in the final diff"
+        assert result["turns"] == len(trajectory["turns"]) >= 2
+        assert result["eval_seconds"] > 0 and result["wall_seconds"] >= result["eval_seconds"]
+
+    summary = json.loads(store.summary_file.read_text())
+    assert summary == outcome.summary
+    assert summary["finished"] is True
+    assert (summary["done"], summary["resolved"], summary["errored"]) == (4, 4, 0)
+    assert summary["resolveRate"] == 1.0
+    assert [(p["k"], p["value"]) for p in summary["passAtK"]] == [(1, 1.0), (2, 1.0)]
+    assert {r["repo"]: r["attempts"] for r in summary["repositories"]} == {
+        "crl-fixtures/calendarkit": 2,
+        "crl-fixtures/romankit": 2,
+    }
+    assert summary["exitReasons"] == {"submitted": 4}
+
+    assert sorted(done for _, done in seen) == [1, 2, 3, 4]
+    assert [r["done"] for r in reporter.reports] == [1, 2, 3, 4, 4]
+    assert reporter.reports[-1]["finished"] is True
+    assert reporter.reports[-1]["passAtK"] == [{"k": 1, "value": 1.0}, {"k": 2, "value": 1.0}]
+
+
+async def test_a_sandbox_that_does_not_start_is_errored_and_retried_on_resume(
+    tmp_path: Path, tasks: list[Task]
+) -> None:
+    roman, calendar = tasks
+    # The repository moved away: cloning fails, a real infrastructure failure.
+    moved = Path(str(calendar.source) + ".moved")
+    Path(str(calendar.source)).rename(moved)
+    store = ResultsStore(tmp_path / "results")
+    store.open(IDENTITY)
+    first = await _runner(tasks, store).run()
+
+    by_id = {r.instance_id: r for r in first.records}
+    broken = by_id[calendar.instance_id]
+    assert broken.resolved is None and broken.reward is None
+    assert broken.exit_reason == "infrastructure_error"
+    assert broken.infrastructure_error and "sandbox did not start" in broken.infrastructure_error
+    assert by_id[roman.instance_id].resolved is True
+    # Errored, not unresolved: the rate is over the one attempt with a verdict.
+    assert (first.summary["errored"], first.summary["unresolved"]) == (1, 0)
+    assert first.summary["resolveRate"] == 1.0
+    assert first.summary["finished"] is True
+
+    # Resume: only the failed attempt runs again; the later line wins.
+    moved.rename(Path(str(calendar.source)))
+    resumed_store = ResultsStore(tmp_path / "results")
+    resumed_store.open(IDENTITY)
+    second = await _runner(tasks, resumed_store).run()
+    assert (second.ran, second.skipped) == (1, 1)
+    lines = _lines(resumed_store.results_file)
+    assert [line["instance_id"] for line in lines].count(roman.instance_id) == 1
+    assert len(lines) == len(_lines(resumed_store.trajectories_file)) == 3
+    assert all(r.resolved for r in read_results(tmp_path / "results"))
+    assert second.summary["errored"] == 0 and second.summary["resolveRate"] == 1.0
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_a_model_server_that_is_down_errors_the_attempts_without_a_verdict(
+    tmp_path: Path, tasks: list[Task]
+) -> None:
+    client = ChatClient(
+        f"http://127.0.0.1:{_closed_port()}/v1", "nobody", max_retries=1, backoff_base=0.01
+    )
+    store = ResultsStore(tmp_path / "results")
+    store.open({**IDENTITY, "model": "nobody"})
+    runner = BenchmarkRunner(
+        tasks,
+        agent=AgentSpec(max_turns=5),
+        store=store,
+        policy_factory=lambda task: client,
+        sandbox_factory=Sandboxes.make(None).factory,
+        suite="fixtures",
+        model="nobody",
+    )
+    try:
+        outcome = await runner.run()
+    finally:
+        await client.aclose()
+    assert [r.resolved for r in outcome.records] == [None, None]
+    assert all(r.exit_reason == "infrastructure_error" for r in outcome.records)
+    assert outcome.summary["errored"] == 2
+    assert outcome.summary["resolveRate"] is None
+    assert outcome.summary["passAtK"][0]["value"] is None
+
+
+def _record(instance: str, attempt: int, resolved: bool | None) -> AttemptResult:
+    return AttemptResult(
+        instance_id=instance,
+        repo="o/r",
+        attempt=attempt,
+        resolved=resolved,
+        exit_reason="submitted" if resolved is not None else "infrastructure_error",
+        reward=None if resolved is None else float(resolved),
+    )
+
+
+def test_a_torn_last_line_is_ignored_and_cut_before_appending(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "r")
+    store.open(IDENTITY)
+    store.append(_record("a", 0, True), json.dumps({"instance_id": "a", "attempt": 0}))
+    store.append(_record("b", 0, False), json.dumps({"instance_id": "b", "attempt": 0}))
+    # A crash in the middle of the third attempt's writes.
+    with store.results_file.open("a") as f:
+        f.write('{"instance_id": "c", "repo": "o/r", "attem')
+    with store.trajectories_file.open("a") as f:
+        f.write('{"instance_id": "c", "mess')
+
+    assert [r.instance_id for r in read_results(tmp_path / "r")] == ["a", "b"]
+    reopened = ResultsStore(tmp_path / "r")
+    reopened.open(IDENTITY)
+    assert reopened.finished() == {("a", 0), ("b", 0)}
+    reopened.append(_record("c", 0, True), json.dumps({"instance_id": "c", "attempt": 0}))
+    assert [line["instance_id"] for line in _lines(reopened.results_file)] == ["a", "b", "c"]
+    assert [line["instance_id"] for line in _lines(reopened.trajectories_file)] == ["a", "b", "c"]
+
+
+def test_a_bad_line_before_the_end_is_corruption(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "r")
+    store.open(IDENTITY)
+    store.append(_record("a", 0, True), "{}")
+    text = store.results_file.read_text()
+    store.results_file.write_text("not json\n" + text)
+    with pytest.raises(ResultsError, match="line 1"):
+        ResultsStore(tmp_path / "r").open(IDENTITY)
+
+
+def test_infrastructure_failures_are_not_finished_and_the_last_line_wins(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "r")
+    store.open(IDENTITY)
+    store.append(_record("a", 0, None), "{}")
+    store.append(_record("b", 0, True), "{}")
+    assert store.finished() == {("b", 0)}
+    store.append(_record("a", 0, False), "{}")
+    assert store.finished() == {("a", 0), ("b", 0)}
+    assert [r.resolved for r in read_results(tmp_path / "r")] == [False, True]
+
+
+def test_resuming_with_another_model_is_refused_and_restart_moves_the_folder_aside(
+    tmp_path: Path,
+) -> None:
+    store = ResultsStore(tmp_path / "r")
+    store.open(IDENTITY)
+    store.append(_record("a", 0, True), "{}")
+    other = {**IDENTITY, "model": "Qwen/Qwen3-8B"}
+    with pytest.raises(ResultsMismatchError) as caught:
+        ResultsStore(tmp_path / "r").open(other)
+    message = str(caught.value)
+    assert "model: gold then, Qwen/Qwen3-8B now" in message
+    assert "--restart" in message
+
+    fresh = ResultsStore(tmp_path / "r")
+    fresh.open(other, restart=True)
+    assert fresh.finished() == set()
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("r.old-")]
+    assert len(aside) == 1
+    assert [r.instance_id for r in read_results(aside[0])] == ["a"]

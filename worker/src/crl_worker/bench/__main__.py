@@ -1,0 +1,174 @@
+"""``python -m crl_worker.bench``: run a Benchmark's suite; the runner Job's command.
+
+The config file is the operator's ``config.yaml`` (``{apiVersion, kind: Benchmark, name,
+spec}``) or a Benchmark manifest. The model comes from ``CRL_MODEL_URL``, ``CRL_MODEL_NAME`` and
+``CRL_API_KEY`` (else ``spec.model.endpoint``); sandboxes from the pool gateway at
+``CRL_POOL_URL`` when set, else local ones; results go to ``--results``, else
+``CRL_RESULTS_DIR``, else ``spec.results.path``. Progress goes to the Benchmark's status
+through :func:`crl_worker.bench.report.reporter_from_env` when the operator set it up.
+
+Exit status: 0 when the suite finished (whatever its resolve rate; infrastructure failures are
+counted in the summary), 2 when the run cannot be set up, 128 + the signal's number when
+stopped by SIGINT or SIGTERM (rerun the same command to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+
+from crl_worker.bench.config import (
+    POOL_URL_ENV,
+    RESULTS_DIR_ENV,
+    BenchConfigError,
+    Policies,
+    Sandboxes,
+    check_agent,
+    load_benchmark_tasks,
+    read_benchmark,
+    resolve_endpoint,
+    run_identity,
+)
+from crl_worker.bench.report import reporter_from_env
+from crl_worker.bench.results import ResultsError, ResultsStore
+from crl_worker.bench.runner import (
+    Baseline,
+    BenchmarkRunner,
+    RunOutcome,
+    run_until_signalled,
+)
+from crl_worker.logs import setup_logging
+
+logger = logging.getLogger("crl_worker.bench")
+
+#: The baseline's results folder, as the operator passes it.
+BASELINE_ENV = "CRL_BASELINE_RESULTS"
+#: Exit status when the run cannot be set up.
+SETUP_ERROR = 2
+
+
+def parser() -> argparse.ArgumentParser:
+    """The runner's command line."""
+    p = argparse.ArgumentParser(
+        prog="python -m crl_worker.bench",
+        description="Run a Benchmark's suite: agent, evaluation, results and summary.",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=Path(os.environ["CRL_CONFIG"]) if os.environ.get("CRL_CONFIG") else None,
+        help="config.yaml from the operator, or a Benchmark manifest (default: $CRL_CONFIG)",
+    )
+    p.add_argument("--tasks", type=Path, help="task file where the operator mounted the source")
+    p.add_argument(
+        "--results",
+        type=Path,
+        help=f"results folder (default: ${RESULTS_DIR_ENV}, else the spec's)",
+    )
+    p.add_argument(
+        "--agent",
+        choices=["openai", "gold"],
+        default="openai",
+        help="openai: the model endpoint; gold: replay each task's gold patch (harness check)",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=Path(os.environ[BASELINE_ENV]) if os.environ.get(BASELINE_ENV) else None,
+        help=f"results folder of the baseline to compare with (default: ${BASELINE_ENV})",
+    )
+    p.add_argument("--restart", action="store_true", help="move old results aside, start over")
+    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-format", choices=["text", "json"], default="json")
+    return p
+
+
+async def _run(
+    runner: BenchmarkRunner, policies: Policies, sandboxes: Sandboxes
+) -> tuple[RunOutcome, int | None]:
+    try:
+        return await run_until_signalled(runner)
+    finally:
+        await policies.aclose()
+        await sandboxes.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; return the exit status."""
+    args = parser().parse_args(argv)
+    setup_logging(args.log_format, args.log_level)
+    if args.config is None:
+        logger.error("no config: give --config FILE (or set CRL_CONFIG)")
+        return SETUP_ERROR
+    try:
+        config = read_benchmark(args.config)
+        spec = config.spec
+        check_agent(spec.agent)
+        tasks = load_benchmark_tasks(config, tasks_file=args.tasks)
+        endpoint = None if args.agent == "gold" else resolve_endpoint(spec)
+        policies = Policies.make(args.agent, endpoint)
+        model = policies.model
+        results = args.results or Path(os.environ.get(RESULTS_DIR_ENV) or spec.results.path)
+        store = ResultsStore(results)
+        store.open(run_identity(config, agent=args.agent, model=model), restart=args.restart)
+    except (BenchConfigError, ResultsError) as exc:
+        logger.error("%s", exc)
+        return SETUP_ERROR
+    sandboxes = Sandboxes.make(os.environ.get(POOL_URL_ENV))
+    baseline = None
+    if args.baseline is not None:
+        minimum = spec.baseline.minimum_improvement if spec.baseline else None
+        confidence = spec.baseline.confidence_level if spec.baseline else 0.95
+        name = spec.baseline.name if spec.baseline else str(args.baseline)
+        baseline = Baseline(args.baseline, name, confidence, minimum)
+    runner = BenchmarkRunner(
+        tasks,
+        agent=spec.agent,
+        store=store,
+        policy_factory=policies.factory,
+        sandbox_factory=sandboxes.factory,
+        suite=spec.suite.name,
+        model=model,
+        attempts=spec.attempts,
+        pass_at_k=spec.pass_at_k,
+        parallelism=spec.parallelism,
+        reporter=reporter_from_env(),
+        baseline=baseline,
+    )
+    logger.info(
+        "benchmark %s: %d instances x %d attempts of %s with %s, results in %s",
+        config.name,
+        len(tasks),
+        spec.attempts,
+        spec.suite.name,
+        model,
+        results,
+    )
+    outcome, signalled = asyncio.run(_run(runner, policies, sandboxes))
+    summary = outcome.summary
+    logger.info(
+        "benchmark %s: %d/%d done, %d resolved, %d errored, resolve rate %s",
+        config.name,
+        summary["done"],
+        summary["total"],
+        summary["resolved"],
+        summary["errored"],
+        summary["resolveRate"],
+    )
+    if outcome.interrupted:
+        logger.error(
+            "stopped with %d of %d attempts written to %s; run the same command again to resume",
+            summary["done"],
+            summary["total"],
+            results,
+        )
+        return 128 + signalled if signalled else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""The results folder of one benchmark run, written so that a crash loses at most the attempts
+that were running.
+
+A folder holds:
+
+- ``run.json``: what the results are of: the suite, the model, the agent settings, the task
+  source, and a fingerprint of those. Resuming into a folder of another fingerprint is refused
+  (:class:`ResultsMismatchError`); ``restart`` moves the old folder aside, never deleting it.
+- ``results.jsonl``: one :class:`AttemptResult` per finished attempt. Each line is written whole,
+  flushed and fsynced before the next attempt's line; this file says which attempts are done.
+- ``trajectories.jsonl``: the full trajectory of each attempt, written (and fsynced) *before* its
+  result line, so every result line has its trajectory.
+- ``summary.json``: written by :mod:`crl_worker.bench.summary` after each run.
+
+A line cut short by a crash (no newline at the end, or not JSON) can only be the last one: it is
+logged, ignored, and cut off before anything is appended. When an attempt has several lines (an
+infrastructure failure retried on resume), the last one wins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from crl_worker.errors import CrlError
+
+logger = logging.getLogger(__name__)
+
+RESULTS_FILE = "results.jsonl"
+TRAJECTORIES_FILE = "trajectories.jsonl"
+SUMMARY_FILE = "summary.json"
+RUN_FILE = "run.json"
+
+
+class ResultsError(CrlError):
+    """The results folder cannot be used (unreadable, corrupt in the middle, not a folder)."""
+
+
+class ResultsMismatchError(ResultsError):
+    """The results folder holds a run of another model, agent or suite."""
+
+
+class AttemptResult(BaseModel):
+    """One line of ``results.jsonl``: the outcome of one attempt at one instance."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    instance_id: str
+    """The instance."""
+    repo: str
+    """Its repository, ``owner/name``."""
+    attempt: int
+    """Attempt index, from 0."""
+    resolved: bool | None
+    """The verdict; ``None`` for an infrastructure failure (no verdict)."""
+    exit_reason: str
+    """Why the agent stopped (``submitted``, ``max_turns``, ..., ``infrastructure_error``)."""
+    infrastructure_error: str | None = None
+    """What failed when the attempt has no verdict (sandbox, model server, harness)."""
+    reward: float | None = None
+    """The test reward (binary); ``None`` with an infrastructure failure."""
+    prompt_tokens: int = 0
+    """Prompt tokens over all turns."""
+    completion_tokens: int = 0
+    """Completion tokens over all turns."""
+    turns: int = 0
+    """Model calls."""
+    agent_seconds: float = 0.0
+    """Wall time of the agent loop."""
+    eval_seconds: float = 0.0
+    """Wall time of the evaluation."""
+    wall_seconds: float = 0.0
+    """Wall time of the whole attempt, sandbox start and close included."""
+    model: str = ""
+    """Model name the attempt used (``gold`` for the gold agent)."""
+    started_at: datetime | None = None
+    """When the attempt started (UTC)."""
+    error: str | None = None
+    """The trajectory's error text for any ending other than ``submitted``."""
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """``(instance_id, attempt)``."""
+        return (self.instance_id, self.attempt)
+
+    @property
+    def infrastructure_failure(self) -> bool:
+        """The attempt has no verdict."""
+        return self.resolved is None
+
+
+def fingerprint(identity: Mapping[str, Any]) -> str:
+    """A short stable hash of a JSON-ready mapping (keys sorted)."""
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The JSON objects of a JSONL file and the byte length of its whole, parsed lines.
+
+    A last line without its newline, or one that is not JSON, is a write cut short: it is
+    logged and left out. A bad line anywhere else means the file is corrupt.
+    """
+    if not path.exists():
+        return [], 0
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ResultsError(f"cannot read {path}: {exc}") from exc
+    objects: list[dict[str, Any]] = []
+    good = 0
+    position = 0
+    lines = data.split(b"\n")
+    for number, raw in enumerate(lines, 1):
+        last = number == len(lines)
+        if last and not raw:
+            break  # the file ends with a newline
+        try:
+            if last:
+                raise ValueError("no newline at the end")
+            value = json.loads(raw)
+            if not isinstance(value, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            complete_after = all(not rest.strip() for rest in lines[number:])
+            if last or complete_after:
+                logger.warning(
+                    "%s: ignoring its last line, cut short by an interrupted write (%s)",
+                    path,
+                    exc,
+                )
+                break
+            raise ResultsError(
+                f"{path}, line {number}: not a JSON object ({exc}); the file is corrupt — move "
+                "it aside (or run with --restart) to start over"
+            ) from exc
+        objects.append(value)
+        position += len(raw) + 1
+        good = position
+    return objects, good
+
+
+def _truncate(path: Path, length: int) -> None:
+    """Cut ``path`` to ``length`` bytes (a torn last line goes before anything is appended)."""
+    if path.exists() and path.stat().st_size > length:
+        with path.open("r+b") as f:
+            f.truncate(length)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+class ResultsStore:
+    """A results folder: which attempts are done, and appending new ones durably."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._records: dict[tuple[str, int], AttemptResult] = {}
+        self._opened = False
+
+    @property
+    def results_file(self) -> Path:
+        """``results.jsonl``."""
+        return self.path / RESULTS_FILE
+
+    @property
+    def trajectories_file(self) -> Path:
+        """``trajectories.jsonl``."""
+        return self.path / TRAJECTORIES_FILE
+
+    @property
+    def summary_file(self) -> Path:
+        """``summary.json``."""
+        return self.path / SUMMARY_FILE
+
+    @property
+    def run_file(self) -> Path:
+        """``run.json``."""
+        return self.path / RUN_FILE
+
+    def open(self, identity: Mapping[str, Any], *, restart: bool = False) -> None:
+        """Create the folder or resume it, checking that it holds a run of ``identity``.
+
+        ``identity`` says what the results are of (suite, model, agent, tasks); its fingerprint
+        must match the folder's. ``restart`` moves an existing folder aside to
+        ``<name>.old-<UTC time>`` and starts an empty one.
+        """
+        if self.path.exists() and not self.path.is_dir():
+            raise ResultsError(f"{self.path} exists and is not a folder")
+        if restart and self.path.exists() and any(self.path.iterdir()):
+            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+            aside = self.path.with_name(f"{self.path.name}.old-{stamp}")
+            self.path.rename(aside)
+            logger.warning("moved the previous results %s aside to %s", self.path, aside)
+        self.path.mkdir(parents=True, exist_ok=True)
+        wanted = {"fingerprint": fingerprint(identity), **identity}
+        if self.run_file.exists():
+            self._check_identity(wanted)
+        elif self.results_file.exists() and self.results_file.stat().st_size > 0:
+            raise ResultsMismatchError(
+                f"{self.path} holds results but no {RUN_FILE}: they cannot be matched to this "
+                "run; use another results folder, or --restart to move them aside"
+            )
+        else:
+            wanted["createdAt"] = datetime.now(UTC).isoformat()
+            self._write_json(self.run_file, wanted)
+        records, good = _read_lines(self.results_file)
+        _truncate(self.results_file, good)
+        _, good_trajectories = _read_lines(self.trajectories_file)
+        _truncate(self.trajectories_file, good_trajectories)
+        for number, raw in enumerate(records, 1):
+            try:
+                record = AttemptResult.model_validate(raw)
+            except ValidationError as exc:
+                raise ResultsError(f"{self.results_file}, line {number}: {exc}") from exc
+            self._records[record.key] = record
+        self._opened = True
+        if self._records:
+            logger.info("resuming %s: %d attempts on record", self.path, len(self._records))
+
+    def _check_identity(self, wanted: Mapping[str, Any]) -> None:
+        try:
+            found = json.loads(self.run_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise ResultsError(f"cannot read {self.run_file}: {exc}") from exc
+        if found.get("fingerprint") == wanted["fingerprint"]:
+            return
+        changed = [
+            key
+            for key in sorted(set(wanted) | set(found))
+            if key not in ("fingerprint", "createdAt") and found.get(key) != wanted.get(key)
+        ]
+        detail = "; ".join(
+            f"{key}: {_short(found.get(key))} then, {_short(wanted.get(key))} now"
+            for key in changed
+        )
+        raise ResultsMismatchError(
+            f"{self.path} holds results of another run ({detail or 'different fingerprint'}). "
+            "Use another results folder, or --restart to move these results aside and start over"
+        )
+
+    @staticmethod
+    def _write_json(path: Path, value: Any) -> None:
+        partial = path.with_name(path.name + ".part")
+        with partial.open("w") as f:
+            json.dump(value, f, indent=2, sort_keys=True, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        partial.replace(path)
+
+    def identity(self) -> dict[str, Any]:
+        """The contents of ``run.json`` (suite, model, agent, fingerprint)."""
+        loaded: dict[str, Any] = json.loads(self.run_file.read_text())
+        return loaded
+
+    def records(self) -> list[AttemptResult]:
+        """The latest result of every attempt on record, in instance then attempt order."""
+        with self._lock:
+            return [self._records[k] for k in sorted(self._records)]
+
+    def finished(self) -> set[tuple[str, int]]:
+        """Attempts that need no rerun: on record without an infrastructure failure."""
+        with self._lock:
+            return {k for k, r in self._records.items() if not r.infrastructure_failure}
+
+    def append(self, result: AttemptResult, trajectory_json: str) -> None:
+        """Write one attempt durably: its trajectory line, then its result line, each fsynced.
+
+        Blocking (disk); call through ``asyncio.to_thread`` from a running loop.
+        """
+        if not self._opened:
+            raise ResultsError("open() the results store before appending to it")
+        line = result.model_dump_json() + "\n"
+        if "\n" in trajectory_json.rstrip("\n"):
+            raise ValueError("a trajectory must be one line of JSON")
+        with self._lock:
+            _append(self.trajectories_file, trajectory_json.rstrip("\n") + "\n")
+            _append(self.results_file, line)
+            self._records[result.key] = result
+
+    def write_summary(self, summary: Mapping[str, Any]) -> None:
+        """Replace ``summary.json`` atomically."""
+        self._write_json(self.summary_file, summary)
+
+
+def _append(path: Path, text: str) -> None:
+    with path.open("a", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = json.dumps(value, sort_keys=True, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def read_results(path: Path) -> list[AttemptResult]:
+    """The latest result of every attempt in a results folder (or a ``results.jsonl`` file),
+    read-only: a torn last line is ignored, nothing is written."""
+    file = path / RESULTS_FILE if path.is_dir() else path
+    if not file.exists():
+        raise ResultsError(f"{path} has no {RESULTS_FILE}: is it a benchmark results folder?")
+    objects, _ = _read_lines(file)
+    latest: dict[tuple[str, int], AttemptResult] = {}
+    for number, raw in enumerate(objects, 1):
+        try:
+            record = AttemptResult.model_validate(raw)
+        except ValidationError as exc:
+            raise ResultsError(f"{file}, line {number}: {exc}") from exc
+        latest[record.key] = record
+    return [latest[k] for k in sorted(latest)]
+
+
+def read_trajectories(path: Path) -> Iterable[dict[str, Any]]:
+    """The trajectories of a results folder as JSON objects, in file order (torn line skipped)."""
+    objects, _ = _read_lines(path / TRAJECTORIES_FILE)
+    return objects

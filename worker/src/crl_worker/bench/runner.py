@@ -1,0 +1,448 @@
+"""The benchmark runner: every (instance, attempt) of a suite through the agent and the harness.
+
+One attempt, always in this order and in one sandbox::
+
+    sandbox start -> run_agent(deadline) -> evaluate (same sandbox) -> reward -> write -> close
+
+At most ``parallelism`` attempts run at once: that many workers pull attempts from one list, so
+sandboxes are created only as workers free up (back-pressure; hundreds of pending attempts never
+mean hundreds of sandboxes). Attempts go attempt-major (attempt 0 of every instance first), so
+an interrupted run has the fullest pass@1 picture.
+
+Failures stay with their attempt. A sandbox that does not start, a model server that does not
+answer, a harness that times out: the attempt is written as an infrastructure failure (no
+verdict, retried on resume) and the others go on. :meth:`BenchmarkRunner.stop` (the callers wire
+it to SIGINT and SIGTERM) stops starting attempts and cancels the running ones; cancelled
+attempts write nothing, everything written stays, and the next run resumes from there.
+
+Time: ``agent.timeoutSeconds`` covers the agent and the evaluation together, from the moment
+the sandbox is up. The agent's deadline keeps back ``EVALUATION_SHARE`` of it (at most the
+task's test timeout) for the evaluation; the evaluation gets whatever the agent left, and never
+less than that reserve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from crl_worker.agent.client import Policy
+from crl_worker.agent.loop import run_agent
+from crl_worker.agent.trajectory import Trajectory
+from crl_worker.api.common import AgentSpec
+from crl_worker.bench.compare import compare_results
+from crl_worker.bench.report import ProgressReporter
+from crl_worker.bench.results import AttemptResult, ResultsError, ResultsStore
+from crl_worker.bench.stats import Comparison, ComparisonError
+from crl_worker.bench.summary import build_summary, comparison_wire, progress_report
+from crl_worker.harness.evaluate import evaluate
+from crl_worker.rewards import tests_score
+from crl_worker.sandbox.base import Sandbox
+from crl_worker.tasks.model import Task
+
+logger = logging.getLogger(__name__)
+
+#: Share of ``agent.timeoutSeconds`` the agent's deadline keeps back for the evaluation.
+EVALUATION_SHARE = 0.25
+#: Seconds a sandbox gets to close before the runner moves on.
+CLOSE_TIMEOUT = 120.0
+
+SandboxFactory = Callable[[Task], Sandbox]
+"""Makes the (not yet started) sandbox of one attempt: local, or leased from a pool."""
+PolicyFactory = Callable[[Task], Policy]
+"""The policy of one attempt: the gold replay of the task, or a shared chat client."""
+ProgressCallback = Callable[[AttemptResult, Mapping[str, Any]], None]
+"""Called after each written attempt with its result and the progress report."""
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A results folder to compare with at the end of the run."""
+
+    path: Path
+    """The baseline's results folder."""
+    name: str
+    """How the summary names it (a Benchmark name in a cluster, else the folder)."""
+    confidence: float = 0.95
+    """Level of the bootstrap interval."""
+    minimum_improvement: float | None = None
+    """Absolute improvement that counts as success."""
+
+
+@dataclass
+class RunOutcome:
+    """What a run did."""
+
+    summary: dict[str, Any]
+    """``summary.json`` as written."""
+    total: int
+    """Attempts the suite holds (instances x attempts)."""
+    ran: int
+    """Attempts run (and written) by this call."""
+    skipped: int
+    """Attempts already on record without an infrastructure failure, not run again."""
+    interrupted: bool
+    """``stop()`` was called before every attempt was done."""
+    elapsed: float
+    """Seconds this call took."""
+    records: list[AttemptResult] = field(default_factory=list)
+    """The latest result of every attempt of the suite on record."""
+
+    @property
+    def errored(self) -> int:
+        """Attempts on record with an infrastructure failure."""
+        return sum(r.infrastructure_failure for r in self.records)
+
+
+class BenchmarkRunner:
+    """Runs a suite's attempts with bounded concurrency into a :class:`ResultsStore`."""
+
+    def __init__(
+        self,
+        tasks: Sequence[Task],
+        *,
+        agent: AgentSpec,
+        store: ResultsStore,
+        policy_factory: PolicyFactory,
+        sandbox_factory: SandboxFactory,
+        suite: str,
+        model: str,
+        attempts: int = 1,
+        pass_at_k: Sequence[int] = (1,),
+        parallelism: int = 8,
+        reporter: ProgressReporter | None = None,
+        progress: ProgressCallback | None = None,
+        baseline: Baseline | None = None,
+    ) -> None:
+        ids = [t.instance_id for t in tasks]
+        if len(set(ids)) != len(ids):
+            duplicated = sorted({i for i in ids if ids.count(i) > 1})
+            raise ValueError(f"the suite holds duplicate instance ids: {', '.join(duplicated)}")
+        if attempts < 1 or parallelism < 1:
+            raise ValueError("attempts and parallelism must be at least 1")
+        self.tasks = list(tasks)
+        self.agent = agent
+        self.store = store
+        self.policy_factory = policy_factory
+        self.sandbox_factory = sandbox_factory
+        self.suite = suite
+        self.model = model
+        self.attempts = attempts
+        self.pass_at_k = list(pass_at_k)
+        self.parallelism = parallelism
+        self.reporter = reporter
+        self.progress = progress
+        self.baseline = baseline
+        self._by_id = {t.instance_id: t for t in self.tasks}
+        self._keys = [(t.instance_id, a) for a in range(attempts) for t in self.tasks]
+        self._selected = set(self._keys)
+        self._stopping = False
+        self._workers: list[asyncio.Task[None]] = []
+
+    @property
+    def total(self) -> int:
+        """Attempts in the suite."""
+        return len(self._keys)
+
+    def stop(self) -> None:
+        """Start no more attempts and cancel the running ones (safe from a signal handler)."""
+        if not self._stopping:
+            logger.warning("stopping: no new attempts; cancelling the running ones")
+        self._stopping = True
+        for worker in self._workers:
+            worker.cancel()
+
+    def _current(self) -> list[AttemptResult]:
+        return [r for r in self.store.records() if r.key in self._selected]
+
+    async def run(self) -> RunOutcome:
+        """Run every attempt not yet on record (or on record as an infrastructure failure)."""
+        started = time.monotonic()
+        finished = self.store.finished()
+        pending = [k for k in self._keys if k not in finished]
+        skipped = self.total - len(pending)
+        if skipped:
+            logger.info(
+                "%d of %d attempts already done; running %d", skipped, self.total, len(pending)
+            )
+        queue = iter(pending)
+        ran = 0
+
+        async def worker() -> None:
+            nonlocal ran
+            while not self._stopping:
+                key = next(queue, None)
+                if key is None:
+                    return
+                result = await self._attempt(self._by_id[key[0]], key[1])
+                if result is not None:
+                    ran += 1
+                    await self._after(result)
+
+        self._workers = [
+            asyncio.create_task(worker(), name=f"bench-worker-{i}")
+            for i in range(min(self.parallelism, len(pending)))
+        ]
+        if self._stopping:  # stopped before the workers existed
+            for w in self._workers:
+                w.cancel()
+        outcomes = await asyncio.gather(*self._workers, return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(
+                outcome, asyncio.CancelledError
+            ):
+                # _attempt catches everything an attempt can raise; this is the runner's bug
+                # or a disk that refuses writes: say so, the finished attempts are on disk.
+                logger.error("a benchmark worker failed", exc_info=outcome)
+                self._stopping = True
+        records = self._current()
+        done = {r.key for r in records if not r.infrastructure_failure}
+        interrupted = self._stopping and any(k not in done for k in self._keys)
+        all_done = len(records) == self.total
+        elapsed = time.monotonic() - started
+        summary = self._summary(records, finished=all_done and not interrupted, elapsed=elapsed)
+        await asyncio.to_thread(self.store.write_summary, summary)
+        report = progress_report(
+            records, total=self.total, ks=self.pass_at_k, finished=all_done and not interrupted
+        )
+        if summary.get("comparison") and self.baseline is not None:
+            report["comparison"] = _status_comparison(summary["comparison"])
+        await self._publish(report)
+        return RunOutcome(
+            summary=summary,
+            total=self.total,
+            ran=ran,
+            skipped=skipped,
+            interrupted=interrupted,
+            elapsed=elapsed,
+            records=records,
+        )
+
+    def _summary(
+        self, records: list[AttemptResult], *, finished: bool, elapsed: float
+    ) -> dict[str, Any]:
+        comparison = None
+        if self.baseline is not None:
+            try:
+                found: Comparison = compare_results(
+                    self.store.path,
+                    self.baseline.path,
+                    confidence=self.baseline.confidence,
+                    minimum_improvement=self.baseline.minimum_improvement,
+                )
+                comparison = comparison_wire(found, self.baseline.name)
+            except (ComparisonError, ResultsError) as exc:
+                logger.warning("no comparison with the baseline %s: %s", self.baseline.name, exc)
+        return build_summary(
+            records,
+            suite=self.suite,
+            model=self.model,
+            total=self.total,
+            ks=self.pass_at_k,
+            finished=finished,
+            elapsed=elapsed,
+            comparison=comparison,
+        )
+
+    async def _after(self, result: AttemptResult) -> None:
+        records = self._current()
+        report = progress_report(records, total=self.total, ks=self.pass_at_k, finished=False)
+        if self.progress is not None:
+            try:
+                self.progress(result, report)
+            except Exception:
+                logger.exception("the progress callback failed")
+        await self._publish(report)
+
+    async def _publish(self, report: Mapping[str, Any]) -> None:
+        if self.reporter is None:
+            return
+        try:
+            await self.reporter.publish(report)
+        except Exception as exc:  # reporting never stops a benchmark
+            logger.warning("publishing the progress failed: %s", exc)
+
+    def _failure(
+        self, task: Task, attempt: int, started_at: datetime, t0: float, error: str
+    ) -> Trajectory:
+        """The trajectory of an attempt that never reached (or got lost in) the agent loop."""
+        return Trajectory(
+            instance_id=task.instance_id,
+            repo=task.repo,
+            attempt=attempt,
+            model=self.model,
+            started_at=started_at,
+            duration=time.monotonic() - t0,
+            messages=[],
+            turns=[],
+            exit_reason="infrastructure_error",
+            error=error,
+        )
+
+    async def _attempt(self, task: Task, attempt: int) -> AttemptResult | None:
+        """Run one attempt and write it; ``None`` when it was cancelled (nothing written)."""
+        started_at = datetime.now(UTC)
+        t0 = time.monotonic()
+        label = f"{task.instance_id}#{attempt}"
+        sandbox: Sandbox | None = None
+        agent_seconds = eval_seconds = 0.0
+        trajectory: Trajectory | None
+        try:
+            try:
+                sandbox = self.sandbox_factory(task)
+                await sandbox.start()
+            except Exception as exc:
+                logger.warning("%s: the sandbox did not start: %s", label, exc)
+                trajectory = self._failure(
+                    task, attempt, started_at, t0, f"the sandbox did not start: {exc}"
+                )
+            else:
+                trajectory = await self._agent_and_evaluation(task, attempt, sandbox, started_at)
+                if trajectory is None:
+                    return None
+                agent_seconds = trajectory.duration
+                if trajectory.evaluation is not None:
+                    eval_seconds = trajectory.evaluation.duration
+        finally:
+            if sandbox is not None:
+                await _close(sandbox, label)
+        assert trajectory is not None
+        result = _result(trajectory, agent_seconds, eval_seconds, time.monotonic() - t0)
+        # Shielded: once the write started, the attempt is done even if the run is cancelled.
+        await asyncio.shield(
+            asyncio.to_thread(self.store.append, result, trajectory.model_dump_json())
+        )
+        logger.info(
+            "%s: %s (%s)",
+            label,
+            "error" if result.resolved is None else "resolved" if result.resolved else "unresolved",
+            result.exit_reason,
+        )
+        return result
+
+    async def _agent_and_evaluation(
+        self, task: Task, attempt: int, sandbox: Sandbox, started_at: datetime
+    ) -> Trajectory | None:
+        budget = float(self.agent.timeout_seconds)
+        reserve = min(task.timeouts.test, EVALUATION_SHARE * budget)
+        t_agent = time.monotonic()
+        try:
+            policy = self.policy_factory(task)
+            trajectory = await run_agent(
+                task,
+                sandbox,
+                policy,
+                self.agent,
+                attempt=attempt,
+                deadline=t_agent + budget - reserve,
+            )
+        except Exception as exc:
+            # run_agent reports model and sandbox failures in the trajectory; anything raised
+            # here is unexpected, but it ends only this attempt.
+            logger.exception("%s#%d: the agent loop failed", task.instance_id, attempt)
+            return self._failure(
+                task, attempt, started_at, t_agent, f"the agent loop failed: {exc!r}"
+            )
+        if trajectory.exit_reason == "cancelled":
+            # Only a stop cancels an attempt; it is run again on resume, not recorded.
+            return None
+        if trajectory.exit_reason == "infrastructure_error":
+            return trajectory
+        remaining = t_agent + budget - time.monotonic()
+        evaluation = await evaluate(sandbox, task, timeout=max(remaining, reserve))
+        trajectory.evaluation = evaluation
+        trajectory.reward = tests_score(evaluation, "binary")
+        return trajectory
+
+
+async def _close(sandbox: Sandbox, label: str) -> None:
+    """Close a sandbox even while the attempt is being cancelled; log, never raise."""
+    try:
+        await asyncio.shield(asyncio.wait_for(sandbox.close(), CLOSE_TIMEOUT))
+    except asyncio.CancelledError:
+        # The run is being cancelled; the shielded close goes on in the background.
+        raise
+    except Exception as exc:
+        logger.warning("%s: closing the sandbox failed: %s", label, exc)
+
+
+def _result(
+    trajectory: Trajectory, agent_seconds: float, eval_seconds: float, wall_seconds: float
+) -> AttemptResult:
+    evaluation = trajectory.evaluation
+    if trajectory.exit_reason == "infrastructure_error":
+        infrastructure_error = trajectory.error or "infrastructure failure"
+    elif evaluation is not None and evaluation.infrastructure_error is not None:
+        infrastructure_error = f"evaluation: {evaluation.infrastructure_error}"
+    else:
+        infrastructure_error = None
+    resolved = (
+        None if infrastructure_error is not None else bool(evaluation and evaluation.resolved)
+    )
+    return AttemptResult(
+        instance_id=trajectory.instance_id,
+        repo=trajectory.repo,
+        attempt=trajectory.attempt,
+        resolved=resolved,
+        exit_reason=trajectory.exit_reason,
+        infrastructure_error=infrastructure_error,
+        reward=None if resolved is None else trajectory.reward,
+        prompt_tokens=trajectory.prompt_tokens,
+        completion_tokens=trajectory.completion_tokens,
+        turns=len(trajectory.turns),
+        agent_seconds=round(agent_seconds, 3),
+        eval_seconds=round(eval_seconds, 3),
+        wall_seconds=round(wall_seconds, 3),
+        model=trajectory.model,
+        started_at=trajectory.started_at,
+        error=trajectory.error,
+    )
+
+
+def _status_comparison(comparison: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a summary comparison that the Benchmark's status holds."""
+    keys = (
+        "baseline",
+        "sharedInstances",
+        "difference",
+        "ciLow",
+        "ciHigh",
+        "confidenceLevel",
+        "mcnemarPValue",
+        "meetsMinimumImprovement",
+    )
+    return {k: comparison[k] for k in keys if comparison.get(k) is not None}
+
+
+async def run_until_signalled(runner: BenchmarkRunner) -> tuple[RunOutcome, int | None]:
+    """Run ``runner`` with SIGINT and SIGTERM wired to :meth:`BenchmarkRunner.stop`.
+
+    Returns the outcome and the number of the signal that stopped it (``None`` when none did).
+    """
+    loop = asyncio.get_running_loop()
+    received: list[int] = []
+
+    def on_signal(number: int) -> None:
+        received.append(number)
+        runner.stop()
+
+    installed: list[int] = []
+    for number in (int(signal.SIGINT), int(signal.SIGTERM)):
+        try:
+            loop.add_signal_handler(number, on_signal, number)
+            installed.append(number)
+        except (NotImplementedError, RuntimeError):  # not the main thread, or no such support
+            pass
+    try:
+        outcome = await runner.run()
+    finally:
+        for number in installed:
+            loop.remove_signal_handler(number)
+    return outcome, (received[0] if received else None)
