@@ -3,12 +3,15 @@ fixture repositories, the real evaluation."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from crl_worker.agent import ChatClient, GoldPolicy, run_agent
+from crl_worker.agent import AgentCancelled, ChatClient, GoldPolicy, PromptError, run_agent
 from crl_worker.api.common import AgentSpec
 from crl_worker.harness.evaluate import evaluate
 from crl_worker.sandbox.base import Sandbox
@@ -16,8 +19,15 @@ from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task
 from tests.fixtures.openai_server import (
     ScriptedServer,
+    Step,
     call,
+    calls,
+    context_length,
+    drop,
+    error,
     marker,
+    text,
+    tool_call,
 )
 from tests.fixtures.repos import python_task, unittest_task
 
@@ -44,6 +54,12 @@ FIXED = """\
 """
 
 NUMERALS = "src/romankit/numerals.py"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def keyed(task: Task, key: str) -> Task:
@@ -135,3 +151,304 @@ async def test_gold_policy_resolves_calendarkit(tmp_path: Path) -> None:
         assert trajectory.diff.strip() == task.patch.strip()
         result = await evaluate(box, task)
         assert result.resolved, result.log
+
+
+# --- malformed calls and tool errors ------------------------------------------------------------
+
+
+async def test_malformed_calls_are_answered_and_the_run_goes_on(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = keyed(roman_task, "bad")
+    server.script(
+        "bad",
+        call("grep", {"pattern": "x"}),
+        call("view", '{"path": "README.md"'),
+        call("view", "[1, 2]"),
+        call("edit", {"path": NUMERALS, "old_str": "x"}),
+        call("shell", {"command": "ls", "cwd": "/"}),
+        call("view", {"path": "README.md", "start_line": "3"}),
+        calls(tool_call("view", {"path": "README.md"}), tool_call("submit")),
+    )
+    trajectory = await run_agent(task, sandbox, client, AgentSpec())
+    assert trajectory.exit_reason == "submitted"
+    outputs = [turn.tool_calls[0].output for turn in trajectory.turns[:6]]
+    assert all(turn.tool_calls[0].error for turn in trajectory.turns[:6])
+    assert "there is no tool 'grep'" in outputs[0]
+    assert "Available tools: shell, view, edit, submit." in outputs[0]
+    assert "not valid JSON" in outputs[1]
+    assert "must be a JSON object, not list" in outputs[2]
+    assert "edit needs the argument 'new_str'" in outputs[3]
+    assert "shell has no argument 'cwd'" in outputs[4]
+    assert "'start_line' of view must be an integer, got str" in outputs[5]
+    # The last answer made two calls: both ran, in order, each answered by its own tool message.
+    last = trajectory.turns[6].tool_calls
+    assert [c.name for c in last] == ["view", "submit"]
+    assert not last[0].error and "romankit" in last[0].output
+    tool_messages = [m for m in trajectory.messages if m["role"] == "tool"]
+    assert len(tool_messages) == 8
+    assert tool_messages[-2]["tool_call_id"] == last[0].id
+    # The raw malformed arguments are kept as the model wrote them.
+    assert trajectory.turns[1].tool_calls[0].arguments == '{"path": "README.md"'
+    assert trajectory.diff == ""
+
+
+async def test_answer_without_tool_call_gets_a_nudge(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = keyed(roman_task, "chatty")
+    server.script(
+        "chatty",
+        text("I think the bug is in from_roman."),
+        text("cut off", finish_reason="length"),
+        call("submit"),
+    )
+    trajectory = await run_agent(task, sandbox, client, AgentSpec())
+    assert trajectory.exit_reason == "submitted"
+    roles = [m["role"] for m in trajectory.messages]
+    assert roles == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "tool",
+    ]
+    assert trajectory.messages[3]["content"].startswith("Your answer did not call a tool.")
+    assert "shell, view, edit, submit" in trajectory.messages[3]["content"]
+    assert "cut off at the token limit" in trajectory.messages[5]["content"]
+    # The nudge reached the server in the next request.
+    second = server.requests_for("chatty")[1].body["messages"]
+    assert second[-1] == trajectory.messages[3]
+    assert second[-2] == {"role": "assistant", "content": "I think the bug is in from_roman."}
+
+
+async def test_view_and_edit_refusals(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = keyed(roman_task, "edits")
+    server.script(
+        "edits",
+        call("view", {"path": "src"}),
+        call("view", {"path": "missing.py"}),
+        call("view", {"path": NUMERALS, "start_line": 500}),
+        call("edit", {"path": NUMERALS, "old_str": "no such text", "new_str": "x"}),
+        call("edit", {"path": NUMERALS, "old_str": "raise ValueError", "new_str": "raise"}),
+        call("edit", {"path": NUMERALS, "old_str": "", "new_str": "x = 1\n"}),
+        call("edit", {"path": "src/romankit/extra.py", "old_str": "", "new_str": "X = 1\n"}),
+        call("view", {"path": "src/romankit/extra.py"}),
+        call("submit"),
+    )
+    trajectory = await run_agent(task, sandbox, client, AgentSpec())
+    assert trajectory.exit_reason == "submitted"
+    out = [turn.tool_calls[0] for turn in trajectory.turns]
+    assert not out[0].error and "src/romankit/numerals.py" in out[0].output
+    assert "directory" in out[0].output
+    assert out[1].error and "missing.py does not exist" in out[1].output
+    assert out[2].error and "start_line 500 is outside the file" in out[2].output
+    assert out[3].error and "old_str does not occur in" in out[3].output
+    assert out[4].error and "occurs 3 times" in out[4].output and "at lines" in out[4].output
+    assert out[5].error and "already exists" in out[5].output
+    assert not out[6].error and out[6].output == "Created src/romankit/extra.py (1 lines)."
+    assert out[7].output == "     1\tX = 1"
+    assert "+X = 1" in trajectory.diff and "numerals.py" not in trajectory.diff
+
+
+async def test_only_the_spec_tools_are_offered(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = keyed(roman_task, "subset")
+    server.script("subset", call("view", {"path": "README.md"}), call("submit"))
+    spec = AgentSpec(tools=["shell", "submit"])
+    trajectory = await run_agent(task, sandbox, client, spec)
+    body = server.requests_for("subset")[0].body
+    assert [t["function"]["name"] for t in body["tools"]] == ["shell", "submit"]
+    assert "there is no tool 'view' in this run" in trajectory.turns[0].tool_calls[0].output
+    assert trajectory.tools == ["shell", "submit"]
+
+
+# --- limits ------------------------------------------------------------------------------------
+
+
+async def test_max_turns_ends_before_another_call(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = keyed(roman_task, "turns")
+    server.script("turns", *[call("view", {"path": "README.md"})] * 5)
+    trajectory = await run_agent(task, sandbox, client, AgentSpec(max_turns=3))
+    assert trajectory.exit_reason == "max_turns"
+    assert trajectory.error == "reached the limit of 3 model calls"
+    assert len(trajectory.turns) == 3 == len(server.requests_for("turns"))
+
+
+async def test_context_budget_caps_max_tokens_then_ends_the_run(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = keyed(roman_task, "budget")
+    server.script(
+        "budget",
+        call("view", {"path": "README.md"}, usage=(1500, 100)),
+        call("view", {"path": "README.md"}, usage=(1900, 50)),
+        call("submit"),
+    )
+    spec = AgentSpec(max_total_tokens=2000, max_tokens_per_turn=1024)
+    trajectory = await run_agent(task, sandbox, client, spec)
+    assert trajectory.exit_reason == "context_exhausted"
+    assert "1950 of 2000 tokens" in (trajectory.error or "")
+    sent = [r.body["max_tokens"] for r in server.requests_for("budget")]
+    assert sent == [1024, 400]  # min(per turn, 2000 - (1500 + 100))
+    assert [t.max_tokens for t in trajectory.turns] == sent
+    assert (trajectory.prompt_tokens, trajectory.completion_tokens) == (3400, 150)
+
+
+async def test_server_context_length_error_is_context_exhausted(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = keyed(roman_task, "toolong")
+    server.script("toolong", call("view", {"path": "README.md"}), context_length())
+    trajectory = await run_agent(task, sandbox, client, AgentSpec())
+    assert trajectory.exit_reason == "context_exhausted"
+    assert "maximum context length" in (trajectory.error or "")
+    assert not trajectory.infrastructure_failure
+    assert len(trajectory.turns) == 1
+
+
+async def test_deadline_passing_during_a_command_ends_before_the_next_call(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = keyed(roman_task, "longcmd")
+    server.script("longcmd", call("shell", {"command": "sleep 5"}), call("submit"))
+    started = time.monotonic()
+    trajectory = await run_agent(task, sandbox, client, AgentSpec(), deadline=started + 1.5)
+    assert trajectory.exit_reason == "timeout"
+    assert "before the next model call" in (trajectory.error or "")
+    assert len(server.requests_for("longcmd")) == 1
+    shell = trajectory.turns[0].tool_calls[0]
+    assert shell.exit_code is None and "interrupted" in shell.output
+    assert time.monotonic() - started < 5
+
+
+async def test_deadline_bounds_a_slow_model_call(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = keyed(roman_task, "slowmodel")
+    server.script("slowmodel", Step(content="late", delay=10))
+    started = time.monotonic()
+    trajectory = await run_agent(task, sandbox, client, AgentSpec(), deadline=started + 1.0)
+    assert trajectory.exit_reason == "timeout"
+    assert "during a model call" in (trajectory.error or "")
+    assert trajectory.turns == []
+    assert time.monotonic() - started < 5
+
+
+# --- failures ------------------------------------------------------------------------------------
+
+
+async def test_retried_faults_do_not_end_the_run(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = keyed(roman_task, "faults")
+    server.script(
+        "faults",
+        error(429, retry_after="0"),
+        error(500),
+        drop(),
+        call("view", {"path": "README.md"}),
+        call("submit"),
+    )
+    trajectory = await run_agent(task, sandbox, client, AgentSpec())
+    assert trajectory.exit_reason == "submitted"
+    assert [t.retries for t in trajectory.turns] == [3, 0]
+
+
+async def test_unreachable_server_is_an_infrastructure_failure(
+    roman_task: Task, sandbox: Sandbox
+) -> None:
+    async with ChatClient(
+        f"http://127.0.0.1:{free_port()}/v1", "nobody", backoff_base=0.01, max_retries=2
+    ) as down:
+        trajectory = await run_agent(roman_task, sandbox, down, AgentSpec())
+    assert trajectory.exit_reason == "infrastructure_error"
+    assert trajectory.infrastructure_failure
+    assert "failed 3 times" in (trajectory.error or "")
+    assert trajectory.turns == []
+    assert trajectory.diff == ""
+
+
+async def test_exhausted_retries_mid_run_keep_the_work_done(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = keyed(roman_task, "dies")
+    server.script(
+        "dies",
+        call("edit", {"path": NUMERALS, "old_str": BUGGY, "new_str": FIXED}),
+        *[error(503)] * 4,
+    )
+    trajectory = await run_agent(task, sandbox, client, AgentSpec())
+    assert trajectory.exit_reason == "infrastructure_error"
+    assert "HTTP 503" in (trajectory.error or "")
+    assert len(trajectory.turns) == 1
+    assert "following = values" in trajectory.diff
+
+
+async def test_shell_dying_is_an_infrastructure_failure(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = keyed(roman_task, "kill")
+    server.script("kill", call("shell", {"command": "kill -KILL $$"}), call("submit"))
+    trajectory = await run_agent(task, sandbox, client, AgentSpec())
+    assert trajectory.exit_reason == "infrastructure_error", trajectory.error
+    assert trajectory.infrastructure_failure
+    assert len(server.requests_for("kill")) == 1
+
+
+async def test_sandbox_closed_mid_run_is_an_infrastructure_failure(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = keyed(roman_task, "closed")
+    server.script(
+        "closed",
+        call("view", {"path": "README.md"}),
+        call("shell", {"command": "ls"}, delay=1.0),
+        call("submit"),
+    )
+
+    async def close_soon() -> None:
+        while len(server.requests_for("closed")) < 2:
+            await asyncio.sleep(0.02)
+        await sandbox.close()
+
+    closer = asyncio.create_task(close_soon())
+    trajectory = await run_agent(task, sandbox, client, AgentSpec())
+    await closer
+    assert trajectory.exit_reason == "infrastructure_error"
+    assert "no longer alive" in (trajectory.error or "")
+    assert len(server.requests_for("closed")) == 2
+
+
+async def test_cancellation_hands_back_the_trajectory(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = keyed(roman_task, "cancel")
+    server.script("cancel", call("view", {"path": "README.md"}), Step(content="x", delay=30))
+    run = asyncio.create_task(run_agent(task, sandbox, client, AgentSpec()))
+    while len(server.requests_for("cancel")) < 2:
+        await asyncio.sleep(0.02)
+    run.cancel()
+    with pytest.raises(AgentCancelled) as caught:
+        await run
+    assert isinstance(caught.value, asyncio.CancelledError)
+    trajectory = caught.value.trajectory
+    assert trajectory.exit_reason == "cancelled"
+    assert len(trajectory.turns) == 1
+    assert trajectory.turns[0].tool_calls[0].name == "view"
+    assert sandbox.alive  # cancelled between commands: the session is intact
+
+
+async def test_unknown_prompt_template_names_the_bundled_ones(
+    client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    with pytest.raises(PromptError, match=r"unknown prompt template 'nope'.*swe-default"):
+        await run_agent(roman_task, sandbox, client, AgentSpec(prompt_template="nope"))

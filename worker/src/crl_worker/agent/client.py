@@ -40,7 +40,7 @@ CONTEXT_LENGTH_PHRASES = (
     "context length",
     "context_length_exceeded",
     "prompt is too long",
-    "exceeds the context size",
+    "available context size",
     "exceed_context_size",
 )
 

@@ -1,0 +1,201 @@
+"""ChatClient against the scripted OpenAI-compatible server over real HTTP: request shape, vLLM
+token ids, retries, and the errors that end a trajectory."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from crl_worker.agent import ChatClient, ContextLengthError, ModelServerError
+from crl_worker.agent.client import is_context_length_message
+from crl_worker.errors import InfrastructureError
+from tests.fixtures.openai_server import (
+    ScriptedServer,
+    Step,
+    call,
+    context_length,
+    drop,
+    error,
+    marker,
+    render_completion,
+    render_prompt,
+    text,
+    tokenize,
+    toy_logprob,
+)
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "shell",
+            "description": "run a command",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+        },
+    }
+]
+
+
+def chat(key: str) -> list[dict[str, Any]]:
+    return [
+        {"role": "system", "content": "You fix bugs."},
+        {"role": "user", "content": f"Fix it. {marker(key)}"},
+    ]
+
+
+async def ask(client: ChatClient, key: str, max_tokens: int = 64) -> Any:
+    return await client.complete(
+        chat(key), tools=TOOLS, max_tokens=max_tokens, temperature=0.7, top_p=0.9
+    )
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[ScriptedServer]:
+    async with ScriptedServer() as running:
+        yield running
+
+
+def fast_client(url: str, **kw: Any) -> ChatClient:
+    options: dict[str, Any] = {"backoff_base": 0.01, "max_retries": 3, **kw}
+    return ChatClient(url, "scripted", **options)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_request_shape_and_vllm_token_ids(server: ScriptedServer) -> None:
+    server.script("ids", call("shell", {"command": "ls"}, content="Let me look."))
+    async with fast_client(server.url, api_key="secret") as client:
+        completion = await ask(client, "ids", max_tokens=77)
+    body = server.requests_for("ids")[0].body
+    assert body["model"] == "scripted"
+    assert body["max_tokens"] == 77
+    assert (body["temperature"], body["top_p"]) == (0.7, 0.9)
+    assert body["tools"] == TOOLS and body["tool_choice"] == "auto"
+    assert body["return_token_ids"] is True and body["logprobs"] is True
+    assert body["messages"] == chat("ids")
+    # Token ids and logprobs exactly as the server sent them.
+    assert completion.prompt_token_ids == tokenize(render_prompt(chat("ids")))
+    assert completion.completion_token_ids == tokenize(render_completion(completion.message))
+    assert completion.completion_logprobs == [
+        toy_logprob(t) for t in completion.completion_token_ids
+    ]
+    assert completion.prompt_tokens == len(completion.prompt_token_ids)
+    assert completion.completion_tokens == len(completion.completion_token_ids)
+    assert completion.finish_reason == "tool_calls"
+    assert completion.message["content"] == "Let me look."
+    assert completion.message["tool_calls"][0]["function"]["name"] == "shell"
+    assert completion.retries == 0 and completion.latency > 0
+
+
+async def test_server_ignoring_token_fields_still_works() -> None:
+    async with ScriptedServer(vllm=False) as plain, fast_client(plain.url) as client:
+        plain.script("plain", text("hello"))
+        completion = await ask(client, "plain")
+    assert plain.requests_for("plain")[0].body["return_token_ids"] is True
+    assert completion.message["content"] == "hello"
+    assert completion.prompt_token_ids is None
+    assert completion.completion_token_ids is None
+    assert completion.completion_logprobs is None
+    assert completion.prompt_tokens > 0
+
+
+async def test_token_ids_off_sends_no_vllm_fields(server: ScriptedServer) -> None:
+    server.script("off", text("hi"))
+    async with fast_client(server.url, token_ids=False) as client:
+        completion = await ask(client, "off")
+    body = server.requests_for("off")[0].body
+    assert "return_token_ids" not in body and "logprobs" not in body
+    assert completion.prompt_token_ids is None
+
+
+async def test_429_honours_retry_after(server: ScriptedServer) -> None:
+    server.script("busy", error(429, "slow down", retry_after="1"), text("ok"))
+    async with fast_client(server.url) as client:
+        completion = await ask(client, "busy")
+    assert completion.message["content"] == "ok"
+    assert completion.retries == 1
+    # The jittered backoff alone would have waited at most 0.01 s.
+    assert completion.latency >= 1.0
+    assert [r.status for r in server.requests_for("busy")] == [429, 200]
+
+
+async def test_500_and_dropped_connection_are_retried(server: ScriptedServer) -> None:
+    server.script("flaky", error(500, "engine hiccup"), drop(), error(503), text("ok"))
+    async with fast_client(server.url) as client:
+        completion = await ask(client, "flaky")
+    assert completion.message["content"] == "ok"
+    assert completion.retries == 3
+    assert [r.status for r in server.requests_for("flaky")] == [500, 0, 503, 200]
+
+
+async def test_persistent_5xx_is_a_model_server_error(server: ScriptedServer) -> None:
+    server.script("down", *[error(502, "bad gateway")] * 4)
+    async with fast_client(server.url) as client:
+        with pytest.raises(ModelServerError) as caught:
+            await ask(client, "down")
+    assert isinstance(caught.value, InfrastructureError)
+    assert "failed 4 times" in str(caught.value) and "bad gateway" in str(caught.value)
+    assert caught.value.status == 502
+    assert len(server.requests_for("down")) == 4  # the first attempt and three retries
+
+
+async def test_unreachable_server_is_a_model_server_error() -> None:
+    async with fast_client(f"http://127.0.0.1:{free_port()}/v1", max_retries=2) as client:
+        with pytest.raises(ModelServerError, match="connection error"):
+            await ask(client, "nobody")
+
+
+async def test_slow_answers_time_out_and_are_retried(server: ScriptedServer) -> None:
+    server.script("slow", Step(content="late", delay=2.0), text("in time"))
+    async with fast_client(server.url, request_timeout=0.5) as client:
+        completion = await ask(client, "slow")
+    assert completion.message["content"] == "in time"
+    assert completion.retries == 1
+
+
+async def test_context_length_400_is_not_retried(server: ScriptedServer) -> None:
+    server.script("long", context_length(), text("never sent"))
+    async with fast_client(server.url) as client:
+        with pytest.raises(ContextLengthError, match="maximum context length"):
+            await ask(client, "long")
+    assert len(server.requests_for("long")) == 1
+
+
+async def test_other_4xx_is_a_model_server_error_with_the_message(server: ScriptedServer) -> None:
+    server.script("nomodel", error(404, "The model `scripted` does not exist."))
+    async with fast_client(server.url) as client:
+        with pytest.raises(ModelServerError, match=r"HTTP 404.*does not exist") as caught:
+            await ask(client, "nomodel")
+    assert caught.value.status == 404
+    assert len(server.requests_for("nomodel")) == 1
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ("This model's maximum context length is 32768 tokens. However, you requested 33000", True),
+        ("prompt is too long: 210000 tokens > 200000 maximum", True),
+        ("the request exceeds the available context size, try increasing it", True),
+        ("Invalid value for temperature", False),
+    ],
+)
+def test_context_length_phrases(message: str, expected: bool) -> None:
+    assert is_context_length_message(message) is expected
+
+
+async def test_connection_limit_is_back_pressure(server: ScriptedServer) -> None:
+    for n in range(40):
+        server.script(f"c{n}", Step(content="ok", delay=0.05))
+    async with fast_client(server.url, max_connections=4) as client:
+        answers = await asyncio.gather(*(ask(client, f"c{n}") for n in range(40)))
+    assert all(a.message["content"] == "ok" for a in answers)
+    assert server.max_in_flight <= 4
+    assert len(server.requests) == 40
