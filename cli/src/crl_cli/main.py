@@ -18,6 +18,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from crl_cli.bench import register as register_bench
 from crl_cli.common import INVALID, USAGE, Output, err, out
 from crl_cli.tasks import app as tasks_app
 from crl_worker.api import API_VERSION, KINDS
@@ -38,6 +39,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(tasks_app, name="tasks")
+register_bench(app)
 
 
 @app.callback()

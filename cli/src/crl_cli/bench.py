@@ -1,0 +1,370 @@
+"""`crl bench` and `crl compare`: run a Benchmark on this machine, compare two results folders.
+
+`crl bench FILE` runs the Benchmark manifest's suite with local sandboxes: `--agent gold`
+replays each instance's gold patch through the agent's own tools (a harness check), `--agent
+openai` talks to any OpenAI-compatible endpoint. It resumes from the results folder unless told
+to `--restart`. `crl compare RESULTS BASELINE` is the paired comparison over shared instances;
+its exit code says whether a minimum improvement was met, so a success criterion is one command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from crl_cli.common import INVALID, USAGE, Output, err, out
+from crl_worker.api import Benchmark
+from crl_worker.api.validation import ManifestError, load_resources
+
+if TYPE_CHECKING:
+    # The runner pulls in the agent's HTTP client and the sandboxes: imported when a command
+    # runs, so that `crl validate` and friends need only the base install.
+    from crl_worker.bench.config import BenchmarkConfig, Policies, Sandboxes
+    from crl_worker.bench.results import AttemptResult
+    from crl_worker.bench.runner import BenchmarkRunner, RunOutcome
+
+#: Exit code of a finished run in which some attempts had infrastructure failures (rerun to
+#: retry them).
+ERRORED = 1
+
+
+def _usage(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/] {escape(message)}", highlight=False)
+    return typer.Exit(USAGE)
+
+
+def _benchmark(file: Path) -> BenchmarkConfig:
+    """The one Benchmark of a manifest, validated as the API server would."""
+    from crl_worker.bench.config import BenchmarkConfig
+
+    if not file.is_file():
+        raise _usage(f"{file} is not a file")
+    try:
+        resources = load_resources(file)
+    except ManifestError as exc:
+        for problem in exc.problems:
+            err.print(str(problem), highlight=False, markup=False)
+        raise typer.Exit(USAGE) from None
+    benchmarks = [r for r in resources if isinstance(r, Benchmark)]
+    if len(benchmarks) != 1:
+        raise _usage(f"{file} holds {len(benchmarks)} Benchmarks; crl bench runs a file with one")
+    found = benchmarks[0]
+    return BenchmarkConfig(name=found.metadata.name or file.stem, spec=found.spec, path=file)
+
+
+class _Display:
+    """A progress bar on a terminal, one line per attempt otherwise (both on standard error)."""
+
+    def __init__(self, total: int, done: int, quiet: bool) -> None:
+        self.quiet = quiet
+        self.bar: Progress | None = None
+        if not quiet and err.is_terminal:
+            self.bar = Progress(
+                TextColumn("[bold]bench"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("[green]{task.fields[resolved]} resolved"),
+                TextColumn("[red]{task.fields[errored]} errored"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=err,
+                transient=True,
+            )
+            self.task = self.bar.add_task(
+                "bench", total=total, completed=done, resolved=0, errored=0
+            )
+
+    def __enter__(self) -> _Display:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def update(self, result: AttemptResult, report: Mapping[str, Any]) -> None:
+        """Show one finished attempt."""
+        verdict = (
+            "[red]error[/]"
+            if result.resolved is None
+            else "[green]resolved[/]"
+            if result.resolved
+            else "[yellow]unresolved[/]"
+        )
+        line = (
+            f"[{report['done']}/{report['total']}] {escape(result.instance_id)}#{result.attempt}:"
+            f" {verdict} ({escape(result.exit_reason)}, {result.wall_seconds:.1f}s)"
+        )
+        if result.infrastructure_error:
+            line += f" {escape(result.infrastructure_error[:300])}"
+        if self.bar is not None:
+            self.bar.update(
+                self.task,
+                completed=report["done"],
+                resolved=report["resolved"],
+                errored=report["errored"],
+            )
+            self.bar.console.print(line, highlight=False)
+        elif not self.quiet:
+            err.print(line, highlight=False)
+
+
+async def _run(
+    runner: BenchmarkRunner, policies: Policies, sandboxes: Sandboxes
+) -> tuple[RunOutcome, int | None]:
+    from crl_worker.bench.runner import run_until_signalled
+
+    try:
+        return await run_until_signalled(runner)
+    finally:
+        await policies.aclose()
+        await sandboxes.aclose()
+
+
+def bench(
+    file: Annotated[Path, typer.Argument(help="Benchmark manifest (YAML).")],
+    agent: Annotated[
+        str,
+        typer.Option(
+            "--agent",
+            help="gold: replay the gold patches through the agent's tools (harness check); "
+            "openai: an OpenAI-compatible endpoint.",
+        ),
+    ] = "openai",
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url", help="API root, e.g. http://localhost:8000/v1 (else $CRL_MODEL_URL)."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Model name (else $CRL_MODEL_NAME).")
+    ] = None,
+    results: Annotated[
+        Path | None,
+        typer.Option("--results", help="Results folder (default: spec.results.path, from here)."),
+    ] = None,
+    tasks: Annotated[
+        Path | None,
+        typer.Option("--tasks", help="Task file to use instead of the suite's source."),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="At most this many instances.")
+    ] = None,
+    instance: Annotated[
+        list[str] | None,
+        typer.Option("--instance", "-i", help="Only this instance id (repeatable)."),
+    ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", min=1, help="Attempts at a time (default: spec.parallelism)."),
+    ] = None,
+    restart: Annotated[
+        bool,
+        typer.Option("--restart", help="Move existing results aside (never deleted), start over."),
+    ] = False,
+    baseline: Annotated[
+        Path | None,
+        typer.Option("--baseline", help="Results folder to compare with in the summary."),
+    ] = None,
+    output: Annotated[
+        Output, typer.Option("--output", "-o", help="text (a table) or json (the summary).")
+    ] = Output.text,
+) -> None:
+    """Run a Benchmark's suite on this machine with local sandboxes.
+
+    Every attempt runs the agent and then the evaluation in the same sandbox; results go to a
+    folder (results.jsonl, trajectories.jsonl, summary.json) and a rerun resumes where the last
+    one stopped. Exits 0 when the suite finished, 1 when it finished with infrastructure
+    failures (rerun to retry them), 2 on wrong usage, 130/143 when interrupted.
+    """
+    from crl_worker.bench.config import (
+        AgentKind,
+        BenchConfigError,
+        Policies,
+        Sandboxes,
+        check_agent,
+        load_benchmark_tasks,
+        resolve_endpoint,
+        run_identity,
+    )
+    from crl_worker.bench.results import ResultsError, ResultsStore
+    from crl_worker.bench.runner import Baseline, BenchmarkRunner
+    from crl_worker.bench.summary import summary_table
+    from crl_worker.errors import SandboxError
+
+    if agent not in ("gold", "openai"):
+        raise _usage(f"--agent must be gold or openai, not {agent!r}")
+    kind: AgentKind = "gold" if agent == "gold" else "openai"
+    config = _benchmark(file)
+    spec = config.spec
+    try:
+        endpoint = None if agent == "gold" else resolve_endpoint(spec, url=url, model=model)
+        check_agent(spec.agent)
+    except BenchConfigError as exc:
+        raise _usage(str(exc)) from None
+    try:
+        selected = load_benchmark_tasks(
+            config, tasks_file=tasks, instance_ids=instance or None, limit=limit
+        )
+    except BenchConfigError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(INVALID) from None
+    policies = Policies.make(kind, endpoint)
+    folder = results or Path(spec.results.path)
+    store = ResultsStore(folder)
+    try:
+        store.open(run_identity(config, agent=kind, model=policies.model), restart=restart)
+    except ResultsError as exc:
+        raise _usage(str(exc)) from None
+    try:
+        sandboxes = Sandboxes.make(None)
+    except SandboxError as exc:
+        raise _usage(str(exc)) from None
+    comparison = None
+    if baseline is not None:
+        minimum = spec.baseline.minimum_improvement if spec.baseline else None
+        confidence = spec.baseline.confidence_level if spec.baseline else 0.95
+        comparison = Baseline(baseline, str(baseline), confidence, minimum)
+    done_before = len(
+        store.finished() & {(t.instance_id, a) for t in selected for a in range(spec.attempts)}
+    )
+    quiet = output is Output.json
+    with _Display(len(selected) * spec.attempts, done_before, quiet) as display:
+        runner = BenchmarkRunner(
+            selected,
+            agent=spec.agent,
+            store=store,
+            policy_factory=policies.factory,
+            sandbox_factory=sandboxes.factory,
+            suite=spec.suite.name,
+            model=policies.model,
+            attempts=spec.attempts,
+            pass_at_k=spec.pass_at_k,
+            parallelism=jobs or spec.parallelism,
+            progress=display.update,
+            baseline=comparison,
+        )
+        if not quiet:
+            err.print(
+                f"{escape(config.name)}: {len(selected)} instances x {spec.attempts} attempts"
+                f" with {escape(policies.model)}; {done_before} already done; results in"
+                f" {escape(str(folder))}",
+                highlight=False,
+            )
+        outcome, signalled = asyncio.run(_run(runner, policies, sandboxes))
+    summary = outcome.summary
+    if quiet:
+        sys.stdout.write(json.dumps(summary) + "\n")
+    else:
+        out.print(summary_table(summary))
+        out.print(f"results: {escape(str(folder.resolve()))}", highlight=False)
+    if outcome.interrupted:
+        err.print(
+            f"[yellow]interrupted:[/] {summary['done']} of {summary['total']} attempts are in"
+            f" {escape(str(folder))}; run the same command again to resume",
+            highlight=False,
+        )
+        raise typer.Exit(128 + signalled if signalled else INVALID)
+    if summary["errored"]:
+        err.print(
+            f"[red]{summary['errored']} attempts had infrastructure failures[/] (not counted as"
+            " unresolved); run the same command again to retry them",
+            highlight=False,
+        )
+        raise typer.Exit(ERRORED)
+
+
+def compare(
+    results: Annotated[Path, typer.Argument(help="Results folder (or results.jsonl) to judge.")],
+    baseline: Annotated[Path, typer.Argument(help="Baseline results folder (or results.jsonl).")],
+    min_improvement: Annotated[
+        float | None,
+        typer.Option(
+            "--min-improvement",
+            help="Absolute improvement (0.05 = 5 points) the interval's lower end must clear.",
+        ),
+    ] = None,
+    confidence: Annotated[
+        float, typer.Option("--confidence", help="Level of the bootstrap interval.")
+    ] = 0.95,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = 0,
+    resamples: Annotated[
+        int, typer.Option("--resamples", min=100, help="Bootstrap resamples.")
+    ] = 10_000,
+    output: Annotated[
+        Output, typer.Option("--output", "-o", help="text or json (the comparison).")
+    ] = Output.text,
+) -> None:
+    """Paired comparison of two results over their shared instances.
+
+    Prints the difference in resolve rate, its bootstrap confidence interval, McNemar's exact
+    p-value and the verdict. Exits 0 when the minimum improvement is met (or none was asked
+    for), 1 when it is not, 2 on wrong usage (unreadable folders, nothing shared).
+    """
+    from crl_worker.bench.compare import compare_results
+    from crl_worker.bench.results import ResultsError
+    from crl_worker.bench.stats import ComparisonError
+    from crl_worker.bench.summary import comparison_line, comparison_wire
+
+    if not 0.5 < confidence < 1.0:
+        raise _usage("--confidence must be between 0.5 and 1")
+    try:
+        found = compare_results(
+            results,
+            baseline,
+            confidence=confidence,
+            resamples=resamples,
+            seed=seed,
+            minimum_improvement=min_improvement,
+        )
+    except (ResultsError, ComparisonError, OSError) as exc:
+        raise _usage(str(exc)) from None
+    wire = comparison_wire(found, str(baseline))
+    if output is Output.json:
+        sys.stdout.write(json.dumps(wire) + "\n")
+    else:
+        out.print(
+            f"{escape(str(results))}: {100 * found.rate:.1f}% vs {escape(str(baseline))}:"
+            f" {100 * found.baseline_rate:.1f}% on {found.shared_instances} shared instances"
+            + (
+                f" ({found.only_in_results} only in the results, {found.only_in_baseline} only in"
+                " the baseline)"
+                if found.only_in_results or found.only_in_baseline
+                else ""
+            ),
+            highlight=False,
+        )
+        out.print(escape(comparison_line(wire)), highlight=False)
+        out.print(
+            f"discordant pairs: {found.discordant_results} resolved only by the results,"
+            f" {found.discordant_baseline} only by the baseline (first valid attempt)",
+            highlight=False,
+        )
+    if found.meets_minimum_improvement is False:
+        raise typer.Exit(INVALID)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `bench` and `compare` to the `crl` command."""
+    app.command("bench")(bench)
+    app.command("compare")(compare)
+
+
+__all__ = ["bench", "compare", "register"]
