@@ -31,14 +31,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from crl_worker.agent.client import Policy
 from crl_worker.agent.loop import run_agent
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec
 from crl_worker.bench.compare import compare_results
-from crl_worker.bench.report import ProgressReporter
 from crl_worker.bench.results import AttemptResult, ResultsError, ResultsStore
 from crl_worker.bench.stats import Comparison, ComparisonError
 from crl_worker.bench.summary import build_summary, comparison_wire, progress_report
@@ -53,6 +52,16 @@ logger = logging.getLogger(__name__)
 EVALUATION_SHARE = 0.25
 #: Seconds a sandbox gets to close before the runner moves on.
 CLOSE_TIMEOUT = 120.0
+
+class ProgressReporter(Protocol):
+    """Where the progress report goes (:class:`crl_worker.bench.report.ConfigMapReporter` in a
+    cluster). The same protocol as ``report.ProgressReporter``, restated here because that
+    module reaches the Kubernetes client, which ``crl bench`` must not import."""
+
+    async def publish(self, report: Mapping[str, Any]) -> None:
+        """Make ``report`` the current progress; never raises."""
+        ...
+
 
 SandboxFactory = Callable[[Task], Sandbox]
 """Makes the (not yet started) sandbox of one attempt: local, or leased from a pool."""
