@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from crl_worker.agent.gold import apply_command
 from crl_worker.tasks.model import Task
@@ -370,3 +371,59 @@ async def test_crl_compare_exit_codes(tmp_path: Path) -> None:
     assert code == 2 and "share no instance" in err
     code, _, err = await _run(*_crl("compare", str(better), str(tmp_path)), cwd=tmp_path)
     assert code == 2 and "results.jsonl" in err
+
+
+# --- in the cluster's shape ----------------------------------------------------------------------
+
+
+async def test_the_runner_job_command_with_a_pool_gateway(
+    tmp_path: Path, fixture_tasks: list[Task]
+) -> None:
+    """`python -m crl_worker.bench` as the operator runs it: its config.yaml, the task file
+    mounted apart (--tasks), sandboxes leased from a real pool gateway (local backend), results
+    into CRL_RESULTS_DIR."""
+    from tests.test_pool import launch, stop
+
+    manifest = _manifest(tmp_path, fixture_tasks)
+    task_file = tmp_path / "tasks.jsonl"
+    spec = yaml.safe_load(manifest.read_text())["spec"]
+    spec["suite"]["tasks"] = {"format": "task", "configMap": {"name": "suite-tasks"}}
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "coderepair.io/v1alpha1", "kind": "Benchmark", "name": "b", "spec": spec}
+        )
+    )
+    sandboxes = tmp_path / "sandboxes"
+    sandboxes.mkdir()
+    gateway = launch(
+        [
+            *("--tasks", str(task_file), "--format", "task", "--backend", "local"),
+            *("--pool", "bench-pool", "--local-root", str(sandboxes)),
+        ],
+        tmp_path / "gateway.log",
+    )
+    try:
+        results = tmp_path / "volume" / "results"
+        code, _, err = await _run(
+            sys.executable,
+            "-m",
+            "crl_worker.bench",
+            "--config",
+            str(config),
+            "--tasks",
+            str(task_file),
+            "--agent",
+            "gold",
+            cwd=tmp_path,
+            env=_env(CRL_POOL_URL=gateway.url, CRL_RESULTS_DIR=str(results)),
+        )
+    finally:
+        stop(gateway)
+    assert code == 0, err
+    lines = _lines(results / "results.jsonl")
+    assert [(r["resolved"], r["exit_reason"]) for r in lines] == [(True, "submitted")] * 2
+    summary = json.loads((results / "summary.json").read_text())
+    assert summary["resolveRate"] == 1.0 and summary["finished"] is True
+    # Every lease went back to the pool, and the pool closed its sandboxes on shutdown.
+    assert list(sandboxes.iterdir()) == []
