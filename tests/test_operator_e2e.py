@@ -14,6 +14,7 @@ one machine, and the builders' tests render them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ import yaml
 from crl_operator.apply import Kube, load_api_client
 from crl_operator.builders import RenderState, render
 from crl_worker.api import KINDS
+from crl_worker.bench.report import ConfigMapReporter
 
 from .cluster import Cluster
 from .operator_process import OperatorProcess, metric_sum
@@ -735,3 +737,104 @@ def test_benchmark_workloads_go_after_ttl(
     final = kube.get("Benchmark", namespace, name)
     assert is_(final, "Succeeded") and is_(final, "Ready")
     assert final["status"]["completionTime"] == bench["status"]["completionTime"]  # type: ignore[index]
+
+
+def test_benchmark_status_follows_the_runners_reports(
+    cluster: Cluster, kube: Kube, operator: Operator, namespace: str
+) -> None:
+    """The test plays the runner: it publishes reports with the runner's own ServiceAccount."""
+    doc = yaml.safe_load(
+        next(p for p in EXAMPLES if p.name == "benchmark-hosted-endpoint.yaml").read_text()
+    )
+    # A results claim that does not exist keeps the runner's pod Pending: it never finishes.
+    doc["spec"]["results"] = {"volume": {"claimName": "crl-test-missing"}, "path": "hosted"}
+    apply(cluster, namespace, doc)
+    name = doc["metadata"]["name"]
+    runner, progress = f"{name}-runner", f"{name}-progress"
+
+    def children() -> dict[tuple[str, str], dict[str, Any]] | None:
+        bench = kube.get("Benchmark", namespace, name)
+        if bench is None:
+            return None
+        kids = owned(kube, namespace, bench["metadata"]["uid"])
+        wanted = {("Job", runner), ("ServiceAccount", runner), ("Role", runner),
+                  ("RoleBinding", runner), ("ConfigMap", progress)}  # fmt: skip
+        return kids if wanted <= set(kids) else None
+
+    kids = wait_for(
+        "the runner Job, its identity and its progress ConfigMap", children, op=operator
+    )
+    assert kids[("Job", runner)]["spec"]["template"]["spec"]["serviceAccountName"] == runner
+    reporter = ConfigMapReporter(
+        namespace, progress, kubeconfig=str(cluster.service_account_kubeconfig(runner, namespace))
+    )
+
+    def status() -> dict[str, Any]:
+        return dict((kube.get("Benchmark", namespace, name) or {}).get("status") or {})
+
+    def config_map_patches() -> float:
+        return metric_sum(
+            operator.proc.metrics(),
+            "crl_operator_api_requests_total",
+            verb="PATCH",
+            kind="ConfigMap",
+        )
+
+    # Settle: the operator's own applies land, and earlier tests' namespaces finish going.
+    patches, deadline = -1.0, time.monotonic() + 60
+    while time.monotonic() < deadline and patches != (now := config_map_patches()):
+        patches = now
+        time.sleep(3)
+    first = {"total": 300, "done": 10, "resolved": 4, "errored": 2,
+             "passAtK": [{"k": 1, "value": 0.5}], "finished": False}  # fmt: skip
+    asyncio.run(reporter.publish(first))
+    assert reporter.sent == 1
+    st = wait_for(
+        "status.progress from the first report",
+        lambda: (s := status()).get("progress", {}).get("done") == 10 and s,
+        op=operator,
+    )
+    assert st["progress"] == {"total": 300, "done": 10, "resolved": 4, "errored": 2,
+                              "summary": "10/300"}  # fmt: skip
+    assert st["resolveRate"] == 0.5  # 4 of the 8 that finished without an infrastructure error
+    assert st["passAtK"] == [{"k": 1, "value": 0.5}]
+    # The runner's write is not the operator's business: its ConfigMap is not re-applied.
+    assert config_map_patches() == patches
+
+    # A malformed report is logged and ignored; the status keeps the last good one.
+    cluster.kubectl("patch", "configmap", progress, "-n", namespace, "--type", "merge",
+                    "-p", json.dumps({"data": {"progress.json": '{"total": 1}'}}))  # fmt: skip
+    wait_for(
+        "the operator to log the malformed report",
+        lambda: "ignoring the progress report" in operator.proc.log_tail(400),
+        op=operator,
+    )
+    st = status()
+    assert st["progress"]["done"] == 10 and st["passAtK"] == [{"k": 1, "value": 0.5}]
+    assert condition(kube.get("Benchmark", namespace, name), "Ready").get("reason") not in (
+        "ApplyFailed", "InvalidSpec",
+    )  # fmt: skip
+
+    second = {"total": 300, "done": 20, "resolved": 9, "errored": 2, "resolveRate": 0.5,
+              "passAtK": [{"k": 1, "value": 0.45}], "finished": False}  # fmt: skip
+    asyncio.run(reporter.publish(second))
+    st = wait_for(
+        "status.progress from the second report",
+        lambda: (s := status()).get("progress", {}).get("done") == 20 and s,
+        op=operator,
+    )
+    assert (st["resolveRate"], st["passAtK"]) == (0.5, [{"k": 1, "value": 0.45}])
+
+    # Drift on the progress ConfigMap: the operator takes its label back by server-side apply
+    # and leaves the runner's report where it is.
+    written = kube.get("ConfigMap", namespace, progress)["data"]["progress.json"]  # type: ignore[index]
+    cluster.kubectl("label", "configmap", progress, "-n", namespace, "app.kubernetes.io/part-of-")
+
+    def repaired() -> dict[str, Any] | None:
+        cm = kube.get("ConfigMap", namespace, progress) or {}
+        labels = cm.get("metadata", {}).get("labels", {})
+        return cm if labels.get("app.kubernetes.io/part-of") == "coderepairrl" else None
+
+    cm = wait_for("the label put back", repaired, op=operator)
+    assert config_map_patches() > patches
+    assert cm["data"]["progress.json"] == written
