@@ -217,7 +217,8 @@ def render_offline(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """What `crl render` prints: every resource rendered as if its inference were ready.
 
-    A Benchmark serving a checkpoint is resolved against a TrainingRun among `resources`.
+    A Benchmark serving a checkpoint is resolved against a TrainingRun among `resources`, and
+    its baseline's results directory against a Benchmark among them.
     Returns the children and notes for the reader about what the offline view cannot show.
     """
     runs = {r.metadata.name: r for r in resources if isinstance(r, TrainingRun)}
