@@ -4,6 +4,7 @@ fixture repositories, the real evaluation."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from crl_worker.agent import AgentCancelled, ChatClient, GoldPolicy, PromptError, run_agent
+from crl_worker.agent.gold import apply_command, heredoc_delimiter
 from crl_worker.api.common import AgentSpec
 from crl_worker.harness.evaluate import evaluate
 from crl_worker.sandbox.base import Sandbox
@@ -29,7 +31,7 @@ from tests.fixtures.openai_server import (
     text,
     tool_call,
 )
-from tests.fixtures.repos import python_task, unittest_task
+from tests.fixtures.repos import java_task, python_task, unittest_task
 
 BUGGY = """\
     total = 0
@@ -452,3 +454,73 @@ async def test_unknown_prompt_template_names_the_bundled_ones(
 ) -> None:
     with pytest.raises(PromptError, match=r"unknown prompt template 'nope'.*swe-default"):
         await run_agent(roman_task, sandbox, client, AgentSpec(prompt_template="nope"))
+
+
+# --- gold runs ------------------------------------------------------------------------------------
+
+
+def test_heredoc_delimiter_never_occurs_in_the_patch() -> None:
+    patch = "--- a/x\n+++ b/x\n@@ -1 +1,2 @@\n+CRL_GOLD_PATCH_EOF\n CRL_GOLD_PATCH_EOF_1\n"
+    # A line that merely contains the stem is harmless; an equal line is not.
+    assert heredoc_delimiter(patch) == "CRL_GOLD_PATCH_EOF"
+    assert heredoc_delimiter("CRL_GOLD_PATCH_EOF\nCRL_GOLD_PATCH_EOF_1\n") == (
+        "CRL_GOLD_PATCH_EOF_2"
+    )
+    command = apply_command("CRL_GOLD_PATCH_EOF\n$HOME `id`")
+    assert command.startswith("git apply --verbose <<'CRL_GOLD_PATCH_EOF_1'\n")
+    assert command.endswith("\n$HOME `id`\nCRL_GOLD_PATCH_EOF_1")
+
+
+async def test_gold_patch_with_shell_syntax_and_delimiter_lines(tmp_path: Path) -> None:
+    # The patch adds a file whose lines look like shell expansions and like the delimiter.
+    body = ["$HOME", "`id`", "CRL_GOLD_PATCH_EOF", "'quoted' \\ back"]
+    patch = (
+        "diff --git a/notes.txt b/notes.txt\nnew file mode 100644\n--- /dev/null\n"
+        f"+++ b/notes.txt\n@@ -0,0 +1,{len(body)} @@\n" + "".join(f"+{line}\n" for line in body)
+    )
+    task = python_task(tmp_path).model_copy(update={"patch": patch})
+    async with create_sandbox({"type": "local"}, task) as box:
+        trajectory = await run_agent(task, box, GoldPolicy(task), AgentSpec())
+        assert trajectory.turns[0].tool_calls[0].exit_code == 0
+        assert (await box.read_file("notes.txt")).decode() == "".join(f"{x}\n" for x in body)
+
+
+async def test_gold_patch_that_does_not_apply_still_submits(
+    roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = roman_task.model_copy(
+        update={"patch": roman_task.patch.replace("-    for char in numeral:", "-    for c in x:")}
+    )
+    trajectory = await run_agent(task, sandbox, GoldPolicy(task), AgentSpec())
+    assert trajectory.exit_reason == "submitted"
+    apply = trajectory.turns[0].tool_calls[0]
+    assert apply.exit_code != 0 and "patch does not apply" in apply.output
+    assert trajectory.diff == ""
+    result = await evaluate(sandbox, task)
+    assert not result.resolved
+
+
+@pytest.mark.skipif(shutil.which("mvn") is None, reason="Maven (mvn) is not installed")
+async def test_gold_policy_resolves_stringkit(tmp_path: Path) -> None:
+    task = java_task(tmp_path)
+    async with create_sandbox({"type": "local"}, task) as box:
+        trajectory = await run_agent(task, box, GoldPolicy(task), AgentSpec())
+        assert trajectory.exit_reason == "submitted"
+        result = await evaluate(box, task)
+        assert result.resolved, result.log
+
+
+async def test_view_to_the_end_of_the_file(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    task = keyed(roman_task, "tail")
+    server.script(
+        "tail",
+        call("view", {"path": NUMERALS, "start_line": 46, "end_line": -1}),
+        call("view", {"path": NUMERALS, "start_line": 3, "end_line": 4}),
+        call("submit"),
+    )
+    trajectory = await run_agent(task, sandbox, client, AgentSpec())
+    tail, middle = (t.tool_calls[0].output for t in trajectory.turns[:2])
+    assert tail == "    46\t    return total"
+    assert middle == '     3\t_SYMBOLS = [\n     4\t    ("M", 1000),'
