@@ -551,6 +551,14 @@ def test_a_malformed_report_is_refused_with_the_reason(text: str, problem: str) 
     assert problem in str(err.value)
 
 
+def test_a_malformed_comparison_is_dropped_but_the_progress_counts() -> None:
+    text = json.dumps(
+        {"total": 3, "done": 1, "resolved": 1, "comparison": {"baseline": "Not A Name"}}
+    )
+    report = ProgressReport.parse(text).to_wire()
+    assert "comparison" not in report and report["done"] == 1
+
+
 def test_hosted_endpoint_needs_no_inference() -> None:
     bench = bench_model("benchmark-hosted-endpoint.yaml")
     kids = children(bench)

@@ -23,7 +23,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from crl_worker.api.benchmark import BaselineComparison, PassAtK
@@ -43,8 +51,8 @@ SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/
 class ProgressReport(BaseModel):
     """What the runner publishes: `progress.json`, camelCase on the wire.
 
-    Unknown keys are ignored (a newer runner may say more than this operator reads); the counts
-    must add up, or the whole report is refused.
+    Unknown keys are ignored (a newer runner may say more than this operator reads), and so is
+    a malformed `comparison` (logged); the counts must add up, or the whole report is refused.
     """
 
     model_config = ConfigDict(
@@ -74,6 +82,16 @@ class ProgressReport(BaseModel):
     """When the runner wrote this report."""
     comparison: BaselineComparison | None = None
     """The paired comparison with the baseline, when the runner computed one."""
+
+    @field_validator("comparison", mode="wrap")
+    @classmethod
+    def _comparison_or_none(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        # The comparison is an extra: a malformed one is dropped, the progress still counts.
+        try:
+            return handler(value)
+        except ValidationError as err:
+            log.warning("ignoring a malformed baseline comparison in a progress report: %s", err)
+            return None
 
     @model_validator(mode="after")
     def _counts_add_up(self) -> ProgressReport:
