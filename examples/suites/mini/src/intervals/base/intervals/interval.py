@@ -14,7 +14,7 @@ def _number(text):
 class Interval:
     """A closed interval ``[start, end]`` of numbers, with ``start <= end``."""
 
-    __slots__ = ("start", "end")
+    __slots__ = ("end", "start")
 
     def __init__(self, start, end):
         if start > end:
