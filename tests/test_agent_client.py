@@ -199,3 +199,15 @@ async def test_connection_limit_is_back_pressure(server: ScriptedServer) -> None
     assert all(a.message["content"] == "ok" for a in answers)
     assert server.max_in_flight <= 4
     assert len(server.requests) == 40
+
+
+async def test_waiting_for_a_connection_does_not_count_as_request_time(
+    server: ScriptedServer,
+) -> None:
+    for n in range(4):
+        server.script(f"q{n}", Step(content="ok", delay=0.3))
+    async with fast_client(server.url, max_connections=1, request_timeout=0.6) as client:
+        answers = await asyncio.gather(*(ask(client, f"q{n}") for n in range(4)))
+    # The last request waited ~0.9 s for the one connection, yet none timed out.
+    assert [a.retries for a in answers] == [0, 0, 0, 0]
+    assert server.max_in_flight == 1

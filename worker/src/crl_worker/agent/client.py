@@ -256,14 +256,18 @@ class ChatClient:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._session: aiohttp.ClientSession | None = None
+        self._slots: asyncio.Semaphore | None = None
 
     def _get_session(self) -> aiohttp.ClientSession:
         # Created on first use: a ClientSession belongs to the running event loop.
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0)
+            # The request timeout is applied per attempt *after* a connection slot is free
+            # (below), so time spent queueing behind the connection limit does not count.
+            self._slots = asyncio.Semaphore(self.max_connections)
             self._session = aiohttp.ClientSession(
                 connector=connector,
-                timeout=aiohttp.ClientTimeout(total=self.request_timeout),
+                timeout=aiohttp.ClientTimeout(total=None),
                 # An inference API sets no cookies: skip the cookie jar on every response.
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
@@ -357,8 +361,13 @@ class ChatClient:
 
     async def _attempt(self, payload: bytes) -> Any:
         session = self._get_session()
+        assert self._slots is not None
         try:
-            async with session.post(self.url, data=payload, headers=self._headers) as response:
+            async with (
+                self._slots,
+                asyncio.timeout(self.request_timeout),
+                session.post(self.url, data=payload, headers=self._headers) as response,
+            ):
                 body = await response.read()
                 status = response.status
                 retry_after = response.headers.get("Retry-After")

@@ -300,16 +300,17 @@ class _Run:
             if used == 0 and self.running_ids is not None:
                 used = len(self.running_ids)
             self.context_tokens = used
-            logger.debug(
-                "%s turn %d: %s, %d+%d tokens, %.2fs, calls: %s",
-                self.task.instance_id,
-                index,
-                completion.finish_reason,
-                completion.prompt_tokens,
-                completion.completion_tokens,
-                completion.latency,
-                [self._call_name(c) for c in calls] or "none",
-            )
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "%s turn %d: %s, %d+%d tokens, %.2fs, calls: %s",
+                    self.task.instance_id,
+                    index,
+                    completion.finish_reason,
+                    completion.prompt_tokens,
+                    completion.completion_tokens,
+                    completion.latency,
+                    [self._call_name(c) for c in calls] or "none",
+                )
             if not calls:
                 nudge = self.prompts.render(
                     "no_tool_call", tools=self.tools, finish_reason=completion.finish_reason
