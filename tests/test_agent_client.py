@@ -211,3 +211,15 @@ async def test_waiting_for_a_connection_does_not_count_as_request_time(
     # The last request waited ~0.9 s for the one connection, yet none timed out.
     assert [a.retries for a in answers] == [0, 0, 0, 0]
     assert server.max_in_flight == 1
+
+
+async def test_strict_server_refusing_vllm_fields_is_asked_again_without_them() -> None:
+    async with ScriptedServer(strict=True) as strict, fast_client(strict.url) as client:
+        strict.script("strict", text("one"), text("two"))
+        first = await ask(client, "strict")
+        second = await ask(client, "strict")
+    assert (first.message["content"], second.message["content"]) == ("one", "two")
+    assert first.prompt_token_ids is None and first.retries == 0
+    assert [r.status for r in strict.requests] == [400, 200, 200]
+    assert "return_token_ids" not in strict.requests[2].body  # remembered for later calls
+    assert client.token_ids is False

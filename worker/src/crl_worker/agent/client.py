@@ -327,16 +327,40 @@ class ChatClient:
         top_p: float,
     ) -> Completion:
         """Send one chat completion request (retrying what is worth retrying)."""
-        payload = _dumps(
-            self.request_body(
-                messages, tools=tools, max_tokens=max_tokens, temperature=temperature, top_p=top_p
+
+        def encode() -> bytes:
+            return _dumps(
+                self.request_body(
+                    messages,
+                    tools=tools,
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                    top_p=top_p,
+                )
             )
-        )
+
+        payload = encode()
         started = time.monotonic()
         retries = 0
         while True:
             try:
                 data = await self._attempt(payload)
+            except ModelServerError as refused:
+                # A strict server (OpenAI's own API) rejects vLLM's extra fields instead of
+                # ignoring them: drop them for the rest of this client's life and ask again.
+                if not (self.token_ids and refused.status in (400, 422)):
+                    raise
+                if not any(field in str(refused) for field in ("return_token_ids", "logprobs")):
+                    raise
+                logger.warning(
+                    "the model server at %s refused vLLM's token id fields (%s); continuing "
+                    "without token ids",
+                    self.url,
+                    refused,
+                )
+                self.token_ids = False
+                payload = encode()
+                continue
             except _Retryable as failure:
                 if retries >= self.max_retries:
                     raise ModelServerError(
