@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,12 @@ async def _run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> tupl
     out, err = await asyncio.wait_for(process.communicate(), 300)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _crl(*args: str) -> list[str]:
@@ -291,6 +298,23 @@ async def test_usage_errors(tmp_path: Path, fixture_tasks: list[Task]) -> None:
         *_crl("bench", str(manifest), "--agent", "gold", "--instance", "nope"), cwd=tmp_path
     )
     assert code == 1 and "no instance nope" in err
+
+    # Nobody listens at the URL: refused at once, not after every attempt's retries.
+    code, _, err = await _run(
+        *_crl(
+            "bench",
+            str(manifest),
+            "--url",
+            f"http://127.0.0.1:{_closed_port()}/v1",
+            "--model",
+            "m",
+            "--results",
+            str(tmp_path / "elsewhere"),
+        ),
+        cwd=tmp_path,
+    )
+    assert code == 2 and "does not answer" in err
+    assert not (tmp_path / "elsewhere" / "results.jsonl").exists()
 
 
 async def test_infrastructure_failures_exit_1_and_are_left_out_of_the_rate(

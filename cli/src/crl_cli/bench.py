@@ -200,6 +200,7 @@ def bench(
         Policies,
         Sandboxes,
         check_agent,
+        check_endpoint,
         load_benchmark_tasks,
         resolve_endpoint,
         run_identity,
@@ -233,6 +234,11 @@ def bench(
         store.open(run_identity(config, agent=kind, model=policies.model), restart=restart)
     except ResultsError as exc:
         raise _usage(str(exc)) from None
+    if endpoint is not None:
+        try:
+            asyncio.run(check_endpoint(endpoint))
+        except BenchConfigError as exc:
+            raise _usage(str(exc)) from None
     try:
         sandboxes = Sandboxes.make(None)
     except SandboxError as exc:

@@ -28,6 +28,7 @@ from crl_worker.bench.config import (
     Policies,
     Sandboxes,
     check_agent,
+    check_endpoint,
     load_benchmark_tasks,
     read_benchmark,
     resolve_endpoint,
@@ -118,6 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     except (BenchConfigError, ResultsError) as exc:
         logger.error("%s", exc)
         return SETUP_ERROR
+    if endpoint is not None:
+        try:
+            asyncio.run(check_endpoint(endpoint))
+        except BenchConfigError as exc:
+            # In a cluster the server may still be coming up; the client's retries wait for it.
+            logger.warning("%s", exc)
     sandboxes = Sandboxes.make(os.environ.get(POOL_URL_ENV))
     baseline = None
     if args.baseline is not None:

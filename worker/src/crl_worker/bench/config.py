@@ -228,3 +228,24 @@ def check_agent(agent: AgentSpec) -> None:
         load_prompts(agent.prompt_template)
     except PromptError as exc:
         raise BenchConfigError(f"agent.promptTemplate: {exc}") from exc
+
+
+async def check_endpoint(endpoint: Endpoint, *, timeout: float = 10.0) -> None:
+    """Fail fast when nothing answers at the endpoint (``GET {url}/models``).
+
+    Without this, a server that is not up costs every attempt the client's whole retry budget
+    before it is written off as an infrastructure failure. Any HTTP answer counts as up (some
+    servers have no ``/models``); only a connection that fails or times out is refused.
+    """
+    import httpx
+
+    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    url = endpoint.url.rstrip("/") + "/models"
+    try:
+        async with httpx.AsyncClient(timeout=timeout) as client:
+            await client.get(url, headers=headers)
+    except httpx.HTTPError as exc:
+        raise BenchConfigError(
+            f"the model server at {endpoint.url} does not answer ({exc!r}); start it, or check "
+            "the URL (an OpenAI-compatible API root such as http://localhost:8000/v1)"
+        ) from exc

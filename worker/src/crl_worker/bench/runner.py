@@ -42,6 +42,7 @@ from crl_worker.bench.results import AttemptResult, ResultsError, ResultsStore
 from crl_worker.bench.stats import Comparison, ComparisonError
 from crl_worker.bench.summary import build_summary, comparison_wire, progress_report
 from crl_worker.harness.evaluate import evaluate
+from crl_worker.harness.result import EvalResult
 from crl_worker.rewards import tests_score
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
@@ -52,6 +53,7 @@ logger = logging.getLogger(__name__)
 EVALUATION_SHARE = 0.25
 #: Seconds a sandbox gets to close before the runner moves on.
 CLOSE_TIMEOUT = 120.0
+
 
 class ProgressReporter(Protocol):
     """Where the progress report goes (:class:`crl_worker.bench.report.ConfigMapReporter` in a
@@ -365,7 +367,16 @@ class BenchmarkRunner:
         if trajectory.exit_reason == "infrastructure_error":
             return trajectory
         remaining = t_agent + budget - time.monotonic()
-        evaluation = await evaluate(sandbox, task, timeout=max(remaining, reserve))
+        try:
+            evaluation = await evaluate(sandbox, task, timeout=max(remaining, reserve))
+        except Exception as exc:
+            # evaluate() reports its failures in the result; anything raised is unexpected.
+            logger.exception("%s#%d: the evaluation failed", task.instance_id, attempt)
+            evaluation = EvalResult(
+                instance_id=task.instance_id,
+                resolved=False,
+                infrastructure_error=f"the evaluation failed: {exc!r}",
+            )
         trajectory.evaluation = evaluation
         trajectory.reward = tests_score(evaluation, "binary")
         return trajectory
