@@ -273,3 +273,34 @@ def test_resuming_with_another_model_is_refused_and_restart_moves_the_folder_asi
     aside = [p for p in tmp_path.iterdir() if p.name.startswith("r.old-")]
     assert len(aside) == 1
     assert [r.instance_id for r in read_results(aside[0])] == ["a"]
+
+
+async def test_the_run_gives_up_after_too_many_infrastructure_failures_in_a_row(
+    tmp_path: Path, tasks: list[Task]
+) -> None:
+    client = ChatClient(
+        f"http://127.0.0.1:{_closed_port()}/v1", "nobody", max_retries=0, backoff_base=0.01
+    )
+    store = ResultsStore(tmp_path / "results")
+    store.open({**IDENTITY, "model": "nobody"})
+    runner = BenchmarkRunner(
+        tasks,
+        agent=AgentSpec(max_turns=5),
+        store=store,
+        policy_factory=lambda task: client,
+        sandbox_factory=Sandboxes.make(None).factory,
+        suite="fixtures",
+        model="nobody",
+        attempts=3,
+        parallelism=1,
+        max_consecutive_errors=2,
+    )
+    try:
+        outcome = await runner.run()
+    finally:
+        await client.aclose()
+    assert outcome.gave_up is not None and "2 attempts in a row" in outcome.gave_up
+    assert outcome.interrupted
+    assert outcome.ran == 2 and len(_lines(store.results_file)) == 2
+    assert outcome.summary["finished"] is False
+    assert (outcome.summary["done"], outcome.summary["total"]) == (2, 6)

@@ -183,6 +183,15 @@ def bench(
         Path | None,
         typer.Option("--baseline", help="Results folder to compare with in the summary."),
     ] = None,
+    max_errors: Annotated[
+        int | None,
+        typer.Option(
+            "--max-errors",
+            min=0,
+            help="Give up after this many infrastructure failures in a row (default: max(10, 2 x"
+            " jobs); 0: never).",
+        ),
+    ] = None,
     output: Annotated[
         Output, typer.Option("--output", "-o", help="text (a table) or json (the summary).")
     ] = Output.text,
@@ -206,7 +215,7 @@ def bench(
         run_identity,
     )
     from crl_worker.bench.results import ResultsError, ResultsStore
-    from crl_worker.bench.runner import Baseline, BenchmarkRunner
+    from crl_worker.bench.runner import Baseline, BenchmarkRunner, default_error_limit
     from crl_worker.bench.summary import summary_table
     from crl_worker.errors import SandboxError
 
@@ -266,6 +275,11 @@ def bench(
             parallelism=jobs or spec.parallelism,
             progress=display.update,
             baseline=comparison,
+            max_consecutive_errors=(
+                default_error_limit(jobs or spec.parallelism)
+                if max_errors is None
+                else (max_errors or None)
+            ),
         )
         if not quiet:
             err.print(
@@ -281,6 +295,14 @@ def bench(
     else:
         out.print(summary_table(summary))
         out.print(f"results: {escape(str(folder.resolve()))}", highlight=False)
+    if outcome.gave_up:
+        err.print(
+            f"[red]gave up:[/] {escape(outcome.gave_up)}; {summary['done']} of"
+            f" {summary['total']} attempts are in {escape(str(folder))}; run the same command"
+            " again to resume once it is back",
+            highlight=False,
+        )
+        raise typer.Exit(ERRORED)
     if outcome.interrupted:
         err.print(
             f"[yellow]interrupted:[/] {summary['done']} of {summary['total']} attempts are in"

@@ -40,6 +40,7 @@ from crl_worker.bench.runner import (
     Baseline,
     BenchmarkRunner,
     RunOutcome,
+    default_error_limit,
     run_until_signalled,
 )
 from crl_worker.logs import setup_logging
@@ -83,6 +84,12 @@ def parser() -> argparse.ArgumentParser:
         help=f"results folder of the baseline to compare with (default: ${BASELINE_ENV})",
     )
     p.add_argument("--restart", action="store_true", help="move old results aside, start over")
+    p.add_argument(
+        "--max-errors",
+        type=int,
+        help="give up after this many infrastructure failures in a row (default: max(10, 2 x"
+        " parallelism); 0: never)",
+    )
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--log-format", choices=["text", "json"], default="json")
     return p
@@ -145,6 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         parallelism=spec.parallelism,
         reporter=reporter_from_env(),
         baseline=baseline,
+        max_consecutive_errors=(
+            default_error_limit(spec.parallelism)
+            if args.max_errors is None
+            else (args.max_errors or None)
+        ),
     )
     logger.info(
         "benchmark %s: %d instances x %d attempts of %s with %s, results in %s",
@@ -166,6 +178,15 @@ def main(argv: list[str] | None = None) -> int:
         summary["errored"],
         summary["resolveRate"],
     )
+    if outcome.gave_up:
+        logger.error(
+            "gave up: %s; %d of %d attempts are in %s; run again to resume once it is back",
+            outcome.gave_up,
+            summary["done"],
+            summary["total"],
+            results,
+        )
+        return 1
     if outcome.interrupted:
         logger.error(
             "stopped with %d of %d attempts written to %s; run the same command again to resume",

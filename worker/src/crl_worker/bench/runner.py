@@ -51,6 +51,14 @@ logger = logging.getLogger(__name__)
 
 #: Share of ``agent.timeoutSeconds`` the agent's deadline keeps back for the evaluation.
 EVALUATION_SHARE = 0.25
+
+
+def default_error_limit(parallelism: int) -> int:
+    """Infrastructure failures in a row after which a run gives up, by default: enough that a
+    few bad instances never trip it, few enough that a dead server costs minutes, not hours."""
+    return max(10, 2 * parallelism)
+
+
 #: Seconds a sandbox gets to close before the runner moves on.
 CLOSE_TIMEOUT = 120.0
 
@@ -100,11 +108,13 @@ class RunOutcome:
     skipped: int
     """Attempts already on record without an infrastructure failure, not run again."""
     interrupted: bool
-    """``stop()`` was called before every attempt was done."""
+    """``stop()`` was called (or the run gave up) before every attempt was done."""
     elapsed: float
     """Seconds this call took."""
     records: list[AttemptResult] = field(default_factory=list)
     """The latest result of every attempt of the suite on record."""
+    gave_up: str | None = None
+    """Why the run stopped itself: too many infrastructure failures in a row."""
 
     @property
     def errored(self) -> int:
@@ -131,6 +141,7 @@ class BenchmarkRunner:
         reporter: ProgressReporter | None = None,
         progress: ProgressCallback | None = None,
         baseline: Baseline | None = None,
+        max_consecutive_errors: int | None = None,
     ) -> None:
         ids = [t.instance_id for t in tasks]
         if len(set(ids)) != len(ids):
@@ -151,6 +162,9 @@ class BenchmarkRunner:
         self.reporter = reporter
         self.progress = progress
         self.baseline = baseline
+        self.max_consecutive_errors = max_consecutive_errors
+        self._consecutive_errors = 0
+        self._gave_up: str | None = None
         self._by_id = {t.instance_id: t for t in self.tasks}
         self._keys = [(t.instance_id, a) for a in range(attempts) for t in self.tasks]
         self._selected = set(self._keys)
@@ -169,6 +183,23 @@ class BenchmarkRunner:
         self._stopping = True
         for worker in self._workers:
             worker.cancel()
+
+    def _count_error(self, result: AttemptResult) -> None:
+        """Give up after ``max_consecutive_errors`` infrastructure failures in a row: the model
+        server or the sandboxes are down, and going on would only write the rest of the suite
+        off as errored (a rerun resumes once they are back)."""
+        if not result.infrastructure_failure:
+            self._consecutive_errors = 0
+            return
+        self._consecutive_errors += 1
+        limit = self.max_consecutive_errors
+        if limit is not None and self._consecutive_errors >= limit and self._gave_up is None:
+            self._gave_up = (
+                f"{self._consecutive_errors} attempts in a row had infrastructure failures"
+                f" (last: {result.infrastructure_error}); the infrastructure looks down"
+            )
+            logger.error("giving up: %s", self._gave_up)
+            self.stop()
 
     def _current(self) -> list[AttemptResult]:
         return [r for r in self.store.records() if r.key in self._selected]
@@ -195,6 +226,7 @@ class BenchmarkRunner:
                 result = await self._attempt(self._by_id[key[0]], key[1])
                 if result is not None:
                     ran += 1
+                    self._count_error(result)
                     await self._after(result)
 
         self._workers = [
@@ -232,6 +264,7 @@ class BenchmarkRunner:
             ran=ran,
             skipped=skipped,
             interrupted=interrupted,
+            gave_up=self._gave_up,
             elapsed=elapsed,
             records=records,
         )
