@@ -17,6 +17,7 @@ from crl_worker.agent.client import ChatClient
 from crl_worker.agent.gold import GoldPolicy
 from crl_worker.api.common import AgentSpec
 from crl_worker.bench.config import Sandboxes
+from crl_worker.bench.report import ProgressReport
 from crl_worker.bench.results import (
     AttemptResult,
     ResultsError,
@@ -24,7 +25,7 @@ from crl_worker.bench.results import (
     ResultsStore,
     read_results,
 )
-from crl_worker.bench.runner import BenchmarkRunner
+from crl_worker.bench.runner import Baseline, BenchmarkRunner
 from crl_worker.tasks.model import Task
 from tests.fixtures.repos import python_task, unittest_task
 
@@ -131,6 +132,9 @@ async def test_gold_run_resolves_every_fixture_and_writes_a_consistent_folder(
     assert [r["done"] for r in reporter.reports] == [1, 2, 3, 4, 4]
     assert reporter.reports[-1]["finished"] is True
     assert reporter.reports[-1]["passAtK"] == [{"k": 1, "value": 1.0}, {"k": 2, "value": 1.0}]
+    # What the operator reads back from the ConfigMap accepts every report.
+    for report in reporter.reports:
+        ProgressReport.model_validate(report)
 
 
 async def test_a_sandbox_that_does_not_start_is_errored_and_retried_on_resume(
@@ -304,3 +308,28 @@ async def test_the_run_gives_up_after_too_many_infrastructure_failures_in_a_row(
     assert outcome.ran == 2 and len(_lines(store.results_file)) == 2
     assert outcome.summary["finished"] is False
     assert (outcome.summary["done"], outcome.summary["total"]) == (2, 6)
+
+
+async def test_a_baseline_is_compared_in_the_summary_and_the_last_report(
+    tmp_path: Path, tasks: list[Task]
+) -> None:
+    roman, calendar = tasks
+    baseline = ResultsStore(tmp_path / "baseline")
+    baseline.open({**IDENTITY, "model": "zero-shot"})
+    baseline.append(_record(roman.instance_id, 0, False), "{}")
+    baseline.append(_record(calendar.instance_id, 0, True), "{}")
+    store = ResultsStore(tmp_path / "results")
+    store.open(IDENTITY)
+    reporter = RecordingReporter()
+    runner = _runner(tasks, store, reporter=reporter)
+    runner.baseline = Baseline(tmp_path / "baseline", "zero-shot", 0.9, 0.05)
+    outcome = await runner.run()
+    comparison = outcome.summary["comparison"]
+    assert comparison["baseline"] == "zero-shot"
+    assert comparison["sharedInstances"] == 2
+    assert comparison["difference"] == pytest.approx(0.5)
+    assert (comparison["discordantResults"], comparison["discordantBaseline"]) == (1, 0)
+    assert comparison["confidenceLevel"] == 0.9
+    assert comparison["meetsMinimumImprovement"] is (comparison["ciLow"] >= 0.05)
+    last = ProgressReport.model_validate(reporter.reports[-1])
+    assert last.comparison is not None and last.comparison.difference == pytest.approx(0.5)
