@@ -24,6 +24,7 @@ from crl_worker.bench.results import (
     ResultsMismatchError,
     ResultsStore,
     read_results,
+    read_trajectories,
 )
 from crl_worker.bench.runner import Baseline, BenchmarkRunner
 from crl_worker.tasks.model import Task
@@ -221,12 +222,15 @@ def test_a_torn_last_line_is_ignored_and_cut_before_appending(tmp_path: Path) ->
     store = ResultsStore(tmp_path / "r")
     store.open(IDENTITY)
     store.append(_record("a", 0, True), json.dumps({"instance_id": "a", "attempt": 0}))
-    store.append(_record("b", 0, False), json.dumps({"instance_id": "b", "attempt": 0}))
+    # Trajectories are long: the torn tail is found from the end, across read chunks.
+    big = {"instance_id": "b", "attempt": 0, "messages": ["x" * 200_000]}
+    store.append(_record("b", 0, False), json.dumps(big))
     # A crash in the middle of the third attempt's writes.
     with store.results_file.open("a") as f:
         f.write('{"instance_id": "c", "repo": "o/r", "attem')
     with store.trajectories_file.open("a") as f:
-        f.write('{"instance_id": "c", "mess')
+        f.write('{"instance_id": "c", "messages": ["' + "y" * 150_000)
+    assert [t["instance_id"] for t in read_trajectories(tmp_path / "r")] == ["a", "b"]
 
     assert [r.instance_id for r in read_results(tmp_path / "r")] == ["a", "b"]
     reopened = ResultsStore(tmp_path / "r")
@@ -234,7 +238,8 @@ def test_a_torn_last_line_is_ignored_and_cut_before_appending(tmp_path: Path) ->
     assert reopened.finished() == {("a", 0), ("b", 0)}
     reopened.append(_record("c", 0, True), json.dumps({"instance_id": "c", "attempt": 0}))
     assert [line["instance_id"] for line in _lines(reopened.results_file)] == ["a", "b", "c"]
-    assert [line["instance_id"] for line in _lines(reopened.trajectories_file)] == ["a", "b", "c"]
+    assert [t["instance_id"] for t in read_trajectories(tmp_path / "r")] == ["a", "b", "c"]
+    assert _lines(reopened.trajectories_file)[1] == big
 
 
 def test_a_bad_line_before_the_end_is_corruption(tmp_path: Path) -> None:

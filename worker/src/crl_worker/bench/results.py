@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -149,6 +149,31 @@ def _read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
     return objects, good
 
 
+def _whole_lines_length(path: Path, chunk: int = 1 << 16) -> int:
+    """Bytes of ``path`` up to and including its last newline (0 when it has none)."""
+    if not path.exists():
+        return 0
+    with path.open("rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        position = end
+        while position > 0:
+            start = max(0, position - chunk)
+            f.seek(start)
+            block = f.read(position - start)
+            found = block.rfind(b"\n")
+            if found >= 0:
+                length = start + found + 1
+                if length < end:
+                    logger.warning(
+                        "%s: ignoring its last line, cut short by an interrupted write", path
+                    )
+                return length
+            position = start
+    if end:
+        logger.warning("%s: ignoring its only line, cut short by an interrupted write", path)
+    return 0
+
+
 def _truncate(path: Path, length: int) -> None:
     """Cut ``path`` to ``length`` bytes (a torn last line goes before anything is appended)."""
     if path.exists() and path.stat().st_size > length:
@@ -199,6 +224,10 @@ class ResultsStore:
         if restart and self.path.exists() and any(self.path.iterdir()):
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
             aside = self.path.with_name(f"{self.path.name}.old-{stamp}")
+            number = 1
+            while aside.exists():  # two restarts within a second
+                number += 1
+                aside = self.path.with_name(f"{self.path.name}.old-{stamp}-{number}")
             self.path.rename(aside)
             logger.warning("moved the previous results %s aside to %s", self.path, aside)
         self.path.mkdir(parents=True, exist_ok=True)
@@ -215,8 +244,8 @@ class ResultsStore:
             self._write_json(self.run_file, wanted)
         records, good = _read_lines(self.results_file)
         _truncate(self.results_file, good)
-        _, good_trajectories = _read_lines(self.trajectories_file)
-        _truncate(self.trajectories_file, good_trajectories)
+        # Trajectories can run to gigabytes: only their tail is looked at.
+        _truncate(self.trajectories_file, _whole_lines_length(self.trajectories_file))
         for number, raw in enumerate(records, 1):
             try:
                 record = AttemptResult.model_validate(raw)
@@ -322,7 +351,17 @@ def read_results(path: Path) -> list[AttemptResult]:
     return [latest[k] for k in sorted(latest)]
 
 
-def read_trajectories(path: Path) -> Iterable[dict[str, Any]]:
-    """The trajectories of a results folder as JSON objects, in file order (torn line skipped)."""
-    objects, _ = _read_lines(path / TRAJECTORIES_FILE)
-    return objects
+def read_trajectories(path: Path) -> Iterator[dict[str, Any]]:
+    """The trajectories of a results folder as JSON objects, in file order, one at a time (a
+    torn last line is skipped). When an attempt has several, the last one is current."""
+    file = path / TRAJECTORIES_FILE
+    if not file.exists():
+        return
+    with file.open("rb") as f:
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                logger.warning(
+                    "%s: ignoring its last line, cut short by an interrupted write", file
+                )
+                return
+            yield json.loads(raw)

@@ -37,9 +37,9 @@ from crl_worker.agent.client import Policy
 from crl_worker.agent.loop import run_agent
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec
-from crl_worker.bench.compare import compare_results
-from crl_worker.bench.results import AttemptResult, ResultsError, ResultsStore
-from crl_worker.bench.stats import Comparison, ComparisonError
+from crl_worker.bench.compare import instance_attempts
+from crl_worker.bench.results import AttemptResult, ResultsError, ResultsStore, read_results
+from crl_worker.bench.stats import Comparison, ComparisonError, compare
 from crl_worker.bench.summary import build_summary, comparison_wire, progress_report
 from crl_worker.harness.evaluate import evaluate
 from crl_worker.harness.result import EvalResult
@@ -275,9 +275,10 @@ class BenchmarkRunner:
         comparison = None
         if self.baseline is not None:
             try:
-                found: Comparison = compare_results(
-                    self.store.path,
-                    self.baseline.path,
+                # This run's attempts only (a --limit run is compared on its own instances).
+                found: Comparison = compare(
+                    instance_attempts(records),
+                    instance_attempts(read_results(self.baseline.path)),
                     confidence=self.baseline.confidence,
                     minimum_improvement=self.baseline.minimum_improvement,
                 )
