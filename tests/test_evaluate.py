@@ -363,6 +363,10 @@ def test_crl_tasks_check_on_a_task_file(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     rows = {r["instance_id"]: r for r in map(json.loads, done.stdout.splitlines())}
     assert rows["crl-fixtures__romankit-1"]["ok"] is True
+    # Ids with brackets survive JSON output exactly (rich markup would eat `[...]`).
+    reported = {o["name"] for o in rows["crl-fixtures__romankit-1"]["gold_runs"][0]["fail_to_pass"]}
+    assert reported == set(roman.task.fail_to_pass)
+    assert any("[" in name for name in reported)
     assert rows["crl-fixtures__calendarkit-1"]["ok"] is True
     ghost = rows["crl-fixtures__romankit-wrong-lists"]
     assert ghost["ok"] is False and ghost["gold"] == "unresolved"
@@ -376,8 +380,7 @@ def test_crl_tasks_check_on_a_task_file(tmp_path: Path) -> None:
             "tasks",
             "check",
             str(task_file),
-            "--format",
-            "task",
+            # No --format: the native records are recognised by their `test` object.
             "--instance",
             "crl-fixtures__calendarkit-1",
         ],

@@ -51,6 +51,26 @@ def _formats() -> list[str]:
     return sorted(CONVERTERS)
 
 
+def _detect_format(file: Path) -> str:
+    """`task` when the file's first record is a native Task (it has a `test` object), else
+    `swe-bench`. Only JSON and JSONL are looked at; anything unreadable is left to the loader."""
+    try:
+        if file.suffix == ".jsonl":
+            with file.open() as handle:
+                line = next((raw for raw in handle if raw.strip()), "")
+            first = json.loads(line) if line else None
+        elif file.suffix == ".json":
+            loaded = json.loads(file.read_text())
+            first = loaded[0] if isinstance(loaded, list) and loaded else loaded
+        else:
+            return "swe-bench"
+    except (OSError, ValueError):
+        return "swe-bench"
+    return (
+        "task" if isinstance(first, dict) and isinstance(first.get("test"), dict) else "swe-bench"
+    )
+
+
 def _sandbox_config(value: str | None) -> dict[str, Any] | None:
     if value is None:
         return None
@@ -103,9 +123,10 @@ def check(
             "--format",
             "-f",
             help="Record format: a benchmark's (swe-bench, multi-swe-bench, ...) or 'task' "
-            "(Task objects as JSON/JSONL).",
+            "(Task objects as JSON/JSONL). Default: 'task' when the first record has a 'test' "
+            "object (the native format), else 'swe-bench'.",
         ),
-    ] = "swe-bench",
+    ] = "",
     runs: Annotated[
         int, typer.Option("--runs", "-n", min=1, help="Runs of each patch, to find flaky tests.")
     ] = 1,
@@ -133,6 +154,8 @@ def check(
     ] = Output.text,
 ) -> None:
     """Run each instance with its gold patch (must resolve) and without (must not)."""
+    if not format:
+        format = _detect_format(file)
     if format not in _formats():
         err.print(
             f"[red]error:[/] unknown format {escape(format)!r}; use one of: "
@@ -185,7 +208,8 @@ def check(
 
     if output is Output.json:
         for r in everything:
-            out.print(json.dumps(r.to_dict()), highlight=False, soft_wrap=True)
+            # No markup: test ids like `test_x[negative-start]` would be read as rich tags.
+            out.print(json.dumps(r.to_dict()), highlight=False, soft_wrap=True, markup=False)
     else:
         out.print(_table(everything))
         valid = sum(r.ok for r in everything)
