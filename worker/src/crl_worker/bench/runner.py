@@ -40,7 +40,12 @@ from crl_worker.api.common import AgentSpec
 from crl_worker.bench.compare import instance_attempts
 from crl_worker.bench.results import AttemptResult, ResultsError, ResultsStore, read_results
 from crl_worker.bench.stats import Comparison, ComparisonError, compare
-from crl_worker.bench.summary import build_summary, comparison_wire, progress_report
+from crl_worker.bench.summary import (
+    build_summary,
+    comparison_wire,
+    progress_report,
+    report_pass_at_k,
+)
 from crl_worker.harness.evaluate import evaluate
 from crl_worker.harness.result import EvalResult
 from crl_worker.rewards import tests_score
@@ -59,6 +64,9 @@ def default_error_limit(parallelism: int) -> int:
     return max(10, 2 * parallelism)
 
 
+#: Seconds between recomputations of pass@k for the per-attempt progress reports (the counts
+#: are always current; the last report is computed whole).
+PASS_AT_K_INTERVAL = 1.0
 #: Seconds a sandbox gets to close before the runner moves on.
 CLOSE_TIMEOUT = 120.0
 
@@ -170,6 +178,9 @@ class BenchmarkRunner:
         self._selected = set(self._keys)
         self._stopping = False
         self._workers: list[asyncio.Task[None]] = []
+        self._latest: dict[tuple[str, int], AttemptResult] = {}
+        self._pass_at_k: list[dict[str, Any]] | None = None
+        self._pass_at_k_at = 0.0
 
     @property
     def total(self) -> int:
@@ -202,11 +213,12 @@ class BenchmarkRunner:
             self.stop()
 
     def _current(self) -> list[AttemptResult]:
-        return [r for r in self.store.records() if r.key in self._selected]
+        return [self._latest[k] for k in sorted(self._latest)]
 
     async def run(self) -> RunOutcome:
         """Run every attempt not yet on record (or on record as an infrastructure failure)."""
         started = time.monotonic()
+        self._latest = {r.key: r for r in self.store.records() if r.key in self._selected}
         finished = self.store.finished()
         pending = [k for k in self._keys if k not in finished]
         skipped = self.total - len(pending)
@@ -245,6 +257,9 @@ class BenchmarkRunner:
                 # or a disk that refuses writes: say so, the finished attempts are on disk.
                 logger.error("a benchmark worker failed", exc_info=outcome)
                 self._stopping = True
+        # From the store: an attempt whose write finished while its worker was being cancelled
+        # is on disk (the store's lock waits for a write in progress) but never reached _after.
+        self._latest = {r.key: r for r in self.store.records() if r.key in self._selected}
         records = self._current()
         done = {r.key for r in records if not r.infrastructure_failure}
         interrupted = self._stopping and any(k not in done for k in self._keys)
@@ -297,8 +312,20 @@ class BenchmarkRunner:
         )
 
     async def _after(self, result: AttemptResult) -> None:
-        records = self._current()
-        report = progress_report(records, total=self.total, ks=self.pass_at_k, finished=False)
+        self._latest[result.key] = result
+        records = list(self._latest.values())
+        now = time.monotonic()
+        if self._pass_at_k is None or now - self._pass_at_k_at >= PASS_AT_K_INTERVAL:
+            # Over every instance: on a long suite, at most once per interval.
+            self._pass_at_k = report_pass_at_k(records, self.pass_at_k)
+            self._pass_at_k_at = now
+        report = progress_report(
+            records,
+            total=self.total,
+            ks=self.pass_at_k,
+            finished=False,
+            pass_at_k=self._pass_at_k,
+        )
         if self.progress is not None:
             try:
                 self.progress(result, report)

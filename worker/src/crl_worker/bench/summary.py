@@ -53,13 +53,28 @@ def pass_at_k_values(records: Sequence[AttemptResult], ks: Iterable[int]) -> lis
     return values
 
 
+def report_pass_at_k(records: Sequence[AttemptResult], ks: Iterable[int]) -> list[dict[str, Any]]:
+    """pass@k as the progress report holds it: ``{"k", "value"}``, values without any instance
+    left out."""
+    return [
+        {"k": v["k"], "value": v["value"]}
+        for v in pass_at_k_values(records, ks)
+        if v["value"] is not None
+    ]
+
+
 def progress_report(
-    records: Sequence[AttemptResult], *, total: int, ks: Iterable[int], finished: bool
+    records: Sequence[AttemptResult],
+    *,
+    total: int,
+    ks: Iterable[int],
+    finished: bool,
+    pass_at_k: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The progress report of the contract (what the Benchmark's status shows).
 
     ``records`` are the attempts done so far (latest result of each, only the selected ones);
-    pass@k values without any instance are left out.
+    ``pass_at_k`` may be passed in when the caller computed it (see :func:`report_pass_at_k`).
     """
     errored = sum(r.infrastructure_failure for r in records)
     resolved = sum(r.resolved is True for r in records)
@@ -69,11 +84,7 @@ def progress_report(
         "resolved": resolved,
         "errored": errored,
         "resolveRate": resolve_rate(resolved, len(records) - errored),
-        "passAtK": [
-            {"k": v["k"], "value": v["value"]}
-            for v in pass_at_k_values(records, ks)
-            if v["value"] is not None
-        ],
+        "passAtK": report_pass_at_k(records, ks) if pass_at_k is None else pass_at_k,
         "finished": finished,
         "updatedAt": now_rfc3339(),
     }
