@@ -13,6 +13,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -37,6 +38,14 @@ if TYPE_CHECKING:
     from crl_worker.bench.config import BenchmarkConfig, Policies, Sandboxes
     from crl_worker.bench.results import AttemptResult
     from crl_worker.bench.runner import BenchmarkRunner, RunOutcome
+
+
+class Agent(StrEnum):
+    """Who answers the agent's turns."""
+
+    gold = "gold"
+    openai = "openai"
+
 
 #: Exit code of a finished run in which some attempts had infrastructure failures (rerun to
 #: retry them).
@@ -140,13 +149,13 @@ async def _run(
 def bench(
     file: Annotated[Path, typer.Argument(help="Benchmark manifest (YAML).")],
     agent: Annotated[
-        str,
+        Agent,
         typer.Option(
             "--agent",
             help="gold: replay the gold patches through the agent's tools (harness check); "
             "openai: an OpenAI-compatible endpoint.",
         ),
-    ] = "openai",
+    ] = Agent.openai,
     url: Annotated[
         str | None,
         typer.Option(
@@ -201,7 +210,8 @@ def bench(
     Every attempt runs the agent and then the evaluation in the same sandbox; results go to a
     folder (results.jsonl, trajectories.jsonl, summary.json) and a rerun resumes where the last
     one stopped. Exits 0 when the suite finished, 1 when it finished with infrastructure
-    failures (rerun to retry them), 2 on wrong usage, 130/143 when interrupted.
+    failures (rerun to retry them) or gave up after too many in a row, 2 on wrong usage,
+    130/143 when interrupted.
     """
     from crl_worker.bench.config import (
         AgentKind,
@@ -219,13 +229,11 @@ def bench(
     from crl_worker.bench.summary import summary_table
     from crl_worker.errors import SandboxError
 
-    if agent not in ("gold", "openai"):
-        raise _usage(f"--agent must be gold or openai, not {agent!r}")
-    kind: AgentKind = "gold" if agent == "gold" else "openai"
+    kind: AgentKind = "gold" if agent is Agent.gold else "openai"
     config = _benchmark(file)
     spec = config.spec
     try:
-        endpoint = None if agent == "gold" else resolve_endpoint(spec, url=url, model=model)
+        endpoint = None if kind == "gold" else resolve_endpoint(spec, url=url, model=model)
         check_agent(spec.agent)
     except BenchConfigError as exc:
         raise _usage(str(exc)) from None
