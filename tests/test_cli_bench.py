@@ -299,6 +299,23 @@ async def test_usage_errors(tmp_path: Path, fixture_tasks: list[Task]) -> None:
     )
     assert code == 1 and "no instance nope" in err
 
+    # The runner Job's command: a setup error is exit 2 with one JSON error line saying why.
+    code, _, err = await _run(
+        sys.executable,
+        "-m",
+        "crl_worker.bench",
+        "--config",
+        str(manifest),
+        "--results",
+        str(tmp_path / "out"),
+        env=_env(CRL_MODEL_URL="http://127.0.0.1:9/v1", CRL_MODEL_NAME="other"),
+        cwd=tmp_path,
+    )
+    assert code == 2
+    logged = [json.loads(x) for x in err.splitlines() if x.strip()]
+    (line,) = [x for x in logged if x["level"] == "error"]
+    assert "model: gold then, other now" in line["message"] and "--restart" in line["message"]
+
     # Nobody listens at the URL: refused at once, not after every attempt's retries.
     code, _, err = await _run(
         *_crl(
