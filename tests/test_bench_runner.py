@@ -338,3 +338,46 @@ async def test_a_baseline_is_compared_in_the_summary_and_the_last_report(
     assert comparison["meetsMinimumImprovement"] is (comparison["ciLow"] >= 0.05)
     last = ProgressReport.model_validate(reporter.reports[-1])
     assert last.comparison is not None and last.comparison.difference == pytest.approx(0.5)
+
+
+async def test_an_errored_attempt_is_retried_after_the_rest_within_the_run(
+    tmp_path: Path, tasks: list[Task]
+) -> None:
+    roman, calendar = tasks
+    source = Path(str(calendar.source))
+    moved = Path(str(source) + ".moved")
+    source.rename(moved)
+    factory = Sandboxes.make(None).factory
+    order: list[str] = []
+
+    def sandbox(task: Task) -> Any:
+        order.append(task.instance_id)
+        if len(order) == 3:
+            # The repository is back before the retry: a transient failure.
+            moved.rename(source)
+        return factory(task)
+
+    store = ResultsStore(tmp_path / "results")
+    store.open(IDENTITY)
+    runner = BenchmarkRunner(
+        [calendar, roman],
+        agent=AgentSpec(max_turns=5),
+        store=store,
+        policy_factory=GoldPolicy,
+        sandbox_factory=sandbox,
+        suite="fixtures",
+        model="gold",
+        parallelism=1,
+        retries=1,
+    )
+    outcome = await runner.run()
+    # calendarkit fails, romankit runs, then calendarkit again (after the rest).
+    assert order == [calendar.instance_id, roman.instance_id, calendar.instance_id]
+    lines = _lines(store.results_file)
+    assert [(r["instance_id"], r["resolved"]) for r in lines] == [
+        (calendar.instance_id, None),
+        (roman.instance_id, True),
+        (calendar.instance_id, True),
+    ]
+    assert outcome.ran == 3
+    assert (outcome.summary["errored"], outcome.summary["resolved"]) == (0, 2)

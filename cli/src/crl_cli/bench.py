@@ -192,6 +192,15 @@ def bench(
         Path | None,
         typer.Option("--baseline", help="Results folder to compare with in the summary."),
     ] = None,
+    retries: Annotated[
+        int,
+        typer.Option(
+            "--retries",
+            min=0,
+            help="Run an attempt that had an infrastructure failure again, after the rest, up to"
+            " this many times.",
+        ),
+    ] = 1,
     max_errors: Annotated[
         int | None,
         typer.Option(
@@ -283,6 +292,7 @@ def bench(
             parallelism=jobs or spec.parallelism,
             progress=display.update,
             baseline=comparison,
+            retries=retries,
             max_consecutive_errors=(
                 default_error_limit(jobs or spec.parallelism)
                 if max_errors is None

@@ -85,6 +85,13 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--restart", action="store_true", help="move old results aside, start over")
     p.add_argument(
+        "--retries",
+        type=int,
+        default=1,
+        help="run an attempt that had an infrastructure failure again, after the rest, up to"
+        " this many times (default 1)",
+    )
+    p.add_argument(
         "--max-errors",
         type=int,
         help="give up after this many infrastructure failures in a row (default: max(10, 2 x"
@@ -152,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         parallelism=spec.parallelism,
         reporter=reporter_from_env(),
         baseline=baseline,
+        retries=max(args.retries, 0),
         max_consecutive_errors=(
             default_error_limit(spec.parallelism)
             if args.max_errors is None

@@ -11,7 +11,8 @@ an interrupted run has the fullest pass@1 picture.
 
 Failures stay with their attempt. A sandbox that does not start, a model server that does not
 answer, a harness that times out: the attempt is written as an infrastructure failure (no
-verdict, retried on resume) and the others go on. :meth:`BenchmarkRunner.stop` (the callers wire
+verdict) and the others go on; it is run again after the rest of the suite up to ``retries``
+times, and on resume. :meth:`BenchmarkRunner.stop` (the callers wire
 it to SIGINT and SIGTERM) stops starting attempts and cancels the running ones; cancelled
 attempts write nothing, everything written stays, and the next run resumes from there.
 
@@ -27,6 +28,7 @@ import asyncio
 import logging
 import signal
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -150,6 +152,7 @@ class BenchmarkRunner:
         progress: ProgressCallback | None = None,
         baseline: Baseline | None = None,
         max_consecutive_errors: int | None = None,
+        retries: int = 0,
     ) -> None:
         ids = [t.instance_id for t in tasks]
         if len(set(ids)) != len(ids):
@@ -171,6 +174,7 @@ class BenchmarkRunner:
         self.progress = progress
         self.baseline = baseline
         self.max_consecutive_errors = max_consecutive_errors
+        self.retries = retries
         self._consecutive_errors = 0
         self._gave_up: str | None = None
         self._by_id = {t.instance_id: t for t in self.tasks}
@@ -226,20 +230,26 @@ class BenchmarkRunner:
             logger.info(
                 "%d of %d attempts already done; running %d", skipped, self.total, len(pending)
             )
-        queue = iter(pending)
+        queue = deque(pending)
+        tries: dict[tuple[str, int], int] = {}
         ran = 0
 
         async def worker() -> None:
             nonlocal ran
-            while not self._stopping:
-                key = next(queue, None)
-                if key is None:
-                    return
+            while not self._stopping and queue:
+                key = queue.popleft()
                 result = await self._attempt(self._by_id[key[0]], key[1])
-                if result is not None:
-                    ran += 1
-                    self._count_error(result)
-                    await self._after(result)
+                if result is None:
+                    continue
+                ran += 1
+                tries[key] = tries.get(key, 0) + 1
+                if result.infrastructure_failure and tries[key] <= self.retries:
+                    # Again after everything else: a transient failure (an evicted pod, a
+                    # restarting server) has had time to pass. This worker is still running,
+                    # so the retry is taken even when the other workers have finished.
+                    queue.append(key)
+                self._count_error(result)
+                await self._after(result)
 
         self._workers = [
             asyncio.create_task(worker(), name=f"bench-worker-{i}")
