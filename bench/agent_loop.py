@@ -28,7 +28,8 @@ trajectory (token-id deduplication included).
 - Memory: peak RSS of the process (the headline against 2 GiB), and RSS growth from before the
   run to after it, with every trajectory still held (as a runner holds them before writing),
   divided by their number.
-- Baseline: one trajectory alone before the concurrent run: per-turn latency without contention.
+- Baseline: one trajectory alone (after an untimed warm-up trajectory) before the concurrent
+  run: per-turn latency and CPU without contention.
 
 Rows: ``crl`` asks for token ids and logprobs (the training path against vLLM); ``crl
 (no ids)`` does not, like for like with mini-swe-agent, which never asks for them.
@@ -125,6 +126,23 @@ class CannedSandbox(Sandbox):
         return workload.DIFF
 
 
+class GcTimer:
+    """Wall time the cyclic garbage collector spends, per generation (via ``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.collections = [0, 0, 0]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        """Called by the collector at the start and the stop of each collection."""
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds[info["generation"]] += time.perf_counter() - self._started
+            self.collections[info["generation"]] += 1
+
+
 def rss() -> int:
     """Resident set size of this process now, in bytes."""
     with open("/proc/self/statm") as statm:
@@ -138,9 +156,17 @@ def cpu() -> float:
 
 
 async def crl_side(
-    url: str, trajectories: int, turns: int, token_ids: bool, profile: Path | None
+    url: str,
+    trajectories: int,
+    turns: int,
+    token_ids: bool,
+    profile: Path | None,
+    gc_threshold: tuple[int, ...] | None = None,
 ) -> dict[str, Any]:
-    """Our loop: one trajectory alone, then ``trajectories`` at once; the figures."""
+    """Our loop: one trajectory alone, then ``trajectories`` at once; the figures.
+
+    ``gc_threshold``: thresholds for :func:`gc.set_threshold` during the run (Python's
+    defaults when ``None``)."""
     spec = AgentSpec(max_turns=turns, max_total_tokens=131072)
 
     def task(i: int) -> Task:
@@ -158,6 +184,7 @@ async def crl_side(
         return await run_agent(task(i), sandbox, client, spec)
 
     async with ChatClient(f"{url}/v1", workload.CRL_MODEL, token_ids=token_ids) as client:
+        await one(client, -2)  # warm-up: first connection, lazy imports, template caches
         start_cpu, start = cpu(), time.perf_counter()
         first = await one(client, -1)
         baseline = {
@@ -172,6 +199,10 @@ async def crl_side(
         gc.collect()
         before = rss()
         profiler = cProfile.Profile() if profile else None
+        collector = GcTimer()
+        gc.callbacks.append(collector)
+        if gc_threshold:
+            gc.set_threshold(*gc_threshold)
         start_cpu, start = cpu(), time.perf_counter()
         if profiler:
             profiler.enable()
@@ -181,6 +212,7 @@ async def crl_side(
         if profiler:
             profiler.disable()
         wall, used = time.perf_counter() - start, cpu() - start_cpu
+        gc.callbacks.remove(collector)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         gc.collect()
         after = rss()
@@ -202,6 +234,9 @@ async def crl_side(
         "tool_errors": sum(c.error for t in held for turn in t.turns for c in turn.tool_calls),
         "wall": wall,
         "cpu": used,
+        "gc_seconds": collector.seconds,
+        "gc_collections": collector.collections,
+        "gc_threshold": gc.get_threshold(),
         "rss_before": before,
         "rss_after": after,
         "peak_rss": peak,
@@ -251,13 +286,15 @@ def figures(result: dict[str, Any]) -> dict[str, Any]:
         "held_kib_per_trajectory": (result["rss_after"] - result["rss_before"]) / 1024 / n,
         "baseline_ms_per_turn": 1e3 * base["wall"] / base["turns"],
         "baseline_cpu_ms_per_turn": 1e3 * base["cpu"] / base["turns"],
+        # Wall time inside the cyclic GC over CPU time (single-threaded: a CPU share).
+        "gc_share": sum(result["gc_seconds"]) / result["cpu"] if "gc_seconds" in result else None,
     }
 
 
 def table(results: dict[str, dict[str, Any] | str]) -> str:
     """The figures of every side as a text table."""
     lines = [
-        f"{'':<16} {'traj x turns':>13} {'CPU ms/turn':>11} {'wall s':>7} {'turns/s':>8} "
+        f"{'':<16} {'traj x turns':>13} {'CPU ms/turn':>11} {'in GC':>6} {'wall s':>7} {'turns/s':>8} "
         f"{'peak RSS':>9} {'run peak':>9} {'held/traj':>10} {'1-traj ms/turn':>14} "
         f"{'(CPU)':>6}  exits"
     ]
@@ -266,9 +303,10 @@ def table(results: dict[str, dict[str, Any] | str]) -> str:
             lines.append(f"{name:<16} {result}")
             continue
         f = figures(result)
+        gc_share = "-" if f["gc_share"] is None else f"{100 * f['gc_share']:.0f}%"
         shape = f"{result['trajectories']} x {result['turns'] // max(1, result['trajectories'])}"
         lines.append(
-            f"{name:<16} {shape:>13} {f['cpu_ms_per_turn']:>11.2f} {result['wall']:>7.1f} "
+            f"{name:<16} {shape:>13} {f['cpu_ms_per_turn']:>11.2f} {gc_share:>6} {result['wall']:>7.1f} "
             f"{f['turns_per_s']:>8.0f} {f['peak_rss_mib']:>5.0f} MiB {f['run_peak_mib']:>5.0f} MiB "
             f"{f['held_kib_per_trajectory']:>6.0f} KiB {f['baseline_ms_per_turn']:>14.2f} "
             f"{f['baseline_cpu_ms_per_turn']:>6.2f}  {result['exit']}"
@@ -288,6 +326,10 @@ def main() -> None:
     parser.add_argument("--server-workers", type=int, default=2)
     parser.add_argument("--peers-python", type=Path, default=PEERS_PYTHON)
     parser.add_argument("--profile", type=Path, help="cProfile the concurrent crl run to FILE")
+    parser.add_argument(
+        "--gc-threshold",
+        help="gc.set_threshold for our side during the run, e.g. 50000,20,100 (default: Python's)",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     # Internal: run our side in this process (the parent starts it as a fresh process).
     parser.add_argument("--side", choices=["crl", "crl-no-ids"], help=argparse.SUPPRESS)
@@ -295,8 +337,18 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.side:
+        threshold = (
+            tuple(int(v) for v in args.gc_threshold.split(",")) if args.gc_threshold else None
+        )
         result = asyncio.run(
-            crl_side(args.url, args.trajectories, args.turns, args.side == "crl", args.profile)
+            crl_side(
+                args.url,
+                args.trajectories,
+                args.turns,
+                args.side == "crl",
+                args.profile,
+                threshold,
+            )
         )
         print(json.dumps(result), flush=True)
         return
@@ -307,6 +359,8 @@ def main() -> None:
     try:
         ours = [sys.executable, str(Path(__file__).resolve()), "--url", url,
                 "--trajectories", str(args.trajectories), "--turns", str(args.turns)]  # fmt: skip
+        if args.gc_threshold:
+            ours += ["--gc-threshold", args.gc_threshold]
         profile = ["--profile", str(args.profile)] if args.profile else []
         results["crl"] = run_side([*ours, "--side", "crl", *profile])
         if not args.skip_no_ids:

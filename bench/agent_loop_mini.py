@@ -98,7 +98,8 @@ def main() -> None:
         agent.run(workload.PROBLEM)
         return agent
 
-    # One trajectory alone first: per-turn latency without contention, and warm caches.
+    trajectory(0)  # warm-up: litellm's lazy imports and client cache, the first connection
+    # Then one trajectory alone: per-turn latency without contention.
     start_cpu, start = cpu(), time.perf_counter()
     first = trajectory(0)
     baseline = {
