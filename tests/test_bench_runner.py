@@ -6,6 +6,8 @@ nobody listens on."""
 from __future__ import annotations
 
 import json
+import resource
+import signal
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -381,3 +383,29 @@ async def test_an_errored_attempt_is_retried_after_the_rest_within_the_run(
     ]
     assert outcome.ran == 3
     assert (outcome.summary["errored"], outcome.summary["resolved"]) == (0, 2)
+
+
+def test_a_write_that_fails_half_way_leaves_no_torn_line_behind(tmp_path: Path) -> None:
+    """A full disk in the middle of a trajectory: the file is cut back, so the next attempt's
+    line does not land glued onto a torn one (which would make the folder unreadable)."""
+    store = ResultsStore(tmp_path / "r")
+    store.open(IDENTITY)
+    store.append(_record("a", 0, True), json.dumps({"instance_id": "a"}))
+    size = store.trajectories_file.stat().st_size
+    # A real failing write(2): the process may not grow a file past the limit (EFBIG), the same
+    # half-written line a full disk (ENOSPC) leaves.
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size + 1000, hard))
+    try:
+        with pytest.raises(OSError):
+            store.append(_record("b", 0, True), json.dumps({"messages": ["x" * 100_000]}))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert store.trajectories_file.stat().st_size == size
+    store.append(_record("c", 0, True), json.dumps({"instance_id": "c"}))
+    assert [t["instance_id"] for t in read_trajectories(tmp_path / "r")] == ["a", "c"]
+    reopened = ResultsStore(tmp_path / "r")
+    reopened.open(IDENTITY)
+    assert reopened.finished() == {("a", 0), ("c", 0)}

@@ -323,10 +323,32 @@ class ResultsStore:
 
 
 def _append(path: Path, text: str) -> None:
-    with path.open("a", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+    """Append ``text`` durably, or leave the file as it was.
+
+    A write that fails half-way (a full disk, a file size limit) would leave a line without its
+    end, and the next append would glue a whole line onto it: a corrupt line in the middle of
+    the file, which stops every later resume. So a failed append cuts the file back to where it
+    started before the error goes up.
+    """
+    data = text.encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        except BaseException:
+            try:
+                os.ftruncate(fd, start)
+                os.fsync(fd)
+            except OSError as exc:  # the torn line is cut on the next open() instead
+                logger.error("%s: cannot cut off a failed write: %s", path, exc)
+            raise
+    finally:
+        os.close(fd)
 
 
 def _short(value: Any, limit: int = 120) -> str:
