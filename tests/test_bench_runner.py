@@ -5,6 +5,7 @@ nobody listens on."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import resource
 import signal
@@ -29,7 +30,10 @@ from crl_worker.bench.results import (
     read_trajectories,
 )
 from crl_worker.bench.runner import Baseline, BenchmarkRunner
+from crl_worker.sandbox.config import LocalSandboxConfig
+from crl_worker.sandbox.local import LocalSandbox
 from crl_worker.tasks.model import Task
+from tests.fixtures.openai_server import ScriptedServer, Step, marker
 from tests.fixtures.repos import python_task, unittest_task
 
 IDENTITY = {"suite": "fixtures", "model": "gold", "agent": {"maxTurns": 5}}
@@ -409,3 +413,74 @@ def test_a_write_that_fails_half_way_leaves_no_torn_line_behind(tmp_path: Path) 
     reopened = ResultsStore(tmp_path / "r")
     reopened.open(IDENTITY)
     assert reopened.finished() == {("a", 0), ("c", 0)}
+
+
+class SlowClosingSandbox(LocalSandbox):
+    """A real local sandbox whose close takes a while, as deleting a pod or releasing a pool
+    lease does; ``closing`` is set when the close begins."""
+
+    def __init__(self, config: Any, task: Task) -> None:
+        super().__init__(config, task)
+        self.closing = asyncio.Event()
+
+    async def close(self) -> None:
+        self.closing.set()
+        await asyncio.sleep(0.5)
+        await super().close()
+
+
+async def test_a_second_stop_while_closing_still_closes_every_sandbox(
+    tmp_path: Path, tasks: list[Task]
+) -> None:
+    """Ctrl-C twice: the second cancellation lands while the sandbox is closing. The run must
+    not end (and asyncio.run then cancel the close) before the sandbox is gone."""
+    roman = tasks[0]
+    made: list[SlowClosingSandbox] = []
+
+    def sandbox(task: Task) -> SlowClosingSandbox:
+        made.append(SlowClosingSandbox(LocalSandboxConfig(), task))
+        return made[-1]
+
+    async with ScriptedServer() as server:
+        keyed = roman.model_copy(
+            update={"problem_statement": f"{roman.problem_statement}\n{marker('hang')}"}
+        )
+        server.script("hang", Step(content="late", delay=30))
+        async with ChatClient(server.url, "scripted") as client:
+            store = ResultsStore(tmp_path / "results")
+            store.open({**IDENTITY, "model": "scripted"})
+            runner = BenchmarkRunner(
+                [keyed],
+                agent=AgentSpec(max_turns=5),
+                store=store,
+                policy_factory=lambda task: client,
+                sandbox_factory=sandbox,
+                suite="fixtures",
+                model="scripted",
+            )
+            run = asyncio.create_task(runner.run())
+            while not server.requests_for("hang"):
+                await asyncio.sleep(0.02)
+            runner.stop()
+            await asyncio.wait_for(made[0].closing.wait(), 30)
+            runner.stop()  # the second Ctrl-C
+            outcome = await asyncio.wait_for(run, 60)
+    assert outcome.interrupted and outcome.ran == 0
+    root = made[0].root
+    assert root is not None and not root.exists(), "the sandbox was left behind"
+    assert not made[0].alive
+
+
+async def test_results_that_cannot_be_written_stop_the_run_and_say_why(
+    tmp_path: Path, tasks: list[Task]
+) -> None:
+    store = ResultsStore(tmp_path / "results")
+    store.open(IDENTITY)
+    # A real failing write: trajectories.jsonl is a folder, so opening it for writing fails.
+    store.trajectories_file.unlink(missing_ok=True)
+    store.trajectories_file.mkdir()
+    outcome = await _runner(tasks, store, parallelism=1).run()
+    assert outcome.interrupted and outcome.ran == 0
+    assert outcome.gave_up is not None
+    assert "recording" in outcome.gave_up and "IsADirectoryError" in outcome.gave_up
+    assert outcome.summary["done"] == 0 and outcome.summary["finished"] is False

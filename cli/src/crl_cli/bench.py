@@ -317,7 +317,7 @@ def bench(
         err.print(
             f"[red]gave up:[/] {escape(outcome.gave_up)}; {summary['done']} of"
             f" {summary['total']} attempts are in {escape(str(folder))}; run the same command"
-            " again to resume once it is back",
+            " again to resume once the cause is fixed",
             highlight=False,
         )
         raise typer.Exit(ERRORED)

@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if outcome.gave_up:
         logger.error(
-            "gave up: %s; %d of %d attempts are in %s; run again to resume once it is back",
+            "gave up: %s; %d of %d attempts are in %s; run again to resume once the cause is fixed",
             outcome.gave_up,
             summary["done"],
             summary["total"],

@@ -14,7 +14,9 @@ answer, a harness that times out: the attempt is written as an infrastructure fa
 verdict) and the others go on; it is run again after the rest of the suite up to ``retries``
 times, and on resume. :meth:`BenchmarkRunner.stop` (the callers wire
 it to SIGINT and SIGTERM) stops starting attempts and cancels the running ones; cancelled
-attempts write nothing, everything written stays, and the next run resumes from there.
+attempts write nothing, everything written stays, and the next run resumes from there. A
+sandbox being closed or a result being written when the cancellation comes (a second Ctrl-C
+included) is finished first. An attempt that cannot be written (a full disk) stops the run.
 
 Time: ``agent.timeoutSeconds`` covers the agent and the evaluation together, from the moment
 the sandbox is up. The agent's deadline keeps back ``EVALUATION_SHARE`` of it (at most the
@@ -29,11 +31,11 @@ import logging
 import signal
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from crl_worker.agent.client import Policy
 from crl_worker.agent.loop import run_agent
@@ -55,6 +57,8 @@ from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Share of ``agent.timeoutSeconds`` the agent's deadline keeps back for the evaluation.
 EVALUATION_SHARE = 0.25
@@ -124,7 +128,8 @@ class RunOutcome:
     records: list[AttemptResult] = field(default_factory=list)
     """The latest result of every attempt of the suite on record."""
     gave_up: str | None = None
-    """Why the run stopped itself: too many infrastructure failures in a row."""
+    """Why the run stopped itself: too many infrastructure failures in a row, or an attempt
+    that could not be written to the results folder."""
 
     @property
     def errored(self) -> int:
@@ -238,7 +243,21 @@ class BenchmarkRunner:
             nonlocal ran
             while not self._stopping and queue:
                 key = queue.popleft()
-                result = await self._attempt(self._by_id[key[0]], key[1])
+                try:
+                    result = await self._attempt(self._by_id[key[0]], key[1])
+                except Exception as exc:
+                    # _attempt catches everything an attempt can raise: this is the results
+                    # folder refusing writes (a full disk) or a bug of the runner. Either way
+                    # nothing more can be recorded: stop the run, say why, keep what is written.
+                    logger.exception("%s#%d: the attempt could not be recorded", *key)
+                    if self._gave_up is None:
+                        self._gave_up = (
+                            f"recording {key[0]}#{key[1]} in {self.store.path} failed"
+                            f" ({type(exc).__name__}: {exc}); fix that (free disk space?), then"
+                            " run again to resume"
+                        )
+                    self.stop()
+                    return
                 if result is None:
                     continue
                 ran += 1
@@ -397,9 +416,11 @@ class BenchmarkRunner:
                 await _close(sandbox, label)
         assert trajectory is not None
         result = _result(trajectory, agent_seconds, eval_seconds, time.monotonic() - t0)
-        # Shielded: once the write started, the attempt is done even if the run is cancelled.
-        await asyncio.shield(
-            asyncio.to_thread(self.store.append, result, trajectory.model_dump_json())
+        # Once the write started, the attempt is done even if the run is cancelled meanwhile.
+        await _to_the_end(
+            asyncio.to_thread(self.store.append, result, trajectory.model_dump_json()),
+            label,
+            "writing its result",
         )
         logger.info(
             "%s: %s (%s)",
@@ -453,13 +474,37 @@ class BenchmarkRunner:
         return trajectory
 
 
+async def _to_the_end(awaitable: Awaitable[T], label: str, what: str) -> T:
+    """Await ``awaitable`` to its end even when the caller is cancelled meanwhile (a second
+    Ctrl-C), then let the cancellation go on.
+
+    A shield alone is not enough: the cancelled caller would return at once, the run would
+    end, and ``asyncio.run`` would cancel the shielded close on its way out, leaving the
+    sandbox (a pod, a leased pool slot, a folder) behind. The wait is bounded by what is
+    awaited (``CLOSE_TIMEOUT`` for a close; a write is a few disk operations).
+    """
+    inner = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while not inner.done():
+        try:
+            await asyncio.wait({inner})
+        except asyncio.CancelledError:
+            if not cancelled:
+                logger.warning("%s: stopping; %s first", label, what)
+            cancelled = True
+    if cancelled:
+        if not inner.cancelled() and inner.exception() is not None:
+            logger.warning("%s: %s failed: %s", label, what, inner.exception())
+        raise asyncio.CancelledError
+    return inner.result()
+
+
 async def _close(sandbox: Sandbox, label: str) -> None:
-    """Close a sandbox even while the attempt is being cancelled; log, never raise."""
+    """Close a sandbox, to the end even while the attempt is being cancelled; log failures."""
     try:
-        await asyncio.shield(asyncio.wait_for(sandbox.close(), CLOSE_TIMEOUT))
-    except asyncio.CancelledError:
-        # The run is being cancelled; the shielded close goes on in the background.
-        raise
+        await _to_the_end(
+            asyncio.wait_for(sandbox.close(), CLOSE_TIMEOUT), label, "closing its sandbox"
+        )
     except Exception as exc:
         logger.warning("%s: closing the sandbox failed: %s", label, exc)
 
