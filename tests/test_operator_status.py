@@ -543,6 +543,19 @@ def test_benchmark_results_follow_the_report_exactly() -> None:
         ('{"total": 10, "done": 5, "resolved": 1, "resolveRate": 2}', "resolveRate"),
         ('{"total": 10, "done": 5, "resolved": 1, "passAtK": [{"k": 0, "value": 1}]}', "passAtK"),
         ("[]", "report"),
+        # Counts the status schema (int64) cannot hold would fail the operator's status patch.
+        ('{"total": 100000000000000000000, "done": 1, "resolved": 1}', "total"),
+        ('{"total": 9007199254740992, "done": 9007199254740992, "resolved": 0}', "done"),
+        (
+            '{"total": 10, "done": 5, "resolved": 1,'
+            ' "passAtK": [{"k": 100000000000000000000, "value": 0.5}]}',
+            "passAtK: k above",
+        ),
+        (
+            '{"total": 10, "done": 5, "resolved": 1,'
+            ' "passAtK": [{"k": 1, "value": 0.5}, {"k": 1, "value": 0.6}]}',
+            "names a k twice",
+        ),
     ],
 )
 def test_a_malformed_report_is_refused_with_the_reason(text: str, problem: str) -> None:
@@ -557,6 +570,16 @@ def test_a_malformed_comparison_is_dropped_but_the_progress_counts() -> None:
     )
     report = ProgressReport.parse(text).to_wire()
     assert "comparison" not in report and report["done"] == 1
+
+
+def test_a_comparison_over_more_instances_than_json_holds_is_dropped() -> None:
+    comparison = {"baseline": "zero-shot", "sharedInstances": 2**53, "difference": 0.1,
+                  "ciLow": 0.0, "ciHigh": 0.2, "confidenceLevel": 0.95}  # fmt: skip
+    text = json.dumps({"total": 3, "done": 1, "resolved": 1, "comparison": comparison})
+    assert "comparison" not in ProgressReport.parse(text).to_wire()
+    comparison["sharedInstances"] = 2**53 - 1
+    text = json.dumps({"total": 3, "done": 1, "resolved": 1, "comparison": comparison})
+    assert ProgressReport.parse(text).to_wire()["comparison"]["sharedInstances"] == 2**53 - 1
 
 
 def test_hosted_endpoint_needs_no_inference() -> None:

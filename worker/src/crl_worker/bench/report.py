@@ -46,6 +46,10 @@ PROGRESS_CONFIGMAP_ENV = "CRL_PROGRESS_CONFIGMAP"
 FIELD_MANAGER = "crl-bench-runner"
 #: Where a pod finds its own namespace when POD_NAMESPACE is not set.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+#: The largest count a report may hold: JSON's safe integers, which every client reads exactly
+#: and which fit the status schema's int64. A larger one would make the operator's status patch
+#: fail (the API server refuses it), so it is refused with the report instead.
+MAX_COUNT = 2**53 - 1
 
 
 class ProgressReport(BaseModel):
@@ -64,13 +68,13 @@ class ProgressReport(BaseModel):
         use_attribute_docstrings=True,
     )
 
-    total: int = Field(ge=0)
+    total: int = Field(ge=0, le=MAX_COUNT)
     """Attempts to run (instances x attempts)."""
-    done: int = Field(ge=0)
+    done: int = Field(ge=0, le=MAX_COUNT)
     """Attempts finished: resolved, unresolved or errored."""
-    resolved: int = Field(ge=0)
+    resolved: int = Field(ge=0, le=MAX_COUNT)
     """Attempts that resolved their instance."""
-    errored: int = Field(default=0, ge=0)
+    errored: int = Field(default=0, ge=0, le=MAX_COUNT)
     """Attempts lost to infrastructure failures (not counted as unresolved)."""
     resolve_rate: float | None = Field(default=None, ge=0.0, le=1.0)
     """resolved / (done - errored); None before any attempt finished without an error."""
@@ -88,10 +92,17 @@ class ProgressReport(BaseModel):
     def _comparison_or_none(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         # The comparison is an extra: a malformed one is dropped, the progress still counts.
         try:
-            return handler(value)
+            comparison = handler(value)
         except ValidationError as err:
             log.warning("ignoring a malformed baseline comparison in a progress report: %s", err)
             return None
+        if comparison is not None and comparison.shared_instances > MAX_COUNT:
+            log.warning(
+                "ignoring a baseline comparison over %d shared instances in a progress report",
+                comparison.shared_instances,
+            )
+            return None
+        return comparison
 
     @model_validator(mode="after")
     def _counts_add_up(self) -> ProgressReport:
@@ -101,6 +112,12 @@ class ProgressReport(BaseModel):
             )
         if self.done > self.total:
             raise ValueError(f"done ({self.done}) exceeds total ({self.total})")
+        ks = [p.k for p in self.pass_at_k]
+        if any(k > MAX_COUNT for k in ks):
+            raise ValueError(f"passAtK: k above {MAX_COUNT}")
+        if len(set(ks)) != len(ks):
+            # The status would list two values for one k; no reader could tell which is right.
+            raise ValueError(f"passAtK names a k twice: {sorted(ks)}")
         return self
 
     @classmethod
