@@ -8,14 +8,18 @@ patch resolves none. The bundle tests build small repositories of their own.
 
 from __future__ import annotations
 
+import functools
+import http.server
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from crl_worker.api.common import TaskSource
 from crl_worker.api.resources import Benchmark
 from crl_worker.api.validation import load_resources
 from crl_worker.errors import SandboxError
@@ -269,3 +273,25 @@ def test_relative_sources_are_resolved_against_the_task_file(
     got = {t.instance_id: t.source for t in loaded.tasks}
     assert got == {**sources, "a": str(suite.resolve() / "repos" / "notes.bundle")}
     assert resolve_source(loaded.tasks[0]) == str(suite.resolve() / "repos" / "notes.bundle")
+
+
+def test_relative_sources_of_a_downloaded_task_file_are_left_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task file fetched by URL lies in the download cache: its relative sources meant the
+    URL's folder, so they are not pointed into the cache."""
+    monkeypatch.setenv("CRL_CACHE_DIR", str(tmp_path / "cache"))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(SUITE))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/tasks.jsonl"
+        loaded = load_source(TaskSource.model_validate({"url": url, "format": "task"}))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert {t.instance_id for t in loaded.tasks} == INSTANCES
+    assert {t.source for t in loaded.tasks} == {
+        f"repos/{lib}.bundle" for lib in ("iniconf", "intervals", "lrukit", "slugkit")
+    }

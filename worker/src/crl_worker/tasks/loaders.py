@@ -159,6 +159,7 @@ def load_tasks(
     *,
     image_template: str | None = None,
     strict: bool = False,
+    anchor_sources: bool = True,
 ) -> LoadResult:
     """Load the tasks of a file (``.json`` array, ``.jsonl``, ``.parquet``) in ``format``.
 
@@ -167,6 +168,8 @@ def load_tasks(
     collecting it. A file that cannot be read at all always raises. A task whose ``source`` is a
     relative path (``repos/intervals.bundle``) gets it resolved against the file's folder, so a
     suite that ships its repositories beside its task file loads from any working directory.
+    ``anchor_sources=False`` keeps sources as written, for a file whose folder is not where its
+    author put it (a download in the cache: its relative sources meant the URL's folder).
     """
     result = load_records(
         read_records(Path(path)),
@@ -175,8 +178,9 @@ def load_tasks(
         image_template=image_template,
         strict=strict,
     )
-    folder = Path(path).resolve().parent
-    result.tasks = [anchor_source(task, folder) for task in result.tasks]
+    if anchor_sources:
+        folder = Path(path).resolve().parent
+        result.tasks = [anchor_source(task, folder) for task in result.tasks]
     return result
 
 

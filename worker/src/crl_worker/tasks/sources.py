@@ -57,7 +57,11 @@ def load_source(
             path = base_dir / path
         return load_tasks(path, source.format, source.filter, **common)
     if source.url is not None:
-        return load_tasks(download(source.url), source.format, source.filter, **common)
+        # The download lies in the cache, not beside the repositories its relative sources
+        # name: anchoring them there would point at folders that never exist.
+        return load_tasks(
+            download(source.url), source.format, source.filter, anchor_sources=False, **common
+        )
     if source.hugging_face is not None:
         rows = _hugging_face_rows(source)
         return load_records(rows_with_refs(rows), source.format, source.filter, **common)
