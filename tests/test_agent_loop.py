@@ -524,3 +524,20 @@ async def test_view_to_the_end_of_the_file(
     tail, middle = (t.tool_calls[0].output for t in trajectory.turns[:2])
     assert tail == "    46\t    return total"
     assert middle == '     3\t_SYMBOLS = [\n     4\t    ("M", 1000),'
+
+
+async def test_arguments_sent_as_an_object_run_and_go_back_as_a_string(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    # Some servers send the arguments as a JSON object, not the string the format has.
+    task = keyed(roman_task, "objargs")
+    as_object = {"type": "function", "function": {"name": "view", "arguments": {"path": NUMERALS}}}
+    server.script("objargs", Step(calls=[as_object]), call("submit"))
+    trajectory = await run_agent(task, sandbox, client, AgentSpec())
+    assert trajectory.exit_reason == "submitted", trajectory.error
+    view = trajectory.turns[0].tool_calls[0]
+    assert not view.error and "def from_roman" in view.output
+    assert view.arguments == '{"path": "src/romankit/numerals.py"}'
+    # Sent back in the format's shape, or a validating server (vLLM) refuses the next request.
+    sent = server.requests_for("objargs")[1].body["messages"]
+    assert sent[2]["tool_calls"][0]["function"]["arguments"] == view.arguments

@@ -84,6 +84,24 @@ async def run_agent(
     return await _Run(task, sandbox, policy, spec, prompts, attempt, deadline).execute()
 
 
+def _normalized_call(call: dict[str, Any], turn: int, n: int) -> dict[str, Any]:
+    """A tool call as it goes back into the chat: with an id (``call_<turn>_<n>`` when the
+    server sent none) and its arguments as a JSON string.
+
+    Some servers send the arguments as a JSON object instead of the string the OpenAI format
+    has; sent back like that, the next request is refused by a server that validates it (vLLM
+    answers 400), which would end the run as an infrastructure failure over a detail of form.
+    """
+    if not call.get("id"):
+        call = {**call, "id": f"call_{turn}_{n}"}
+    function = call.get("function")
+    if isinstance(function, dict):
+        arguments = function.get("arguments")
+        if arguments is not None and not isinstance(arguments, str):
+            call = {**call, "function": {**function, "arguments": json.dumps(arguments)}}
+    return call
+
+
 class _Run:
     """The state of one run."""
 
@@ -257,10 +275,7 @@ class _Run:
             calls = message.get("tool_calls") or []
             history: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
             if calls:
-                calls = [
-                    call if call.get("id") else {**call, "id": f"call_{index}_{n}"}
-                    for n, call in enumerate(calls)
-                ]
+                calls = [_normalized_call(call, index, n) for n, call in enumerate(calls)]
                 history["tool_calls"] = calls
             elif history["content"] is None:
                 history["content"] = ""

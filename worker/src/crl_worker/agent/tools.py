@@ -108,7 +108,7 @@ def parse_arguments(name: str, raw: Any) -> dict[str, Any]:
     if raw is None or raw == "":
         arguments: Any = {}
     elif isinstance(raw, dict):
-        arguments = raw
+        arguments = dict(raw)  # a copy: the checks below drop null optional arguments
     else:
         try:
             arguments = json.loads(raw)

@@ -40,7 +40,8 @@ class ToolCallRecord(BaseModel):
     name: str
     """The tool the model asked for (as written, even when no such tool exists)."""
     arguments: str
-    """The arguments exactly as the model wrote them (a JSON string, possibly malformed)."""
+    """The arguments exactly as the model wrote them (a JSON string, possibly malformed; a
+    server that sent a JSON object instead: that object's JSON string)."""
     output: str
     """The content of the tool message sent back to the model."""
     error: bool = False
