@@ -182,3 +182,39 @@ def test_reporter_from_env() -> None:
     reporter = reporter_from_env({"CRL_PROGRESS_CONFIGMAP": "b-progress", "POD_NAMESPACE": "ns"})
     assert isinstance(reporter, ConfigMapReporter)
     assert (reporter.namespace, reporter.name) == ("ns", "b-progress")
+
+
+def test_the_runner_pod_is_admitted_under_the_restricted_pod_security_standard(
+    cluster: Cluster, namespace: str, runner: Path
+) -> None:
+    """The runner mounts a token now; its pod must still pass `restricted` admission."""
+    cluster.kubectl(
+        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    job = next(
+        c
+        for c in render(bench(), namespace, RenderState(inference_ready=True))
+        if c["kind"] == "Job"
+    )
+    template = job["spec"]["template"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "runner-admission", "namespace": namespace},
+        "spec": template["spec"],
+    }
+    done = cluster.kubectl(
+        "create", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "violate" not in done.stderr, done.stderr
+    # The check bites: the same pod allowed to escalate privileges is refused.
+    container = pod["spec"]["containers"][0]
+    container["securityContext"] = {
+        **container["securityContext"],
+        "allowPrivilegeEscalation": True,
+    }
+    refused = cluster.kubectl(
+        "create", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False
+    )
+    assert refused.returncode != 0 and "restricted" in refused.stderr, refused.stderr
