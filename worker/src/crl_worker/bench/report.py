@@ -50,6 +50,9 @@ SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/
 #: and which fit the status schema's int64. A larger one would make the operator's status patch
 #: fail (the API server refuses it), so it is refused with the report instead.
 MAX_COUNT = 2**53 - 1
+#: The longest `progress.json` read: a real report is well under a kilobyte (at most 16 pass@k
+#: values); anything bigger is refused unread rather than parsed at every reconcile.
+MAX_REPORT_CHARS = 64 * 1024
 
 
 class ProgressReport(BaseModel):
@@ -123,6 +126,11 @@ class ProgressReport(BaseModel):
     @classmethod
     def parse(cls, text: str) -> ProgressReport:
         """Read `progress.json`; ValueError (with what is wrong) for anything malformed."""
+        if len(text) > MAX_REPORT_CHARS:
+            raise ValueError(
+                f"malformed progress report: {len(text)} characters, more than the"
+                f" {MAX_REPORT_CHARS} a report may have"
+            )
         try:
             return cls.model_validate_json(text)
         except ValidationError as err:
