@@ -18,6 +18,7 @@ import pytest
 
 from crl_worker.agent.client import ChatClient
 from crl_worker.agent.gold import GoldPolicy
+from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec
 from crl_worker.bench.config import Sandboxes
 from crl_worker.bench.report import ProgressReport
@@ -33,7 +34,7 @@ from crl_worker.bench.runner import Baseline, BenchmarkRunner
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.local import LocalSandbox
 from crl_worker.tasks.model import Task
-from tests.fixtures.openai_server import ScriptedServer, Step, marker
+from tests.fixtures.openai_server import ScriptedServer, Step, call, marker
 from tests.fixtures.repos import python_task, unittest_task
 
 IDENTITY = {"suite": "fixtures", "model": "gold", "agent": {"maxTurns": 5}}
@@ -484,3 +485,44 @@ async def test_results_that_cannot_be_written_stop_the_run_and_say_why(
     assert outcome.gave_up is not None
     assert "recording" in outcome.gave_up and "IsADirectoryError" in outcome.gave_up
     assert outcome.summary["done"] == 0 and outcome.summary["finished"] is False
+
+
+async def test_a_stopped_attempt_keeps_its_trajectory_apart_and_runs_again(
+    tmp_path: Path, tasks: list[Task]
+) -> None:
+    roman = tasks[0].model_copy(
+        update={"problem_statement": f"{tasks[0].problem_statement}\n{marker('stopped')}"}
+    )
+    async with ScriptedServer() as server:
+        server.script(
+            "stopped", call("view", {"path": "README.md"}), Step(content="late", delay=30)
+        )
+        async with ChatClient(server.url, "scripted") as client:
+            store = ResultsStore(tmp_path / "results")
+            store.open({**IDENTITY, "model": "scripted"})
+            runner = BenchmarkRunner(
+                [roman],
+                agent=AgentSpec(max_turns=5),
+                store=store,
+                policy_factory=lambda task: client,
+                sandbox_factory=Sandboxes.make(None).factory,
+                suite="fixtures",
+                model="scripted",
+            )
+            run = asyncio.create_task(runner.run())
+            while len(server.requests_for("stopped")) < 2:
+                await asyncio.sleep(0.02)
+            runner.stop()
+            outcome = await asyncio.wait_for(run, 60)
+    assert outcome.interrupted and outcome.ran == 0
+    # No result line: the attempt is not done and runs again on resume ...
+    assert not store.results_file.exists() or store.results_file.read_text() == ""
+    assert not store.trajectories_file.exists() or store.trajectories_file.read_text() == ""
+    resumed = ResultsStore(tmp_path / "results")
+    resumed.open({**IDENTITY, "model": "scripted"})
+    assert resumed.finished() == set()
+    # ... but what its agent did is kept.
+    (kept,) = _lines(store.cancelled_file)
+    trajectory = Trajectory.model_validate(kept)
+    assert trajectory.exit_reason == "cancelled"
+    assert [t.tool_calls[0].name for t in trajectory.turns] == ["view"]

@@ -11,6 +11,8 @@ A folder holds:
 - ``trajectories.jsonl``: the full trajectory of each attempt, written (and fsynced) *before* its
   result line, so every result line has its trajectory.
 - ``summary.json``: written by :mod:`crl_worker.bench.summary` after each run.
+- ``cancelled.jsonl``: the trajectory so far of each attempt stopped by a cancellation (Ctrl-C,
+  SIGTERM). Only kept: neither resume nor the summary reads it, and the attempt runs again.
 
 A line cut short by a crash (no newline at the end, or not JSON) can only be the last one: it is
 logged, ignored, and cut off before anything is appended. When an attempt has several lines (an
@@ -39,6 +41,7 @@ RESULTS_FILE = "results.jsonl"
 TRAJECTORIES_FILE = "trajectories.jsonl"
 SUMMARY_FILE = "summary.json"
 RUN_FILE = "run.json"
+CANCELLED_FILE = "cancelled.jsonl"
 
 
 class ResultsError(CrlError):
@@ -208,6 +211,11 @@ class ResultsStore:
         return self.path / SUMMARY_FILE
 
     @property
+    def cancelled_file(self) -> Path:
+        """``cancelled.jsonl``."""
+        return self.path / CANCELLED_FILE
+
+    @property
     def run_file(self) -> Path:
         """``run.json``."""
         return self.path / RUN_FILE
@@ -246,6 +254,7 @@ class ResultsStore:
         _truncate(self.results_file, good)
         # Trajectories can run to gigabytes: only their tail is looked at.
         _truncate(self.trajectories_file, _whole_lines_length(self.trajectories_file))
+        _truncate(self.cancelled_file, _whole_lines_length(self.cancelled_file))
         for number, raw in enumerate(records, 1):
             try:
                 record = AttemptResult.model_validate(raw)
@@ -316,6 +325,16 @@ class ResultsStore:
             _append(self.trajectories_file, trajectory_json.rstrip("\n") + "\n")
             _append(self.results_file, line)
             self._records[result.key] = result
+
+    def append_cancelled(self, trajectory_json: str) -> None:
+        """Keep the trajectory of a cancelled attempt (blocking, like :meth:`append`). It does
+        not make the attempt done."""
+        if not self._opened:
+            raise ResultsError("open() the results store before appending to it")
+        if "\n" in trajectory_json.rstrip("\n"):
+            raise ValueError("a trajectory must be one line of JSON")
+        with self._lock:
+            _append(self.cancelled_file, trajectory_json.rstrip("\n") + "\n")
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         """Replace ``summary.json`` atomically."""

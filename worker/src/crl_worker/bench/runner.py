@@ -13,8 +13,9 @@ Failures stay with their attempt. A sandbox that does not start, a model server 
 answer, a harness that times out: the attempt is written as an infrastructure failure (no
 verdict) and the others go on; it is run again after the rest of the suite up to ``retries``
 times, and on resume. :meth:`BenchmarkRunner.stop` (the callers wire
-it to SIGINT and SIGTERM) stops starting attempts and cancels the running ones; cancelled
-attempts write nothing, everything written stays, and the next run resumes from there. A
+it to SIGINT and SIGTERM) stops starting attempts and cancels the running ones; a cancelled
+attempt writes no result (its trajectory so far goes to ``cancelled.jsonl``), everything written
+stays, and the next run resumes from there. A
 sandbox being closed or a result being written when the cancellation comes (a second Ctrl-C
 included) is finished first. An attempt that cannot be written (a full disk) stops the run.
 
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from crl_worker.agent.client import Policy
-from crl_worker.agent.loop import run_agent
+from crl_worker.agent.loop import AgentCancelled, run_agent
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec
 from crl_worker.bench.compare import instance_attempts
@@ -258,8 +259,6 @@ class BenchmarkRunner:
                         )
                     self.stop()
                     return
-                if result is None:
-                    continue
                 ran += 1
                 tries[key] = tries.get(key, 0) + 1
                 if result.infrastructure_failure and tries[key] <= self.retries:
@@ -387,14 +386,15 @@ class BenchmarkRunner:
             error=error,
         )
 
-    async def _attempt(self, task: Task, attempt: int) -> AttemptResult | None:
-        """Run one attempt and write it; ``None`` when it was cancelled (nothing written)."""
+    async def _attempt(self, task: Task, attempt: int) -> AttemptResult:
+        """Run one attempt and write it. When cancelled, the agent's trajectory so far goes to
+        ``cancelled.jsonl`` and the cancellation goes on (nothing in ``results.jsonl``)."""
         started_at = datetime.now(UTC)
         t0 = time.monotonic()
         label = f"{task.instance_id}#{attempt}"
         sandbox: Sandbox | None = None
         agent_seconds = eval_seconds = 0.0
-        trajectory: Trajectory | None
+        trajectory: Trajectory
         try:
             try:
                 sandbox = self.sandbox_factory(task)
@@ -406,15 +406,12 @@ class BenchmarkRunner:
                 )
             else:
                 trajectory = await self._agent_and_evaluation(task, attempt, sandbox, started_at)
-                if trajectory is None:
-                    return None
                 agent_seconds = trajectory.duration
                 if trajectory.evaluation is not None:
                     eval_seconds = trajectory.evaluation.duration
         finally:
             if sandbox is not None:
                 await _close(sandbox, label)
-        assert trajectory is not None
         result = _result(trajectory, agent_seconds, eval_seconds, time.monotonic() - t0)
         # Once the write started, the attempt is done even if the run is cancelled meanwhile.
         await _to_the_end(
@@ -430,12 +427,24 @@ class BenchmarkRunner:
         )
         return result
 
+    async def _keep_cancelled(self, trajectory: Trajectory, label: str) -> None:
+        """Save the trajectory of a cancelled attempt (the cancellation is already under way)."""
+        try:
+            await _to_the_end(
+                asyncio.to_thread(self.store.append_cancelled, trajectory.model_dump_json()),
+                label,
+                "saving its cancelled trajectory",
+            )
+        except Exception as exc:
+            logger.warning("%s: saving its cancelled trajectory failed: %s", label, exc)
+
     async def _agent_and_evaluation(
         self, task: Task, attempt: int, sandbox: Sandbox, started_at: datetime
-    ) -> Trajectory | None:
+    ) -> Trajectory:
         budget = float(self.agent.timeout_seconds)
         reserve = min(task.timeouts.test, EVALUATION_SHARE * budget)
         t_agent = time.monotonic()
+        label = f"{task.instance_id}#{attempt}"
         try:
             policy = self.policy_factory(task)
             trajectory = await run_agent(
@@ -446,6 +455,11 @@ class BenchmarkRunner:
                 attempt=attempt,
                 deadline=t_agent + budget - reserve,
             )
+        except AgentCancelled as cancelled:
+            # Stopped (Ctrl-C, SIGTERM, giving up): no result line, so the attempt runs again
+            # on resume, but the work done so far is kept.
+            await self._keep_cancelled(cancelled.trajectory, label)
+            raise
         except Exception as exc:
             # run_agent reports model and sandbox failures in the trajectory; anything raised
             # here is unexpected, but it ends only this attempt.
@@ -453,14 +467,19 @@ class BenchmarkRunner:
             return self._failure(
                 task, attempt, started_at, t_agent, f"the agent loop failed: {exc!r}"
             )
-        if trajectory.exit_reason == "cancelled":
-            # Only a stop cancels an attempt; it is run again on resume, not recorded.
-            return None
         if trajectory.exit_reason == "infrastructure_error":
             return trajectory
         remaining = t_agent + budget - time.monotonic()
         try:
             evaluation = await evaluate(sandbox, task, timeout=max(remaining, reserve))
+        except asyncio.CancelledError:
+            ended = trajectory.exit_reason
+            trajectory.exit_reason = "cancelled"
+            trajectory.error = (
+                f"the run was stopped during the evaluation (the agent had ended: {ended})"
+            )
+            await self._keep_cancelled(trajectory, label)
+            raise
         except Exception as exc:
             # evaluate() reports its failures in the result; anything raised is unexpected.
             logger.exception("%s#%d: the evaluation failed", task.instance_id, attempt)
