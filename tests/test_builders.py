@@ -766,13 +766,20 @@ def test_the_gateway_reads_its_task_source(
 
     parsed = parser().parse_args(container(deployment)["args"])
     assert (str(parsed.tasks) if parsed.tasks else None) == path
-    mounted = [v for v in pod_spec(deployment)["volumes"] if v["name"] == "tasks"]
+    assert_task_mount(deployment, volume)
+
+
+def assert_task_mount(workload: dict[str, Any], volume: dict[str, Any] | None) -> list[Any]:
+    """The task file's volume is `volume` (or absent), mounted read-only where workers look;
+    returns the mounts."""
+    mounted = [v for v in pod_spec(workload)["volumes"] if v["name"] == "tasks"]
     assert [{k: v for k, v in m.items() if k != "name"} for m in mounted] == (
         [volume] if volume else []
     )
-    mounts = [m for m in container(deployment)["volumeMounts"] if m["name"] == "tasks"]
+    mounts = [m for m in container(workload)["volumeMounts"] if m["name"] == "tasks"]
     assert all(m["readOnly"] and m["mountPath"] == "/var/lib/crl/tasks" for m in mounts)
     assert len(mounts) == len(mounted)
+    return mounts
 
 
 # --- the runner's identity and progress channel ---------------------------------------------
@@ -872,13 +879,7 @@ def test_the_runner_reads_a_mounted_task_file(
     args = container(job)["args"]
     assert flag(args, "--config") == "/etc/crl/config.yaml"
     assert flag(args, "--tasks") == path
-    mounted = [v for v in pod_spec(job)["volumes"] if v["name"] == "tasks"]
-    assert [{k: v for k, v in m.items() if k != "name"} for m in mounted] == (
-        [volume] if volume else []
-    )
-    mounts = [m for m in container(job)["volumeMounts"] if m["name"] == "tasks"]
-    assert all(m["readOnly"] and m["mountPath"] == "/var/lib/crl/tasks" for m in mounts)
-    assert len(mounts) == len(mounted)
+    mounts = assert_task_mount(job, volume)
     if "volume" in tasks:
         assert mounts[0]["subPath"] == "suites"
 
