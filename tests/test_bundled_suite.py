@@ -8,6 +8,7 @@ patch resolves none. The bundle tests build small repositories of their own.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import http.server
 import os
@@ -295,3 +296,24 @@ def test_relative_sources_of_a_downloaded_task_file_are_left_as_written(
     assert {t.source for t in loaded.tasks} == {
         f"repos/{lib}.bundle" for lib in ("iniconf", "intervals", "lrukit", "slugkit")
     }
+
+
+async def test_sandboxes_cloning_one_bundle_at_once_share_one_mirror(
+    tmp_path: Path, history: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first clone of a bundle into the cache is serialised by its file lock: the others
+    wait for it and clone from the finished mirror (a shared `.partial` would collide)."""
+    monkeypatch.setenv("CRL_CACHE_DIR", str(tmp_path / "cache"))
+    task = _task(history["new"], history["second"])
+    sandboxes = [create_sandbox({"type": "local", "root": str(tmp_path)}, task) for _ in range(4)]
+    await asyncio.gather(*(sandbox.start() for sandbox in sandboxes))
+    try:
+        contents = await asyncio.gather(*(sb.read_file("notes.txt") for sb in sandboxes))
+        assert contents == [b"second\n"] * 4
+    finally:
+        await asyncio.gather(*(sandbox.close() for sandbox in sandboxes))
+    repos = tmp_path / "cache" / "repos"
+    assert sorted(p.name for p in repos.iterdir()) == [
+        "crl-tests__notes.git",
+        "crl-tests__notes.lock",
+    ]
