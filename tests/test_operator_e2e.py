@@ -35,7 +35,8 @@ from .paths import EXAMPLES
 
 T = TypeVar("T")
 WAIT = 90.0
-LOCAL_ONLY = {"local-benchmark-sympy-cpu.yaml", "local-trainingrun-tiny-cpu.yaml"}
+# By name, so a new one-machine example (local-benchmark-mini.yaml) is never applied by mistake.
+LOCAL_ONLY = {p.name for p in EXAMPLES if p.name.startswith("local-")}
 CHILD_KINDS = (
     "ConfigMap", "Service", "ServiceAccount", "Deployment", "Job", "Role", "RoleBinding",
     "NetworkPolicy", "RolloutPool", "Benchmark",
