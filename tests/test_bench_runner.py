@@ -10,7 +10,7 @@ import json
 import resource
 import signal
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from crl_worker.bench.results import (
     read_trajectories,
 )
 from crl_worker.bench.runner import Baseline, BenchmarkRunner
+from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.local import LocalSandbox
 from crl_worker.tasks.model import Task
@@ -58,25 +59,22 @@ def _runner(
     tasks: list[Task],
     store: ResultsStore,
     *,
-    attempts: int = 1,
-    pass_at_k: tuple[int, ...] = (1,),
+    client: ChatClient | None = None,
+    sandbox_factory: Callable[[Task], Sandbox] | None = None,
     parallelism: int = 2,
-    reporter: RecordingReporter | None = None,
-    progress: Any = None,
+    **options: Any,
 ) -> BenchmarkRunner:
+    """A runner on real local sandboxes: the gold policy, or ``client`` for every attempt."""
     return BenchmarkRunner(
         tasks,
         agent=AgentSpec(max_turns=5),
         store=store,
-        policy_factory=GoldPolicy,
-        sandbox_factory=Sandboxes.make(None).factory,
+        policy_factory=GoldPolicy if client is None else (lambda task: client),
+        sandbox_factory=sandbox_factory or Sandboxes.make(None).factory,
         suite="fixtures",
-        model="gold",
-        attempts=attempts,
-        pass_at_k=pass_at_k,
+        model="gold" if client is None else client.model,
         parallelism=parallelism,
-        reporter=reporter,
-        progress=progress,
+        **options,
     )
 
 
@@ -194,15 +192,7 @@ async def test_a_model_server_that_is_down_errors_the_attempts_without_a_verdict
     )
     store = ResultsStore(tmp_path / "results")
     store.open({**IDENTITY, "model": "nobody"})
-    runner = BenchmarkRunner(
-        tasks,
-        agent=AgentSpec(max_turns=5),
-        store=store,
-        policy_factory=lambda task: client,
-        sandbox_factory=Sandboxes.make(None).factory,
-        suite="fixtures",
-        model="nobody",
-    )
+    runner = _runner(tasks, store, client=client, parallelism=8)
     try:
         outcome = await runner.run()
     finally:
@@ -299,17 +289,8 @@ async def test_the_run_gives_up_after_too_many_infrastructure_failures_in_a_row(
     )
     store = ResultsStore(tmp_path / "results")
     store.open({**IDENTITY, "model": "nobody"})
-    runner = BenchmarkRunner(
-        tasks,
-        agent=AgentSpec(max_turns=5),
-        store=store,
-        policy_factory=lambda task: client,
-        sandbox_factory=Sandboxes.make(None).factory,
-        suite="fixtures",
-        model="nobody",
-        attempts=3,
-        parallelism=1,
-        max_consecutive_errors=2,
+    runner = _runner(
+        tasks, store, client=client, attempts=3, parallelism=1, max_consecutive_errors=2
     )
     try:
         outcome = await runner.run()
@@ -366,17 +347,7 @@ async def test_an_errored_attempt_is_retried_after_the_rest_within_the_run(
 
     store = ResultsStore(tmp_path / "results")
     store.open(IDENTITY)
-    runner = BenchmarkRunner(
-        [calendar, roman],
-        agent=AgentSpec(max_turns=5),
-        store=store,
-        policy_factory=GoldPolicy,
-        sandbox_factory=sandbox,
-        suite="fixtures",
-        model="gold",
-        parallelism=1,
-        retries=1,
-    )
+    runner = _runner([calendar, roman], store, sandbox_factory=sandbox, parallelism=1, retries=1)
     outcome = await runner.run()
     # calendarkit fails, romankit runs, then calendarkit again (after the rest).
     assert order == [calendar.instance_id, roman.instance_id, calendar.instance_id]
@@ -450,15 +421,7 @@ async def test_a_second_stop_while_closing_still_closes_every_sandbox(
         async with ChatClient(server.url, "scripted") as client:
             store = ResultsStore(tmp_path / "results")
             store.open({**IDENTITY, "model": "scripted"})
-            runner = BenchmarkRunner(
-                [keyed],
-                agent=AgentSpec(max_turns=5),
-                store=store,
-                policy_factory=lambda task: client,
-                sandbox_factory=sandbox,
-                suite="fixtures",
-                model="scripted",
-            )
+            runner = _runner([keyed], store, client=client, sandbox_factory=sandbox)
             run = asyncio.create_task(runner.run())
             while not server.requests_for("hang"):
                 await asyncio.sleep(0.02)
@@ -500,15 +463,7 @@ async def test_a_stopped_attempt_keeps_its_trajectory_apart_and_runs_again(
         async with ChatClient(server.url, "scripted") as client:
             store = ResultsStore(tmp_path / "results")
             store.open({**IDENTITY, "model": "scripted"})
-            runner = BenchmarkRunner(
-                [roman],
-                agent=AgentSpec(max_turns=5),
-                store=store,
-                policy_factory=lambda task: client,
-                sandbox_factory=Sandboxes.make(None).factory,
-                suite="fixtures",
-                model="scripted",
-            )
+            runner = _runner([roman], store, client=client)
             run = asyncio.create_task(runner.run())
             while len(server.requests_for("stopped")) < 2:
                 await asyncio.sleep(0.02)

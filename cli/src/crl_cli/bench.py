@@ -35,9 +35,8 @@ from crl_worker.api.validation import ManifestError, load_resources
 if TYPE_CHECKING:
     # The runner pulls in the agent's HTTP client and the sandboxes: imported when a command
     # runs, so that `crl validate` and friends need only the base install.
-    from crl_worker.bench.config import BenchmarkConfig, Policies, Sandboxes
+    from crl_worker.bench.config import BenchmarkConfig
     from crl_worker.bench.results import AttemptResult
-    from crl_worker.bench.runner import BenchmarkRunner, RunOutcome
 
 
 class Agent(StrEnum):
@@ -134,18 +133,6 @@ class _Display:
             err.print(line, highlight=False)
 
 
-async def _run(
-    runner: BenchmarkRunner, policies: Policies, sandboxes: Sandboxes
-) -> tuple[RunOutcome, int | None]:
-    from crl_worker.bench.runner import run_until_signalled
-
-    try:
-        return await run_until_signalled(runner)
-    finally:
-        await policies.aclose()
-        await sandboxes.aclose()
-
-
 def bench(
     file: Annotated[Path, typer.Argument(help="Benchmark manifest (YAML).")],
     agent: Annotated[
@@ -234,7 +221,12 @@ def bench(
         run_identity,
     )
     from crl_worker.bench.results import ResultsError, ResultsStore
-    from crl_worker.bench.runner import Baseline, BenchmarkRunner, default_error_limit
+    from crl_worker.bench.runner import (
+        Baseline,
+        BenchmarkRunner,
+        default_error_limit,
+        run_until_signalled,
+    )
     from crl_worker.bench.summary import summary_table
     from crl_worker.errors import SandboxError
 
@@ -306,7 +298,7 @@ def bench(
                 f" {escape(str(folder))}",
                 highlight=False,
             )
-        outcome, signalled = asyncio.run(_run(runner, policies, sandboxes))
+        outcome, signalled = asyncio.run(run_until_signalled(runner, policies, sandboxes))
     summary = outcome.summary
     if quiet:
         sys.stdout.write(json.dumps(summary) + "\n")

@@ -39,7 +39,6 @@ from crl_worker.bench.results import ResultsError, ResultsStore
 from crl_worker.bench.runner import (
     Baseline,
     BenchmarkRunner,
-    RunOutcome,
     default_error_limit,
     run_until_signalled,
 )
@@ -100,16 +99,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--log-format", choices=["text", "json"], default="json")
     return p
-
-
-async def _run(
-    runner: BenchmarkRunner, policies: Policies, sandboxes: Sandboxes
-) -> tuple[RunOutcome, int | None]:
-    try:
-        return await run_until_signalled(runner)
-    finally:
-        await policies.aclose()
-        await sandboxes.aclose()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         model,
         results,
     )
-    outcome, signalled = asyncio.run(_run(runner, policies, sandboxes))
+    outcome, signalled = asyncio.run(run_until_signalled(runner, policies, sandboxes))
     summary = outcome.summary
     logger.info(
         "benchmark %s: %d/%d done, %d resolved, %d errored, resolve rate %s",

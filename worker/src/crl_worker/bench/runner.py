@@ -576,8 +576,17 @@ def _status_comparison(comparison: Mapping[str, Any]) -> dict[str, Any]:
     return {k: comparison[k] for k in keys if comparison.get(k) is not None}
 
 
-async def run_until_signalled(runner: BenchmarkRunner) -> tuple[RunOutcome, int | None]:
-    """Run ``runner`` with SIGINT and SIGTERM wired to :meth:`BenchmarkRunner.stop`.
+class _Closable(Protocol):
+    """What is closed after the run: a chat client, a gateway client."""
+
+    async def aclose(self) -> None: ...
+
+
+async def run_until_signalled(
+    runner: BenchmarkRunner, *resources: _Closable
+) -> tuple[RunOutcome, int | None]:
+    """Run ``runner`` with SIGINT and SIGTERM wired to :meth:`BenchmarkRunner.stop`, then
+    close ``resources`` (the model client, the pool gateway client) whatever happened.
 
     Returns the outcome and the number of the signal that stopped it (``None`` when none did).
     """
@@ -600,4 +609,6 @@ async def run_until_signalled(runner: BenchmarkRunner) -> tuple[RunOutcome, int 
     finally:
         for number in installed:
             loop.remove_signal_handler(number)
+        for resource in resources:
+            await resource.aclose()
     return outcome, (received[0] if received else None)
