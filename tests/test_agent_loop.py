@@ -541,3 +541,36 @@ async def test_arguments_sent_as_an_object_run_and_go_back_as_a_string(
     # Sent back in the format's shape, or a validating server (vLLM) refuses the next request.
     sent = server.requests_for("objargs")[1].body["messages"]
     assert sent[2]["tool_calls"][0]["function"]["arguments"] == view.arguments
+
+
+async def test_view_numbers_lines_as_the_shell_does_and_refuses_binary_and_non_utf8(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    # A form feed on a line of its own (GNU-style sections), CRLF endings, a binary file and a
+    # Latin-1 file, all written by the shell.
+    setup = (
+        r"printf 'a\n\f\nb\r\nc\n' > ff.txt && printf 'x\000y' > blob.bin"
+        r" && printf 'caf\351\n' > latin1.txt && grep -n c ff.txt"
+    )
+    task = keyed(roman_task, "lines")
+    server.script(
+        "lines",
+        call("shell", {"command": setup}),
+        call("view", {"path": "ff.txt", "start_line": 4}),
+        call("edit", {"path": "ff.txt", "old_str": "b\r\n", "new_str": "B\r\n"}),
+        call("view", {"path": "blob.bin"}),
+        call("view", {"path": "latin1.txt"}),
+        call("edit", {"path": "latin1.txt", "old_str": "caf", "new_str": "cafe"}),
+        call("submit"),
+    )
+    trajectory = await run_agent(task, sandbox, client, AgentSpec())
+    shell, view, edit, blob, latin1, latin1_edit = (t.tool_calls[0] for t in trajectory.turns[:6])
+    assert "4:c" in shell.output  # what the model sees from grep -n ...
+    assert view.output == "     4\tc"  # ... is what view calls line 4
+    assert not edit.error and "Lines 1 to 4 now read:" in edit.output
+    assert "     3\tB\n     4\tc" in edit.output
+    assert blob.error and "blob.bin is a binary file" in blob.output
+    assert latin1.error and "latin1.txt is not UTF-8 text; use shell" in latin1.output
+    assert latin1_edit.error and "not UTF-8" in latin1_edit.output
+    assert (await sandbox.read_file("ff.txt")) == b"a\n\x0c\nB\r\nc\n"
+    assert (await sandbox.read_file("latin1.txt")) == b"caf\xe9\n"

@@ -148,6 +148,20 @@ def parse_arguments(name: str, raw: Any) -> dict[str, Any]:
     return arguments
 
 
+def split_lines(text: str) -> list[str]:
+    """A file's lines as ``grep -n``, ``sed`` and editors number them: split at newlines only,
+    a carriage return before one dropped.
+
+    ``str.splitlines`` also splits at form feeds, ``\x1c``-``\x1e``, ``\x85`` and U+2028/2029,
+    which real sources hold (a form feed between sections of a GNU-style file): the numbers
+    ``view`` shows would drift from the shell's, and an edit's snippet would show other lines.
+    """
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def _number(lines: list[str], first: int) -> str:
     return "\n".join(f"{first + i:6d}\t{line}" for i, line in enumerate(lines))
 
@@ -254,7 +268,7 @@ class Toolbox:
             text = await self._read_text(path)
         except IsADirectoryError:
             return await self._listing(path)
-        lines = text.splitlines()
+        lines = split_lines(text)
         total = len(lines)
         first = 1 if start_line is None else start_line
         last = total if end_line is None or end_line == -1 else end_line
@@ -331,7 +345,7 @@ class Toolbox:
         updated = text[:at] + new_str + text[at + len(old_str) :]
         await self._write(path, updated)
         first = text.count("\n", 0, at) + 1
-        updated_lines = updated.splitlines()
+        updated_lines = split_lines(updated)
         start = max(1, first - _SNIPPET_CONTEXT)
         end = min(len(updated_lines), first + new_str.count("\n") + _SNIPPET_CONTEXT)
         snippet = _number(updated_lines[start - 1 : end], start)
