@@ -574,3 +574,26 @@ async def test_view_numbers_lines_as_the_shell_does_and_refuses_binary_and_non_u
     assert latin1_edit.error and "not UTF-8" in latin1_edit.output
     assert (await sandbox.read_file("ff.txt")) == b"a\n\x0c\nB\r\nc\n"
     assert (await sandbox.read_file("latin1.txt")) == b"caf\xe9\n"
+
+
+async def test_a_server_without_usage(roman_task: Task, sandbox: Sandbox) -> None:
+    """No ``usage`` in the answers: the token ids measure the context when the server sends
+    them; with neither, the run still ends by its other limits, tokens counted as 0."""
+    view = {"path": "README.md"}
+    async with ScriptedServer() as vllm, ScriptedServer(vllm=False) as plain:
+        for server in (vllm, plain):
+            server.script("nousage", *[call("view", view, no_usage=True)] * 3)
+        spec = AgentSpec(max_turns=3, max_total_tokens=400_000, max_tokens_per_turn=262_144)
+        task = keyed(roman_task, "nousage")
+        async with ChatClient(vllm.url, "m") as client:
+            with_ids = await run_agent(task, sandbox, client, spec)
+        async with ChatClient(plain.url, "m") as client:
+            without = await run_agent(task, sandbox, client, spec)
+    first = with_ids.turns[0]
+    assert first.prompt_tokens == first.completion_tokens == 0
+    assert first.prompt_token_ids is not None and first.completion_token_ids is not None
+    size = len(first.prompt_token_ids) + len(first.completion_token_ids)
+    assert with_ids.turns[1].max_tokens == min(262_144, 400_000 - size)
+    assert without.exit_reason == with_ids.exit_reason == "max_turns"
+    assert [t.max_tokens for t in without.turns] == [262_144] * 3
+    assert (without.prompt_tokens, without.completion_tokens) == (0, 0)
