@@ -34,9 +34,10 @@ from crl_worker.bench.runner import Baseline, BenchmarkRunner
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.local import LocalSandbox
-from crl_worker.tasks.model import Task
+from crl_worker.tasks.model import Task, TestSpec
 from tests.fixtures.openai_server import ScriptedServer, Step, call, marker
 from tests.fixtures.repos import python_task, unittest_task
+from tests.test_agent_trajectory import CannedSandbox
 
 IDENTITY = {"suite": "fixtures", "model": "gold", "agent": {"maxTurns": 5}}
 
@@ -481,3 +482,55 @@ async def test_a_stopped_attempt_keeps_its_trajectory_apart_and_runs_again(
     trajectory = Trajectory.model_validate(kept)
     assert trajectory.exit_reason == "cancelled"
     assert [t.tool_calls[0].name for t in trajectory.turns] == ["view"]
+
+
+class CountingCannedSandbox(CannedSandbox):
+    """The canned sandbox of the agent's concurrency test (runs nothing; real sandboxes would
+    take minutes for this many attempts), counting how many exist at once. Only for this
+    concurrency test."""
+
+    live = 0
+    most = 0
+    closed = 0
+
+    async def start(self) -> None:
+        cls = CountingCannedSandbox
+        cls.live += 1
+        cls.most = max(cls.most, cls.live)
+        await asyncio.sleep(0.001)
+        await super().start()
+
+    async def close(self) -> None:
+        if self.alive:
+            CountingCannedSandbox.live -= 1
+            CountingCannedSandbox.closed += 1
+        await super().close()
+
+
+async def test_hundreds_of_attempts_never_hold_more_sandboxes_than_the_parallelism(
+    tmp_path: Path,
+) -> None:
+    tasks = [
+        Task(
+            instance_id=f"canned-{n}",
+            repo=f"crl/canned-{n % 3}",
+            base_commit="0" * 40,
+            problem_statement="Nothing to fix.",
+            patch="--- a/x\n+++ b/x\n",
+            test=TestSpec(command="true", log_format="pytest"),
+        )
+        for n in range(150)
+    ]
+    store = ResultsStore(tmp_path / "results")
+    store.open(IDENTITY)
+    runner = _runner(
+        tasks, store, sandbox_factory=lambda task: CountingCannedSandbox(), parallelism=6
+    )
+    outcome = await runner.run()
+    assert (outcome.ran, outcome.interrupted) == (150, False)
+    assert CountingCannedSandbox.most == 6  # back-pressure: never more than the parallelism
+    assert (CountingCannedSandbox.live, CountingCannedSandbox.closed) == (0, 150)
+    assert len(_lines(store.results_file)) == len(_lines(store.trajectories_file)) == 150
+    assert {r.key for r in read_results(tmp_path / "results")} == {
+        (t.instance_id, 0) for t in tasks
+    }
