@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import resource
 import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -168,6 +171,7 @@ async def test_a_sandbox_that_does_not_start_is_errored_and_retried_on_resume(
 
     # Resume: only the failed attempt runs again; the later line wins.
     moved.rename(Path(str(calendar.source)))
+    store.close()
     resumed_store = ResultsStore(tmp_path / "results")
     resumed_store.open(IDENTITY)
     second = await _runner(tasks, resumed_store).run()
@@ -231,6 +235,7 @@ def test_a_torn_last_line_is_ignored_and_cut_before_appending(tmp_path: Path) ->
     assert [t["instance_id"] for t in read_trajectories(tmp_path / "r")] == ["a", "b"]
 
     assert [r.instance_id for r in read_results(tmp_path / "r")] == ["a", "b"]
+    store.close()
     reopened = ResultsStore(tmp_path / "r")
     reopened.open(IDENTITY)
     assert reopened.finished() == {("a", 0), ("b", 0)}
@@ -246,6 +251,7 @@ def test_a_bad_line_before_the_end_is_corruption(tmp_path: Path) -> None:
     store.append(_record("a", 0, True), "{}")
     text = store.results_file.read_text()
     store.results_file.write_text("not json\n" + text)
+    store.close()
     with pytest.raises(ResultsError, match="line 1"):
         ResultsStore(tmp_path / "r").open(IDENTITY)
 
@@ -267,6 +273,7 @@ def test_resuming_with_another_model_is_refused_and_restart_moves_the_folder_asi
     store = ResultsStore(tmp_path / "r")
     store.open(IDENTITY)
     store.append(_record("a", 0, True), "{}")
+    store.close()
     other = {**IDENTITY, "model": "Qwen/Qwen3-8B"}
     with pytest.raises(ResultsMismatchError) as caught:
         ResultsStore(tmp_path / "r").open(other)
@@ -383,6 +390,7 @@ def test_a_write_that_fails_half_way_leaves_no_torn_line_behind(tmp_path: Path) 
     assert store.trajectories_file.stat().st_size == size
     store.append(_record("c", 0, True), json.dumps({"instance_id": "c"}))
     assert [t["instance_id"] for t in read_trajectories(tmp_path / "r")] == ["a", "c"]
+    store.close()
     reopened = ResultsStore(tmp_path / "r")
     reopened.open(IDENTITY)
     assert reopened.finished() == {("a", 0), ("c", 0)}
@@ -474,6 +482,7 @@ async def test_a_stopped_attempt_keeps_its_trajectory_apart_and_runs_again(
     # No result line: the attempt is not done and runs again on resume ...
     assert not store.results_file.exists() or store.results_file.read_text() == ""
     assert not store.trajectories_file.exists() or store.trajectories_file.read_text() == ""
+    store.close()
     resumed = ResultsStore(tmp_path / "results")
     resumed.open({**IDENTITY, "model": "scripted"})
     assert resumed.finished() == set()
@@ -534,3 +543,31 @@ async def test_hundreds_of_attempts_never_hold_more_sandboxes_than_the_paralleli
     assert {r.key for r in read_results(tmp_path / "results")} == {
         (t.instance_id, 0) for t in tasks
     }
+
+
+def test_a_folder_another_run_writes_to_is_refused_until_it_ends(tmp_path: Path) -> None:
+    store = ResultsStore(tmp_path / "r")
+    store.open(IDENTITY)
+    store.append(_record("a", 0, True), "{}")
+    # Another process (the same command in a second terminal) with the same identity.
+    script = (
+        "import sys; from pathlib import Path; from crl_worker.bench.results import ResultsStore\n"
+        f"ResultsStore(Path(sys.argv[1])).open({IDENTITY!r})\n"
+    )
+    second = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "r")], capture_output=True, text=True
+    )
+    assert second.returncode != 0
+    assert f"another run is writing to {tmp_path / 'r'} (process {os.getpid()})" in second.stderr
+    for restart in (False, True):  # restarting would move the folder from under it
+        with pytest.raises(ResultsError, match="another run is writing"):
+            ResultsStore(tmp_path / "r").open(IDENTITY, restart=restart)
+    assert store.finished() == {("a", 0)}
+    store.close()
+    again = subprocess.run([sys.executable, "-c", script, str(tmp_path / "r")])
+    assert again.returncode == 0
+    reopened = ResultsStore(tmp_path / "r")
+    reopened.open(IDENTITY, restart=True)
+    assert reopened.finished() == set()
+    reopened.append(_record("b", 0, True), "{}")
+    reopened.close()

@@ -298,7 +298,10 @@ def bench(
                 f" {escape(str(folder))}",
                 highlight=False,
             )
-        outcome, signalled = asyncio.run(run_until_signalled(runner, policies, sandboxes))
+        try:
+            outcome, signalled = asyncio.run(run_until_signalled(runner, policies, sandboxes))
+        finally:
+            store.close()
     summary = outcome.summary
     if quiet:
         sys.stdout.write(json.dumps(summary) + "\n")

@@ -164,7 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         model,
         results,
     )
-    outcome, signalled = asyncio.run(run_until_signalled(runner, policies, sandboxes))
+    try:
+        outcome, signalled = asyncio.run(run_until_signalled(runner, policies, sandboxes))
+    finally:
+        store.close()
     summary = outcome.summary
     logger.info(
         "benchmark %s: %d/%d done, %d resolved, %d errored, resolve rate %s",

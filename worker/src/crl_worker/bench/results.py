@@ -11,6 +11,9 @@ A folder holds:
 - ``trajectories.jsonl``: the full trajectory of each attempt, written (and fsynced) *before* its
   result line, so every result line has its trajectory.
 - ``summary.json``: written by :mod:`crl_worker.bench.summary` after each run.
+- ``.lock``: held by the run writing to the folder, so that a second run into it (the same
+  command in another terminal, a replacement pod while the old one still ends) is refused
+  instead of truncating the other's line in progress and running the same attempts twice.
 - ``cancelled.jsonl``: the trajectory so far of each attempt stopped by a cancellation (Ctrl-C,
   SIGTERM). Only kept: neither resume nor the summary reads it, and the attempt runs again.
 
@@ -21,6 +24,7 @@ infrastructure failure retried on resume), the last one wins.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -42,6 +46,8 @@ TRAJECTORIES_FILE = "trajectories.jsonl"
 SUMMARY_FILE = "summary.json"
 RUN_FILE = "run.json"
 CANCELLED_FILE = "cancelled.jsonl"
+#: Held (``flock``) by the one run writing to a folder.
+LOCK_FILE = ".lock"
 
 
 class ResultsError(CrlError):
@@ -194,6 +200,7 @@ class ResultsStore:
         self._lock = threading.Lock()
         self._records: dict[tuple[str, int], AttemptResult] = {}
         self._opened = False
+        self._lock_fd: int | None = None
 
     @property
     def results_file(self) -> Path:
@@ -225,11 +232,45 @@ class ResultsStore:
 
         ``identity`` says what the results are of (suite, model, agent, tasks); its fingerprint
         must match the folder's. ``restart`` moves an existing folder aside to
-        ``<name>.old-<UTC time>`` and starts an empty one.
+        ``<name>.old-<UTC time>`` and starts an empty one. The folder stays locked against
+        other runs until :meth:`close` (or the process ends); a folder another run holds is
+        refused with :class:`ResultsError`.
         """
         if self.path.exists() and not self.path.is_dir():
             raise ResultsError(f"{self.path} exists and is not a folder")
-        if restart and self.path.exists() and any(self.path.iterdir()):
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._take_folder_lock()
+        try:
+            self._open(identity, restart=restart)
+        except BaseException:
+            self.close()
+            raise
+
+    def _take_folder_lock(self) -> None:
+        """Hold the folder's lock, or say which process does."""
+        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise ResultsError(
+                f"another run is writing to {self.path} (process {holder}); wait for it to end "
+                "or stop it, or use another results folder"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def close(self) -> None:
+        """Let another run use the folder (also at the end of the process). Idempotent."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
+        self._opened = False
+
+    def _open(self, identity: Mapping[str, Any], *, restart: bool) -> None:
+        if restart and any(p.name != LOCK_FILE for p in self.path.iterdir()):
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
             aside = self.path.with_name(f"{self.path.name}.old-{stamp}")
             number = 1
@@ -238,7 +279,10 @@ class ResultsStore:
                 aside = self.path.with_name(f"{self.path.name}.old-{stamp}-{number}")
             self.path.rename(aside)
             logger.warning("moved the previous results %s aside to %s", self.path, aside)
-        self.path.mkdir(parents=True, exist_ok=True)
+            # The lock held moved with the folder: take the new folder's.
+            self.close()
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._take_folder_lock()
         wanted = {"fingerprint": fingerprint(identity), **identity}
         if self.run_file.exists():
             self._check_identity(wanted)
