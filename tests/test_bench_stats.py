@@ -193,3 +193,13 @@ def test_meets_minimum_improvement_follows_the_interval_lower_end() -> None:
 def test_compare_without_shared_instances_is_an_error() -> None:
     with pytest.raises(ComparisonError, match="share no instance"):
         compare({"a": InstanceAttempts.of([(0, True)])}, {"b": InstanceAttempts.of([(0, True)])})
+
+
+def test_bootstrap_interval_against_the_exact_resampling_distribution() -> None:
+    # Two instances with differences 0 and 1: a resample's mean is 0, 0.5 or 1 with
+    # probabilities 1/4, 1/2, 1/4. The 95% interval spans both ends; the 40% interval (the 30th
+    # to 70th percentiles) lies inside the middle half: exactly 0.5 at both ends.
+    assert bootstrap_interval([0.0, 1.0], resamples=20_000) == (0.0, 1.0)
+    assert bootstrap_interval([0.0, 1.0], confidence=0.4, resamples=20_000) == (0.5, 0.5)
+    # One instance: every resample is that instance.
+    assert bootstrap_interval([0.3], resamples=100) == (0.3, 0.3)
