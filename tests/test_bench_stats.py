@@ -93,7 +93,7 @@ def test_suite_pass_at_k_averages_and_leaves_out_instances_with_fewer_attempts()
 
 def _exact_two_sided(b: int, c: int) -> Fraction:
     n = b + c
-    tail = sum(Fraction(math.comb(n, i), 2**n) for i in range(min(b, c) + 1))
+    tail = sum((Fraction(math.comb(n, i), 2**n) for i in range(min(b, c) + 1)), Fraction(0))
     return min(Fraction(1), 2 * tail)
 
 
