@@ -855,3 +855,74 @@ def test_benchmark_status_follows_the_runners_reports(
     cm = wait_for("the label put back", repaired, op=operator)
     assert child_applies() > patches
     assert cm["data"]["progress.json"] == written
+
+
+def test_a_child_left_by_a_deleted_namesake_is_not_adopted(
+    cluster: Cluster, kube: Kube, operator: Operator, namespace: str
+) -> None:
+    """A Benchmark deleted and created again at once finds its old children still there, waiting
+    for the garbage collector. Applied over, they would be adopted with their state (a finished
+    runner Job, the old runner's report); the operator waits for the collector instead."""
+    doc = yaml.safe_load(
+        next(p for p in EXAMPLES if p.name == "benchmark-hosted-endpoint.yaml").read_text()
+    )
+    doc["spec"]["results"] = {"volume": {"claimName": "crl-test-missing"}, "path": "hosted"}
+    name = doc["metadata"]["name"]
+    progress = f"{name}-progress"
+    # The earlier Benchmark's progress ConfigMap, as the operator applied it, with its runner's
+    # report; its owner is an object that still exists, so the collector keeps it for now.
+    cluster.kubectl("create", "configmap", "earlier-owner", "-n", namespace)
+    earlier = kube.get("ConfigMap", namespace, "earlier-owner")
+    assert earlier is not None
+    bench = KINDS["Benchmark"].model.model_validate(doc)
+    [stale] = [
+        c
+        for c in render(bench, namespace, RenderState(inference_ready=True))
+        if c["kind"] == "ConfigMap" and c["metadata"]["name"] == progress
+    ]
+    stale["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "earlier-owner",
+         "uid": earlier["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    ]  # fmt: skip
+    cluster.kubectl("apply", "--server-side", "--field-manager=coderepairrl-operator",
+                    "-n", namespace, "-f", "-", input=json.dumps(stale))  # fmt: skip
+    old_report = {"total": 300, "done": 299, "resolved": 250, "errored": 0, "finished": True}
+    cluster.kubectl("patch", "configmap", progress, "-n", namespace, "--type", "merge",
+                    "-p", json.dumps({"data": {"progress.json": json.dumps(old_report)}}))  # fmt: skip
+
+    apply(cluster, namespace, doc)
+
+    def benchmark() -> dict[str, Any]:
+        return kube.get("Benchmark", namespace, name) or {}
+
+    def owners(obj: dict[str, Any] | None) -> list[str]:
+        return [str(r["uid"]) for r in (obj or {}).get("metadata", {}).get("ownerReferences", [])]
+
+    def refusing() -> dict[str, Any] | None:
+        b = benchmark()
+        return b if is_(b, "Ready", "False", "ApplyFailed") else None
+
+    refused = wait_for(
+        "the Benchmark to report the ConfigMap it does not own", refusing, op=operator
+    )
+    assert "controlled by another owner" in condition(refused, "Ready")["message"]
+    assert refused["status"].get("progress", {}).get("done") != 299
+    assert owners(kube.get("ConfigMap", namespace, progress)) == [earlier["metadata"]["uid"]]
+
+    # The collector removes what the earlier owner left; the operator then creates its own.
+    cluster.kubectl("delete", "configmap", "earlier-owner", "-n", namespace)
+    uid = str(refused["metadata"]["uid"])
+
+    def own_config_map() -> dict[str, Any] | None:
+        c = kube.get("ConfigMap", namespace, progress)
+        return c if owners(c) == [uid] else None
+
+    fresh = wait_for("a progress ConfigMap of the new Benchmark's own", own_config_map, op=operator)
+    assert "progress.json" not in (fresh.get("data") or {})
+
+    def settled_down() -> dict[str, Any] | None:
+        b = benchmark()
+        return b if b and condition(b, "Ready").get("reason") != "ApplyFailed" else None
+
+    settled = wait_for("the ApplyFailed condition to clear", settled_down, op=operator)
+    assert settled["status"].get("progress", {}).get("done") != 299

@@ -410,6 +410,19 @@ class Reconciler:
         fp = fingerprint(obj)
         desired = with_fingerprint(obj, fp)
         if live is not None:
+            theirs, mine = controller_uid(live), controller_uid(obj)
+            if theirs and mine and theirs != mine:
+                # Most often what a deleted resource of the same name left for the garbage
+                # collector. Applying would adopt it (our field manager owns the old owner
+                # reference, so the apply swaps it) with its state: a finished Job, the old
+                # runner's progress report. Wait for the collector instead.
+                raise KubeError(
+                    409,
+                    "Conflict",
+                    f"{key[0]} {key[2]} already exists, controlled by another owner (uid"
+                    f" {theirs}): left by a deleted resource of the same name, it goes with the"
+                    " garbage collector; otherwise delete or rename it",
+                )
             rv = str(live["metadata"].get("resourceVersion"))
             stamped = (live["metadata"].get("annotations") or {}).get(APPLIED_ANNOTATION) == fp[:16]
             if self._applied.get(key) == (fp, rv) or (stamped and contains(live, desired)):
