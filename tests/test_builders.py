@@ -27,6 +27,7 @@ from crl_operator.builders import (
     render_offline,
     resolve_checkpoint,
     retained,
+    runner_name,
 )
 from crl_operator.builders.inference import NCCL_WORKER_EXTENSION, lora_rank_bound
 from crl_operator.builders.meta import JOB_NAME_LIMIT, ResolvedCheckpoint
@@ -840,11 +841,16 @@ def test_the_builder_and_the_runner_agree_on_the_progress_variable() -> None:
 
 def test_no_other_pod_gets_the_runner_identity() -> None:
     bench = load("benchmark-swe-bench-verified-baseline.yaml")
-    for child in render(bench, state=STATES["ready"]):
-        if child["kind"] == "Deployment":
-            assert pod_spec(child).get("serviceAccountName") != (
-                "qwen3-8b-zero-shot-swe-bench-verified-runner"
-            )
+    children = render(bench, state=STATES["ready"])
+    # The inline pool's own children (its gateway) run pods too.
+    for pool in [c for c in children if c["kind"] == "RolloutPool"]:
+        children += render(RolloutPool.model_validate(pool))
+    workloads = [c for c in children if c["kind"] in ("Deployment", "Job")]
+    others = [w for w in workloads if w["metadata"]["name"] != runner_name(bench)]
+    assert {w["kind"] for w in others} == {"Deployment"} and len(others) >= 2, others
+    for workload in others:
+        assert pod_spec(workload).get("serviceAccountName") != runner_name(bench)
+    assert pod_spec(find(workloads, "Job"))["serviceAccountName"] == runner_name(bench)
 
 
 @pytest.mark.parametrize(
