@@ -115,13 +115,23 @@ class ProgressReport(BaseModel):
             )
         if self.done > self.total:
             raise ValueError(f"done ({self.done}) exceeds total ({self.total})")
-        ks = [p.k for p in self.pass_at_k]
-        if any(k > MAX_COUNT for k in ks):
+        if any(p.k > MAX_COUNT for p in self.pass_at_k):
             raise ValueError(f"passAtK: k above {MAX_COUNT}")
-        if len(set(ks)) != len(ks):
-            # The status would list two values for one k; no reader could tell which is right.
-            raise ValueError(f"passAtK names a k twice: {sorted(ks)}")
         return self
+
+    @field_validator("pass_at_k", mode="after")
+    @classmethod
+    def _each_k_once(cls, values: list[PassAtK]) -> list[PassAtK]:
+        # One value per k in the status. A k listed twice (a one-machine spec may say
+        # `passAtK: [1, 1]`; the API server refuses that) is dropped after its first value
+        # rather than losing the whole report.
+        seen: set[int] = set()
+        out = []
+        for value in values:
+            if value.k not in seen:
+                seen.add(value.k)
+                out.append(value)
+        return out
 
     @classmethod
     def parse(cls, text: str) -> ProgressReport:
