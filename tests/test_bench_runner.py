@@ -571,3 +571,18 @@ def test_a_folder_another_run_writes_to_is_refused_until_it_ends(tmp_path: Path)
     assert reopened.finished() == set()
     reopened.append(_record("b", 0, True), "{}")
     reopened.close()
+
+
+async def test_a_summary_that_cannot_be_written_does_not_lose_the_run(
+    tmp_path: Path, tasks: list[Task], caplog: pytest.LogCaptureFixture
+) -> None:
+    store = ResultsStore(tmp_path / "results")
+    store.open(IDENTITY)
+    store.summary_file.mkdir()  # a real failing write: summary.json cannot be replaced
+    reporter = RecordingReporter()
+    outcome = await _runner(tasks[:1], store, reporter=reporter).run()
+    assert outcome.summary["resolved"] == 1 and not outcome.interrupted
+    assert reporter.reports[-1]["finished"] is True  # the last report still went out
+    assert "cannot write" in caplog.text and "results are intact" in caplog.text
+    assert not store.summary_file.with_name("summary.json.part").exists()
+    assert [r["resolved"] for r in _lines(store.results_file)] == [True]

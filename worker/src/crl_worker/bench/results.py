@@ -333,12 +333,16 @@ class ResultsStore:
     @staticmethod
     def _write_json(path: Path, value: Any) -> None:
         partial = path.with_name(path.name + ".part")
-        with partial.open("w") as f:
-            json.dump(value, f, indent=2, sort_keys=True, default=str)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        partial.replace(path)
+        try:
+            with partial.open("w") as f:
+                json.dump(value, f, indent=2, sort_keys=True, default=str)
+                f.write("\n")
+                f.flush()
+                os.fsync(f.fileno())
+            partial.replace(path)
+        except BaseException:
+            partial.unlink(missing_ok=True)  # no half-written leftover beside the file
+            raise
 
     def identity(self) -> dict[str, Any]:
         """The contents of ``run.json`` (suite, model, agent, fingerprint)."""

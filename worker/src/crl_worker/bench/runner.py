@@ -294,7 +294,17 @@ class BenchmarkRunner:
         all_done = len(records) == self.total
         elapsed = time.monotonic() - started
         summary = self._summary(records, finished=all_done and not interrupted, elapsed=elapsed)
-        await asyncio.to_thread(self.store.write_summary, summary)
+        try:
+            await asyncio.to_thread(self.store.write_summary, summary)
+        except OSError as exc:
+            # Every attempt is on disk already; the summary is only derived from them (the next
+            # run into the folder writes it again). Losing the outcome here would lose the
+            # table and the progress report too.
+            logger.error(
+                "cannot write %s: %s; the results are intact, run again to rewrite it",
+                self.store.summary_file,
+                exc,
+            )
         report = progress_report(
             records, total=self.total, ks=self.pass_at_k, finished=all_done and not interrupted
         )
