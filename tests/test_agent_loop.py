@@ -597,3 +597,24 @@ async def test_a_server_without_usage(roman_task: Task, sandbox: Sandbox) -> Non
     assert without.exit_reason == with_ids.exit_reason == "max_turns"
     assert [t.max_tokens for t in without.turns] == [262_144] * 3
     assert (without.prompt_tokens, without.completion_tokens) == (0, 0)
+
+
+async def test_a_multi_line_edit_copied_from_view_works_in_a_crlf_file(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    # view shows a CRLF file's lines without their \r, so what the model copies has bare
+    # newlines; the edit matches and writes in the file's own line endings.
+    task = keyed(roman_task, "crlf")
+    server.script(
+        "crlf",
+        call("shell", {"command": r"printf 'one\r\ntwo\r\nthree\r\n' > dos.txt"}),
+        call("view", {"path": "dos.txt"}),
+        call("edit", {"path": "dos.txt", "old_str": "one\ntwo\n", "new_str": "1\n2\n"}),
+        call("submit"),
+    )
+    trajectory = await run_agent(task, sandbox, client, AgentSpec())
+    view, edit = (t.tool_calls[0] for t in trajectory.turns[1:3])
+    assert view.output == "     1\tone\n     2\ttwo\n     3\tthree"
+    assert not edit.error, edit.output
+    assert "     1\t1\n     2\t2\n     3\tthree" in edit.output
+    assert (await sandbox.read_file("dos.txt")) == b"1\r\n2\r\nthree\r\n"

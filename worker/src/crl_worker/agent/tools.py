@@ -323,6 +323,14 @@ class Toolbox:
         except IsADirectoryError:
             raise ToolCallError(f"{path} is a directory, not a file") from None
         count = text.count(old_str)
+        if count == 0 and "\n" in old_str and "\r\n" in text and "\r" not in old_str:
+            # A CRLF file: view shows its lines without the \r, so text copied from view has
+            # bare newlines and a multi-line old_str could never match. Match and write in the
+            # file's own line endings.
+            crlf_old = old_str.replace("\n", "\r\n")
+            if text.count(crlf_old):
+                old_str, new_str = crlf_old, new_str.replace("\r\n", "\n").replace("\n", "\r\n")
+                count = text.count(old_str)
         if count == 0:
             hint = ""
             if old_str.strip() and text.count(old_str.strip()) == 1:
