@@ -212,7 +212,11 @@ async def test_a_killed_runner_resumes_without_rerunning_finished_attempts(
     manifest = _manifest(tmp_path, tasks, parallelism=1)
     results = tmp_path / "results"
     async with ScriptedServer(responder=GoldModel(tasks, slow=frozenset({second}))) as server:
-        env = _env(CRL_MODEL_URL=server.url, CRL_MODEL_NAME="scripted")
+        # SIGKILL leaves the running attempt's sandbox folder behind (nothing can clean up
+        # after it): keep the runner's sandboxes in this test's own folder, not in /tmp.
+        sandboxes = tmp_path / "sandboxes"
+        sandboxes.mkdir()
+        env = _env(CRL_MODEL_URL=server.url, CRL_MODEL_NAME="scripted", TMPDIR=str(sandboxes))
         command = [
             sys.executable,
             "-m",
@@ -231,6 +235,8 @@ async def test_a_killed_runner_resumes_without_rerunning_finished_attempts(
             process.kill()  # SIGKILL: no cleanup, as in a node crash
             await process.wait()
         assert process.returncode == -signal.SIGKILL
+        (left,) = sandboxes.iterdir()  # the killed attempt's, and it is here
+        assert left.name.startswith(f"crl-{second}-")
         before = _lines(results / "results.jsonl")
         assert [r["instance_id"] for r in before] == [first]
         first_started = before[0]["started_at"]
