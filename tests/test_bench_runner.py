@@ -586,3 +586,9 @@ async def test_a_summary_that_cannot_be_written_does_not_lose_the_run(
     assert "cannot write" in caplog.text and "results are intact" in caplog.text
     assert not store.summary_file.with_name("summary.json.part").exists()
     assert [r["resolved"] for r in _lines(store.results_file)] == [True]
+
+
+def test_a_lock_file_that_cannot_be_opened_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "r" / ".lock").mkdir(parents=True)
+    with pytest.raises(ResultsError, match=r"cannot open .*\.lock: .*is the results folder"):
+        ResultsStore(tmp_path / "r").open(IDENTITY)

@@ -248,16 +248,29 @@ class ResultsStore:
 
     def _take_folder_lock(self) -> None:
         """Hold the folder's lock, or say which process does."""
-        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ResultsError(
+                f"cannot open {self.path / LOCK_FILE}: {exc}; is the results folder writable?"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        except BlockingIOError:
             holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
             os.close(fd)
             raise ResultsError(
                 f"another run is writing to {self.path} (process {holder}); wait for it to end "
                 "or stop it, or use another results folder"
             ) from None
+        except OSError as exc:
+            # A file system without locks (some network volumes: ENOLCK, EOPNOTSUPP) must not
+            # stop the run; it only loses the guard against a second writer.
+            logger.warning(
+                "%s: cannot lock the results folder (%s); make sure no other run writes to it",
+                self.path,
+                exc,
+            )
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
