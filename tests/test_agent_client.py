@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from crl_worker.agent import ChatClient, ContextLengthError, ModelServerError
-from crl_worker.agent.client import is_context_length_message
+from crl_worker.agent.client import context_room, is_context_length_message
 from crl_worker.errors import InfrastructureError
 from tests.fixtures.openai_server import (
+    CONTEXT_LENGTH_MESSAGE,
     ScriptedServer,
     Step,
     call,
@@ -223,3 +224,29 @@ async def test_strict_server_refusing_vllm_fields_is_asked_again_without_them() 
     assert [r.status for r in strict.requests] == [400, 200, 200]
     assert "return_token_ids" not in strict.requests[2].body  # remembered for later calls
     assert client.token_ids is False
+
+
+@pytest.mark.parametrize(
+    ("message", "room"),
+    [
+        # vLLM >= 0.10: the prompt fits, prompt + max_tokens does not.
+        (
+            "'max_tokens' or 'max_completion_tokens' is too large: 4096. This model's maximum"
+            " context length is 32768 tokens and your request has 30000 input tokens"
+            " (4096 > 32768 - 30000).",
+            2768,
+        ),
+        # Older vLLM.
+        (
+            "This model's maximum context length is 4096 tokens. However, you requested 4500"
+            " tokens (4000 in the messages, 500 in the completion). Please reduce the length of"
+            " the messages or completion.",
+            96,
+        ),
+        # The prompt alone is too long: no room.
+        (CONTEXT_LENGTH_MESSAGE, -904),
+        ("prompt is too long: 210000 tokens > 200000 maximum", None),
+    ],
+)
+def test_context_room_from_vllm_messages(message: str, room: int | None) -> None:
+    assert context_room(message) == room

@@ -618,3 +618,20 @@ async def test_a_multi_line_edit_copied_from_view_works_in_a_crlf_file(
     assert not edit.error, edit.output
     assert "     1\t1\n     2\t2\n     3\tthree" in edit.output
     assert (await sandbox.read_file("dos.txt")) == b"1\r\n2\r\nthree\r\n"
+
+
+async def test_a_turn_that_overflows_only_by_its_max_tokens_is_asked_again_with_the_room_left(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    # The last answer left room in the budget, but the tool output since pushed the prompt
+    # plus max_tokens past the model's context: vLLM says so with both sizes.
+    too_many = (
+        "'max_tokens' or 'max_completion_tokens' is too large: 4096. This model's maximum context"
+        " length is 32768 tokens and your request has 32000 input tokens (4096 > 32768 - 32000)."
+    )
+    task = keyed(roman_task, "room")
+    server.script("room", error(400, too_many), call("submit"))
+    trajectory = await run_agent(task, sandbox, client, AgentSpec())
+    assert trajectory.exit_reason == "submitted", trajectory.error
+    assert [r.body["max_tokens"] for r in server.requests_for("room")] == [4096, 768]
+    assert trajectory.turns[0].max_tokens == 768

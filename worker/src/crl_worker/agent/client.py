@@ -22,6 +22,7 @@ import email.utils
 import json
 import logging
 import random
+import re
 import time
 from types import TracebackType
 from typing import Any, Protocol
@@ -179,6 +180,24 @@ def is_context_length_message(message: str) -> bool:
     """Whether a server's error message says the prompt does not fit the context window."""
     lowered = message.lower()
     return any(phrase in lowered for phrase in CONTEXT_LENGTH_PHRASES)
+
+
+_CONTEXT_SIZE = re.compile(r"maximum context length is (\d+) tokens")
+#: vLLM >= 0.10 ("your request has N input tokens") and older ("(N in the messages").
+_INPUT_SIZE = re.compile(r"request has (\d+) input tokens|\((\d+) in the messages")
+
+
+def context_room(message: str) -> int | None:
+    """The completion tokens that still fit, from a vLLM context-length error that gives the
+    context size and the prompt's size (``None`` when it does not say both).
+
+    vLLM refuses a request whose prompt *plus* ``max_tokens`` exceeds the context, even when
+    the prompt alone fits: asked again with at most this many tokens, it answers.
+    """
+    size, used = _CONTEXT_SIZE.search(message), _INPUT_SIZE.search(message)
+    if size is None or used is None:
+        return None
+    return int(size.group(1)) - int(used.group(1) or used.group(2))
 
 
 def parse_completion(data: Any, *, latency: float, retries: int) -> Completion:

@@ -23,7 +23,13 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from crl_worker.agent.client import ContextLengthError, ModelServerError, Policy
+from crl_worker.agent.client import (
+    Completion,
+    ContextLengthError,
+    ModelServerError,
+    Policy,
+    context_room,
+)
 from crl_worker.agent.prompts import Prompts, load_prompts
 from crl_worker.agent.tools import Toolbox, tool_schemas
 from crl_worker.agent.trajectory import (
@@ -260,13 +266,7 @@ class _Run:
             time_left = self.end - time.monotonic()
             try:
                 async with asyncio.timeout(time_left) as scope:
-                    completion = await self.policy.complete(
-                        self.messages,
-                        tools=self.schemas,
-                        max_tokens=max_tokens,
-                        temperature=self.spec.temperature,
-                        top_p=self.spec.top_p,
-                    )
+                    completion, max_tokens = await self._complete(max_tokens)
             except TimeoutError:
                 if scope.expired():
                     raise _Ended("timeout", self._timeout_text("during a model call")) from None
@@ -335,6 +335,39 @@ class _Run:
             for call in calls:
                 if await self._run_call(call, records):
                     raise _Ended("submitted")
+
+    async def _complete(self, max_tokens: int) -> tuple[Completion, int]:
+        """One model call; asked again with fewer tokens when only ``max_tokens`` was too many.
+
+        The budget check counts the conversation up to the last answer, not the tool output
+        added since, so near a context limit equal to ``maxTotalTokens`` the prompt plus
+        ``max_tokens`` can overflow while the prompt alone fits; vLLM then refuses with both
+        sizes, and the room it leaves is used instead of ending the run a turn early.
+        """
+
+        async def ask(limit: int) -> Completion:
+            return await self.policy.complete(
+                self.messages,
+                tools=self.schemas,
+                max_tokens=limit,
+                temperature=self.spec.temperature,
+                top_p=self.spec.top_p,
+            )
+
+        try:
+            return await ask(max_tokens), max_tokens
+        except ContextLengthError as refused:
+            room = context_room(str(refused))
+            floor = min(MIN_TURN_TOKENS, self.spec.max_tokens_per_turn)
+            if room is None or not floor <= room < max_tokens:
+                raise
+            logger.debug(
+                "%s: %d completion tokens do not fit; asking for %d",
+                self.task.instance_id,
+                max_tokens,
+                room,
+            )
+            return await ask(room), room
 
     @staticmethod
     def _call_name(call: Any) -> str:
