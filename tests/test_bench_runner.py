@@ -147,6 +147,32 @@ async def test_gold_run_resolves_every_fixture_and_writes_a_consistent_folder(
         ProgressReport.model_validate(report)
 
 
+async def test_tests_that_outlive_their_time_are_unresolved_not_errored(
+    tmp_path: Path, tasks: list[Task]
+) -> None:
+    # The gold fix, but a test run that hangs past the task's limit: SWE-bench's rule is "not
+    # resolved", and it must not drop out of the rate as an infrastructure failure.
+    roman = tasks[0]
+    hanging = roman.model_copy(
+        update={
+            "test": roman.test.model_copy(update={"command": "sleep 60; " + roman.test.command}),
+            "timeouts": roman.timeouts.model_copy(update={"test": 2.0}),
+        }
+    )
+    store = ResultsStore(tmp_path / "results")
+    store.open(IDENTITY)
+    outcome = await _runner([hanging], store, retries=0).run()
+
+    (result,) = _lines(store.results_file)
+    (trajectory,) = _lines(store.trajectories_file)
+    assert trajectory["evaluation"]["tests_timed_out"] is True
+    assert "timed out after 2s" in trajectory["evaluation"]["infrastructure_error"]
+    assert result["resolved"] is False and result["infrastructure_error"] is None
+    assert result["reward"] == trajectory["reward"] == 0.0
+    assert (outcome.summary["done"], outcome.summary["errored"]) == (1, 0)
+    assert outcome.summary["resolveRate"] == 0.0
+
+
 async def test_a_sandbox_that_does_not_start_is_errored_and_retried_on_resume(
     tmp_path: Path, tasks: list[Task]
 ) -> None:

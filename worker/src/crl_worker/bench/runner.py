@@ -10,8 +10,9 @@ mean hundreds of sandboxes). Attempts go attempt-major (attempt 0 of every insta
 an interrupted run has the fullest pass@1 picture.
 
 Failures stay with their attempt. A sandbox that does not start, a model server that does not
-answer, a harness that times out: the attempt is written as an infrastructure failure (no
-verdict) and the others go on; it is run again after the rest of the suite up to ``retries``
+answer, a harness step that times out: the attempt is written as an infrastructure failure (no
+verdict) and the others go on (a test run that outlives its time is different: unresolved, as in
+SWE-bench's harness, so a patch that hangs the tests counts against the model); it is run again after the rest of the suite up to ``retries``
 times, and on resume. :meth:`BenchmarkRunner.stop` (the callers wire
 it to SIGINT and SIGTERM) stops starting attempts and cancels the running ones; a cancelled
 attempt writes no result (its trajectory so far goes to ``cancelled.jsonl``), everything written
@@ -481,7 +482,10 @@ class BenchmarkRunner:
             return trajectory
         remaining = t_agent + budget - time.monotonic()
         try:
-            evaluation = await evaluate(sandbox, task, timeout=max(remaining, reserve))
+            # What the agent left (at least the reserve), never more than the task's own limit.
+            evaluation = await evaluate(
+                sandbox, task, timeout=min(task.timeouts.test, max(remaining, reserve))
+            )
         except asyncio.CancelledError:
             ended = trajectory.exit_reason
             trajectory.exit_reason = "cancelled"
@@ -499,7 +503,9 @@ class BenchmarkRunner:
                 infrastructure_error=f"the evaluation failed: {exc!r}",
             )
         trajectory.evaluation = evaluation
-        trajectory.reward = tests_score(evaluation, "binary")
+        # SWE-bench's rule: tests that outlive their time are not resolved (a patch that makes
+        # them hang must not drop out of the rate as "errored").
+        trajectory.reward = 0.0 if evaluation.tests_timed_out else tests_score(evaluation, "binary")
         return trajectory
 
 
@@ -544,7 +550,11 @@ def _result(
     evaluation = trajectory.evaluation
     if trajectory.exit_reason == "infrastructure_error":
         infrastructure_error = trajectory.error or "infrastructure failure"
-    elif evaluation is not None and evaluation.infrastructure_error is not None:
+    elif (
+        evaluation is not None
+        and evaluation.infrastructure_error is not None
+        and not evaluation.tests_timed_out
+    ):
         infrastructure_error = f"evaluation: {evaluation.infrastructure_error}"
     else:
         infrastructure_error = None

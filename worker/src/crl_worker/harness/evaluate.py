@@ -240,6 +240,7 @@ def _result(
     infrastructure_error: str | None = None,
     test_command: str = "",
     exit_code: int | None = None,
+    tests_timed_out: bool = False,
 ) -> EvalResult:
     return EvalResult(
         instance_id=task.instance_id,
@@ -253,6 +254,7 @@ def _result(
         pass_to_pass_fraction=graded.pass_to_pass_fraction if graded else 0.0,
         patch_applied=patch_applied,
         infrastructure_error=infrastructure_error,
+        tests_timed_out=tests_timed_out,
         test_command=test_command,
         exit_code=exit_code,
         duration=time.monotonic() - started,
@@ -320,6 +322,7 @@ async def evaluate(
                 run,
                 infrastructure_error=f"the test run timed out after {limit:.0f}s",
                 test_command=test_command,
+                tests_timed_out=True,
             )
         if result.truncated:
             logger.warning(

@@ -57,6 +57,9 @@ class EvalResult(BaseModel):
     infrastructure_error: str | None = None
     """Set when the harness itself failed (sandbox died, test run timed out): no verdict, and
     rewards must exclude the rollout instead of scoring it 0."""
+    tests_timed_out: bool = False
+    """The test run itself outlived its timeout (``infrastructure_error`` says so too). Training
+    leaves such a rollout out; the benchmark runner counts it as unresolved, as SWE-bench does."""
     test_command: str = ""
     """The command the harness ran."""
     exit_code: int | None = None
