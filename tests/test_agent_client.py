@@ -82,14 +82,20 @@ async def test_request_shape_and_vllm_token_ids(server: ScriptedServer) -> None:
     assert body["tools"] == TOOLS and body["tool_choice"] == "auto"
     assert body["return_token_ids"] is True and body["logprobs"] is True
     assert body["messages"] == chat("ids")
-    # Token ids and logprobs exactly as the server sent them.
-    assert completion.prompt_token_ids == tokenize(render_prompt(chat("ids")))
-    assert completion.completion_token_ids == tokenize(render_completion(completion.message))
-    assert completion.completion_logprobs == [
-        toy_logprob(t) for t in completion.completion_token_ids
-    ]
-    assert completion.prompt_tokens == len(completion.prompt_token_ids)
-    assert completion.completion_tokens == len(completion.completion_token_ids)
+    # Token ids and logprobs exactly as the server sent them; the prompt's array was cut out of
+    # the body undecoded (its bytes kept), the rest decoded.
+    assert completion.prompt_token_ids is None
+    assert completion.prompt_token_ids_raw is not None
+    prompt_ids = completion.prompt_ids()
+    assert prompt_ids is not None
+    assert prompt_ids.tolist() == tokenize(render_prompt(chat("ids")))
+    assert completion.completion_token_ids is not None
+    ids = completion.completion_token_ids.tolist()
+    assert ids == tokenize(render_completion(completion.message))
+    assert completion.completion_logprobs is not None
+    assert completion.completion_logprobs.tolist() == [toy_logprob(t) for t in ids]
+    assert completion.prompt_tokens == len(prompt_ids)
+    assert completion.completion_tokens == len(ids)
     assert completion.finish_reason == "tool_calls"
     assert completion.message["content"] == "Let me look."
     assert completion.message["tool_calls"][0]["function"]["name"] == "shell"
@@ -102,7 +108,7 @@ async def test_server_ignoring_token_fields_still_works() -> None:
         completion = await ask(client, "plain")
     assert plain.requests_for("plain")[0].body["return_token_ids"] is True
     assert completion.message["content"] == "hello"
-    assert completion.prompt_token_ids is None
+    assert completion.prompt_ids() is None and completion.prompt_token_ids_raw is None
     assert completion.completion_token_ids is None
     assert completion.completion_logprobs is None
     assert completion.prompt_tokens > 0

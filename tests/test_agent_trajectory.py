@@ -72,7 +72,8 @@ async def test_token_sequence_is_exact_and_masked(
     requests = server.requests_for("ids")
     # Each turn's full prompt is what the server tokenized, restored from the deduplicated store.
     for prompt, request in zip(prompts, requests, strict=True):
-        assert prompt == tokenize(render_prompt(request.body["messages"]))
+        assert prompt is not None
+        assert prompt.tolist() == tokenize(render_prompt(request.body["messages"]))
     turns = trajectory.turns
     assert turns[0].prompt_ids_offset == 0
     for previous, turn, prompt in zip(turns, turns[1:], prompts, strict=False):
@@ -95,7 +96,7 @@ async def test_token_sequence_is_exact_and_masked(
     for (start, end), completion in zip(sequence.completion_spans, completions, strict=True):
         assert sequence.ids[start:end] == completion
         assert set(sequence.mask[start:end]) == {1}
-    assert sequence.mask[: len(prompts[0] or [])] == [0] * len(prompts[0] or [])
+    assert sequence.mask[: len(prompts[0] or [])].tolist() == [0] * len(prompts[0] or [])
     assert sequence.logprobs is not None
     for token, flag, logprob in zip(sequence.ids, sequence.mask, sequence.logprobs, strict=True):
         assert logprob == (toy_logprob(token) if flag else 0.0)
@@ -125,7 +126,7 @@ async def test_broken_prefix_gives_no_sequence_but_per_turn_samples(
     assert [s.turn for s in samples] == [0, 1, 2]
     sent = server.requests_for("broken")[2].body["messages"]
     expected = tokenize(render_prompt(sent))
-    assert samples[2].prompt_ids == [*expected[:1], 0, *expected[1:]]
+    assert samples[2].prompt_ids.tolist() == [*expected[:1], 0, *expected[1:]]
 
 
 async def test_server_without_token_ids_gives_no_sequence(roman: tuple[Task, Sandbox]) -> None:
@@ -191,8 +192,8 @@ def test_sequence_without_logprobs_keeps_ids_and_mask() -> None:
     )
     sequence = trajectory.token_sequence()
     assert sequence is not None
-    assert sequence.ids == [1, 2, 3, 4, 5, 6, 7]
-    assert sequence.mask == [0, 0, 0, 1, 1, 0, 1]
+    assert sequence.ids.tolist() == [1, 2, 3, 4, 5, 6, 7]
+    assert sequence.mask.tolist() == [0, 0, 0, 1, 1, 0, 1]
     assert sequence.logprobs is None
     assert sequence.completion_spans == [(3, 5), (6, 7)]
 

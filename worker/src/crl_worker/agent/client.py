@@ -8,6 +8,12 @@ built as plain dicts, responses read as plain JSON without validating the whole 
 ``logprobs``; see docs/agent.md); servers that ignore those fields still work, the ids stay
 ``None``. Nothing is ever re-tokenized here.
 
+The prompt's ids (vLLM's top-level ``prompt_token_ids``, the whole prompt again every turn:
+most of a response's bytes) are not decoded here: :func:`split_prompt_ids` cuts the array out of
+the raw body before the rest is decoded and keeps its bytes
+(:attr:`Completion.prompt_token_ids_raw`); the loop decodes only what the previous turn did not
+already have (see :class:`~crl_worker.agent.trajectory.PromptIds`).
+
 Failures: 429, 5xx, dropped connections and timeouts are retried with exponential backoff and
 full jitter (``Retry-After`` honoured); after ``max_retries`` they raise
 :class:`ModelServerError` (an infrastructure failure, never a wrong answer). A 400 saying the
@@ -28,8 +34,16 @@ from types import TracebackType
 from typing import Any, Protocol
 
 import aiohttp
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from crl_worker.agent.trajectory import (
+    IdArray,
+    Logprobs,
+    TokenIds,
+    decode_token_ids,
+    logprob_array,
+    token_ids,
+)
 from crl_worker.errors import CrlError, InfrastructureError
 
 try:  # optional: several times faster on the long token id arrays vLLM sends back
@@ -98,16 +112,31 @@ class Completion(BaseModel):
     """Prompt tokens, from ``usage`` (0 when the server sent no usage)."""
     completion_tokens: int
     """Completion tokens, from ``usage`` (0 when absent)."""
-    prompt_token_ids: list[int] | None = None
-    """vLLM's top-level ``prompt_token_ids`` (with ``return_token_ids``), exactly as sent."""
-    completion_token_ids: list[int] | None = None
+    prompt_token_ids: TokenIds | None = None
+    """vLLM's top-level ``prompt_token_ids`` (with ``return_token_ids``), exactly as sent, when
+    decoded. :class:`ChatClient` leaves it ``None`` and sets :attr:`prompt_token_ids_raw`
+    instead whenever it could cut the array out of the body: use :meth:`prompt_ids`."""
+    prompt_token_ids_raw: bytes | None = Field(default=None, exclude=True, repr=False)
+    """The bytes of the response's ``prompt_token_ids`` array between ``[`` and ``]``,
+    undecoded (digits, commas, whitespace). Not serialized."""
+    completion_token_ids: TokenIds | None = None
     """vLLM's per-choice ``token_ids``: the sampled tokens, exactly as sent."""
-    completion_logprobs: list[float] | None = None
+    completion_logprobs: Logprobs | None = None
     """One logprob per completion token (``choices[0].logprobs.content[].logprob``)."""
     latency: float
     """Seconds the whole call took, retries and backoff included."""
     retries: int = 0
     """Attempts that failed and were retried before this answer."""
+
+    def prompt_ids(self) -> IdArray | None:
+        """The prompt's token ids, decoded from :attr:`prompt_token_ids_raw` when that is what
+        the client kept (``None`` when the server sent none). Raises :class:`ValueError` for
+        raw bytes that are not a list of ints."""
+        if self.prompt_token_ids is not None:
+            return self.prompt_token_ids
+        if self.prompt_token_ids_raw is not None:
+            return decode_token_ids(self.prompt_token_ids_raw)
+        return None
 
 
 class Policy(Protocol):
@@ -200,12 +229,56 @@ def context_room(message: str) -> int | None:
     return int(size.group(1)) - int(used.group(1) or used.group(2))
 
 
-def parse_completion(data: Any, *, latency: float, retries: int) -> Completion:
+_PROMPT_IDS_KEY = b'"prompt_token_ids"'
+_PROMPT_IDS_OPEN = re.compile(rb'"prompt_token_ids"\s*:\s*\[')
+#: What the cut-out array is replaced with before decoding the rest: a string no server sends,
+#: so finding it as the top-level ``prompt_token_ids`` proves the cut was that key's value.
+_CUT_MARK = "\x00crl: prompt_token_ids cut out"
+_CUT_MARK_JSON = b'"\\u0000crl: prompt_token_ids cut out"'
+#: Bytes a JSON array of non-negative ints can hold between its brackets.
+_ID_ARRAY_BYTES = b"0123456789, \t\r\n"
+
+
+def split_prompt_ids(body: bytes) -> tuple[Any, bytes | None]:
+    """Decode a response body with its top-level ``prompt_token_ids`` array cut out first.
+
+    Returns the decoded body (``prompt_token_ids`` set to ``None`` when cut) and the array's
+    bytes between ``[`` and ``]`` (``None`` when not cut). Only the key followed by optional
+    whitespace, ``:`` and ``[`` counts; the array holds only ints, so its end is the first
+    ``]``, and the piece must hold only digits, commas and whitespace. The rest is decoded
+    with a marker in the array's place and the marker must come back as the top-level
+    ``prompt_token_ids`` (not a nested key, not a duplicate). Anything unexpected decodes the
+    whole body instead. Raises :class:`ValueError` for a body that is not JSON.
+    """
+    at = body.find(_PROMPT_IDS_KEY)
+    while at >= 0:
+        opened = _PROMPT_IDS_OPEN.match(body, at)
+        if opened is not None:
+            start = opened.end()
+            end = body.find(b"]", start)
+            if end < 0:
+                break
+            raw = body[start:end]
+            if raw.translate(None, _ID_ARRAY_BYTES):
+                break  # something other than ints: not the array we expect
+            data = _loads(body[: start - 1] + _CUT_MARK_JSON + body[end + 1 :])
+            if isinstance(data, dict) and data.get("prompt_token_ids") == _CUT_MARK:
+                data["prompt_token_ids"] = None
+                return data, raw
+            break
+        at = body.find(_PROMPT_IDS_KEY, at + 1)
+    return _loads(body), None
+
+
+def parse_completion(
+    data: Any, *, latency: float, retries: int, prompt_ids_raw: bytes | None = None
+) -> Completion:
     """Read one chat completion response body (already JSON-decoded) into a :class:`Completion`.
 
     Only the fields the agent needs are read; the body is not validated as a whole (the hot path
-    of a thousand concurrent trajectories). Raises :class:`ModelServerError` when the body has
-    no first choice with a message.
+    of a thousand concurrent trajectories). ``prompt_ids_raw``: the prompt id array's bytes cut
+    out by :func:`split_prompt_ids`. Raises :class:`ModelServerError` when the body has no first
+    choice with a message, or token ids or logprobs that are not lists of numbers.
     """
     try:
         choice = data["choices"][0]
@@ -217,20 +290,34 @@ def parse_completion(data: Any, *, latency: float, retries: int) -> Completion:
     if not isinstance(message, dict):
         raise ModelServerError(f"the model server's message is not an object: {message!r:.500}")
     usage = data.get("usage") or {}
-    logprobs: list[float] | None = None
-    choice_logprobs = choice.get("logprobs")
-    if isinstance(choice_logprobs, dict):
-        content = choice_logprobs.get("content")
-        if isinstance(content, list):
-            logprobs = [float(entry["logprob"]) for entry in content]
-    # model_construct: the server's lists go in as they came (no per-element validation).
+    prompt_ids = data.get("prompt_token_ids")
+    completion_ids = choice.get("token_ids")
+    logprobs = None
+    try:
+        choice_logprobs = choice.get("logprobs")
+        if isinstance(choice_logprobs, dict):
+            content = choice_logprobs.get("content")
+            if isinstance(content, list):
+                logprobs = logprob_array([entry["logprob"] for entry in content])
+        # Compact arrays (see trajectory.py): a list of Python ints would be walked by every
+        # full garbage collection for as long as the trajectory lives.
+        if prompt_ids is not None:
+            prompt_ids = token_ids(prompt_ids)
+        if completion_ids is not None:
+            completion_ids = token_ids(completion_ids)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ModelServerError(
+            f"the model server sent token ids or logprobs that are not lists of numbers: {exc}"
+        ) from None
+    # model_construct: no per-element validation of what was just converted (hot path).
     return Completion.model_construct(
         message=message,
         finish_reason=choice.get("finish_reason"),
         prompt_tokens=int(usage.get("prompt_tokens") or 0),
         completion_tokens=int(usage.get("completion_tokens") or 0),
-        prompt_token_ids=data.get("prompt_token_ids"),
-        completion_token_ids=choice.get("token_ids"),
+        prompt_token_ids=prompt_ids,
+        prompt_token_ids_raw=prompt_ids_raw,
+        completion_token_ids=completion_ids,
         completion_logprobs=logprobs,
         latency=latency,
         retries=retries,
@@ -363,7 +450,7 @@ class ChatClient:
         retries = 0
         while True:
             try:
-                data = await self._attempt(payload)
+                data, raw = await self._attempt(payload)
             except ModelServerError as refused:
                 # A strict server (OpenAI's own API) rejects vLLM's extra fields instead of
                 # ignoring them: drop them for the rest of this client's life and ask again.
@@ -400,9 +487,12 @@ class ChatClient:
                 )
                 await asyncio.sleep(wait)
                 continue
-            return parse_completion(data, latency=time.monotonic() - started, retries=retries)
+            return parse_completion(
+                data, latency=time.monotonic() - started, retries=retries, prompt_ids_raw=raw
+            )
 
-    async def _attempt(self, payload: bytes) -> Any:
+    async def _attempt(self, payload: bytes) -> tuple[Any, bytes | None]:
+        """One request: the decoded 200 body and the prompt id array's bytes cut out of it."""
         session = self._get_session()
         assert self._slots is not None
         try:
@@ -420,7 +510,7 @@ class ChatClient:
             raise _Retryable(f"no answer within {self.request_timeout:g}s") from None
         if status == 200:
             try:
-                return _loads(body)
+                return split_prompt_ids(body)
             except ValueError:
                 # A truncated body from a proxy that cut the stream: worth another try.
                 raise _Retryable(f"malformed JSON in a 200 answer: {body[:200]!r}") from None

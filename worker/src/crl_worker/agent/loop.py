@@ -34,10 +34,14 @@ from crl_worker.agent.prompts import Prompts, load_prompts
 from crl_worker.agent.tools import Toolbox, tool_schemas
 from crl_worker.agent.trajectory import (
     ExitReason,
+    FloatArray,
+    IdArray,
+    PromptIds,
     ToolCallRecord,
     Trajectory,
     Turn,
-    dedupe_prompt_ids,
+    logprob_array,
+    token_ids,
 )
 from crl_worker.api.common import AgentSpec
 from crl_worker.errors import InfrastructureError, SandboxError
@@ -141,8 +145,8 @@ class _Run:
         self.turns: list[Turn] = []
         #: Tokens of the conversation so far: the last turn's prompt + completion.
         self.context_tokens = 0
-        #: The last turn's prompt + completion ids (for the prefix-deduplicated storage).
-        self.running_ids: list[int] | None = None
+        #: Deduplicates each prompt's ids against the previous prompt + completion.
+        self.prompt_ids = PromptIds()
 
     # --- the run ------------------------------------------------------------------------------
 
@@ -281,14 +285,15 @@ class _Run:
                 history["content"] = ""
             self.messages.append(history)
 
-            stored, offset = dedupe_prompt_ids(self.running_ids, completion.prompt_token_ids)
-            if (
-                completion.prompt_token_ids is not None
-                and completion.completion_token_ids is not None
-            ):
-                self.running_ids = completion.prompt_token_ids + completion.completion_token_ids
-            else:
-                self.running_ids = None
+            prompt_ids, completion_ids, logprobs = self._token_ids(completion)
+            try:
+                record = self.prompt_ids.add(
+                    prompt_ids, completion.prompt_token_ids_raw, completion_ids
+                )
+            except ValueError as exc:
+                raise ModelServerError(
+                    f"the model server sent prompt_token_ids that are not a list of ints: {exc}"
+                ) from None
             records: list[ToolCallRecord] = []
             reasoning = message.get("reasoning_content") or message.get("reasoning")
             # model_construct: the server's id lists are kept as they came, unvalidated (hot path).
@@ -304,16 +309,16 @@ class _Run:
                     completion_tokens=completion.completion_tokens,
                     message_index=len(self.messages) - 1,
                     reasoning=reasoning if isinstance(reasoning, str) else None,
-                    prompt_token_ids=stored,
-                    prompt_ids_offset=offset,
-                    completion_token_ids=completion.completion_token_ids,
-                    completion_logprobs=completion.completion_logprobs,
+                    prompt_token_ids=record.stored,
+                    prompt_ids_offset=record.offset,
+                    completion_token_ids=completion_ids,
+                    completion_logprobs=logprobs,
                     tool_calls=records,
                 )
             )
             used = completion.prompt_tokens + completion.completion_tokens
-            if used == 0 and self.running_ids is not None:
-                used = len(self.running_ids)
+            if used == 0 and record.length is not None and completion_ids is not None:
+                used = record.length + len(completion_ids)
             self.context_tokens = used
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug(
@@ -335,6 +340,24 @@ class _Run:
             for call in calls:
                 if await self._run_call(call, records):
                     raise _Ended("submitted")
+
+    @staticmethod
+    def _token_ids(
+        completion: Completion,
+    ) -> tuple[IdArray | None, IdArray | None, FloatArray | None]:
+        """The completion's ids and logprobs as compact arrays (a policy that built its
+        :class:`Completion` with ``model_construct`` may have left plain lists)."""
+        try:
+            prompt = completion.prompt_token_ids
+            ids = completion.completion_token_ids
+            logprobs = completion.completion_logprobs
+            return (
+                None if prompt is None else token_ids(prompt),
+                None if ids is None else token_ids(ids),
+                None if logprobs is None else logprob_array(logprobs),
+            )
+        except ValueError as exc:
+            raise ModelServerError(f"the policy's token ids are not numbers: {exc}") from None
 
     async def _complete(self, max_tokens: int) -> tuple[Completion, int]:
         """One model call; asked again with fewer tokens when only ``max_tokens`` was too many.
