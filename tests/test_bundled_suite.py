@@ -101,8 +101,12 @@ def test_check_finds_stale_files(tmp_path: Path) -> None:
     """A changed source makes the JSONL stale; a bundle of other commits is stale too."""
     copy = tmp_path / "mini"
     shutil.copytree(SUITE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    fix = copy / "src" / "lrukit" / "1-get-recency" / "fix" / "lrukit" / "cache.py"
-    fix.write_text(fix.read_text() + "\n# a change\n")
+    fix = copy / "src" / "lrukit" / "1-get-recency" / "fix.patch"
+    added = "+        self._data.move_to_end(key)\n"
+    assert added in fix.read_text(encoding="utf-8")
+    fix.write_text(
+        fix.read_text(encoding="utf-8").replace(added, added.replace("\n", "  # a change\n"))
+    )
     shutil.copyfile(copy / "repos" / "iniconf.bundle", copy / "repos" / "slugkit.bundle")
     done = _build_script(copy, "--check")
     assert done.returncode == 1
@@ -117,6 +121,22 @@ def test_check_finds_stale_files(tmp_path: Path) -> None:
     assert "wrote repos/lrukit.bundle" in built.stdout
     assert "iniconf.bundle" not in built.stdout  # unchanged bundles are left alone
     assert _build_script(copy, "--check").returncode == 0
+
+
+def test_a_patch_that_does_not_apply_names_itself(tmp_path: Path) -> None:
+    """A test patch whose context the tree does not hold stops the build with the patch's name."""
+    copy = tmp_path / "mini"
+    shutil.copytree(SUITE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    tests_patch = copy / "src" / "slugkit" / "2-accents" / "tests.patch"
+    text = tests_patch.read_text(encoding="utf-8")
+    context = next(line for line in text.splitlines() if line.startswith(" ") and line.strip())
+    tests_patch.write_text(
+        text.replace(context, context + " # not in the tree", 1), encoding="utf-8"
+    )
+    done = _build_script(copy, "--check")
+    assert done.returncode == 2
+    assert "src/slugkit/2-accents/tests.patch does not apply" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_manifest_loads_every_instance_from_any_directory(

@@ -7,15 +7,16 @@ Layout of ``src/<name>/``:
 - ``base/``: the repository's first commit;
 - ``<n>-<slug>/``, one per instance in history order: ``instance.json`` (id, FAIL_TO_PASS,
   PASS_TO_PASS, creation date, a one-line description of the bug), ``issue.md`` (the problem
-  statement), ``fix/`` (files of the gold patch) and ``tests/`` (files of the test patch), both
-  as whole files laid over the tree.
+  statement), ``fix.patch`` (the gold patch) and ``tests.patch`` (the test patch), both unified
+  diffs as ``git diff`` writes them, against the instance's base commit.
 
-History: the base commit, then for each instance the commit that fixes it (its ``fix/`` and
-``tests/`` together, dated by the instance's ``created_at``). An instance's base commit is the
+History: the base commit, then for each instance the commit that fixes it (both patches applied
+with ``git apply``, dated by the instance's ``created_at``). An instance's base commit is the
 commit before its fix, so later instances start from a tree holding the earlier fixes, as in a
-real project. Patches come from ``git diff`` against the instance's base commit. Commits carry a
-fixed identity and dates, and git runs without user or system configuration, so the same sources
-give the same commit ids on every machine.
+real project. The task's patches are ``git diff`` of each patch applied to the base commit, so a
+hand-edited patch file lands in the JSONL in git's own form. Commits carry a fixed identity and
+dates, and git runs without user or system configuration, so the same sources give the same commit
+ids on every machine.
 
 ``python build.py`` rewrites ``tasks.jsonl`` and each bundle whose commits changed (an unchanged
 bundle is left alone: pack files are not byte-stable across git versions, commit ids are).
@@ -47,7 +48,7 @@ TASKS = HERE / "tasks.jsonl"
 BASE_DATE = "2024-01-01T09:00:00+00:00"
 #: What a task gives each evaluation step, in seconds: small repositories, fast tests.
 TIMEOUTS = {"setup": 600, "test": 120, "command": 60}
-#: Files the overlays never contribute (left behind by running the sources' tests by hand).
+#: Files ``base/`` never contributes (left behind by running the sources' tests by hand).
 IGNORED = re.compile(r"(^|/)(__pycache__|\.pytest_cache)(/|$)|\.py[cod]$")
 
 _GIT_ENV = {
@@ -118,16 +119,28 @@ def overlay(source: Path, target: Path) -> None:
             shutil.copyfile(path, destination)
 
 
-def diff_of(repo: Path, source: Path) -> str:
-    """The diff that lays ``source`` over HEAD's tree; the tree is restored afterwards."""
-    overlay(source, repo)
-    git(repo, "add", "--all")
-    patch = git(repo, "diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "HEAD")
+def apply(repo: Path, patch: Path) -> None:
+    """Apply the patch file ``patch`` to ``repo``'s working tree and index."""
+    if not patch.is_file():
+        raise BuildError(f"{patch} is missing")
+    try:
+        git(repo, "apply", "--index", str(patch))
+    except BuildError as exc:
+        raise BuildError(
+            f"{patch.relative_to(HERE)} does not apply to the tree the earlier instances leave "
+            f"({exc}); rewrite it with git diff in a clone at the instance's base commit"
+        ) from exc
+
+
+def diff_of(repo: Path, patch: Path) -> str:
+    """``patch`` applied to HEAD's tree, as ``git diff`` writes it; the tree is restored after."""
+    apply(repo, patch)
+    text = git(repo, "diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "HEAD")
     git(repo, "reset", "--quiet", "--hard", "HEAD")
     git(repo, "clean", "-fdxq")
-    if not patch.strip():
-        raise BuildError(f"{source} changes nothing")
-    return patch
+    if not text.strip():
+        raise BuildError(f"{patch.relative_to(HERE)} changes nothing")
+    return text
 
 
 def instance_dirs(repo_sources: Path) -> list[Path]:
@@ -164,8 +177,8 @@ def build_repo(name: str, workdir: Path) -> Built:
         title = issue.splitlines()[0].strip()
         number = int(folder.name.split("-", 1)[0])
         base_commit = git(repo, "rev-parse", "HEAD").strip()
-        patch = diff_of(repo, folder / "fix")
-        test_patch = diff_of(repo, folder / "tests")
+        patch = diff_of(repo, folder / "fix.patch")
+        test_patch = diff_of(repo, folder / "tests.patch")
         records.append(
             {
                 "instance_id": meta["instance_id"],
@@ -187,9 +200,8 @@ def build_repo(name: str, workdir: Path) -> Built:
             }
         )
         # The fix lands (code and tests together): the next instance starts from there.
-        overlay(folder / "fix", repo)
-        overlay(folder / "tests", repo)
-        git(repo, "add", "--all")
+        apply(repo, folder / "fix.patch")
+        apply(repo, folder / "tests.patch")
         date = meta["created_at"].replace("Z", "+00:00")
         git(repo, "commit", "--quiet", "-m", f"{title} (#{number})", date=date)
     head = git(repo, "rev-parse", "HEAD").strip()
