@@ -92,6 +92,7 @@ from typing import Any
 import agent_loop_workload as workload
 
 from crl_worker.agent import ChatClient, Trajectory, run_agent
+from crl_worker.agent.loop import GC_THRESHOLDS, tune_gc
 from crl_worker.api.common import AgentSpec
 from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult, Sandbox
 from crl_worker.sandbox.repos import cache_dir
@@ -187,11 +188,15 @@ async def crl_side(
     token_ids: bool,
     profile: Path | None,
     gc_threshold: tuple[int, ...] | None = None,
+    tuned: bool = False,
 ) -> dict[str, Any]:
     """Our loop: one trajectory alone, then ``trajectories`` at once; the figures.
 
     ``gc_threshold``: thresholds for :func:`gc.set_threshold` during the run (Python's
-    defaults when ``None``)."""
+    defaults when ``None``); ``tuned``: call :func:`crl_worker.agent.loop.tune_gc` first, as
+    a runner's entry point would."""
+    if tuned:
+        tune_gc()
     spec = AgentSpec(max_turns=turns, max_total_tokens=131072)
 
     def task(i: int) -> Task:
@@ -252,6 +257,7 @@ async def crl_side(
     sample = held[0]
     return {
         "side": "crl" if token_ids else "crl (no ids)",
+        "tune_gc": tuned,
         "python": sys.version.split()[0],
         "trajectories": len(held),
         "turns": sum(len(t.turns) for t in held),
@@ -348,6 +354,11 @@ def main() -> None:
     parser.add_argument("--mini-threads", type=int, default=0, help="0: one per trajectory")
     parser.add_argument("--skip-mini", action="store_true")
     parser.add_argument("--skip-no-ids", action="store_true", help="skip the crl (no ids) row")
+    parser.add_argument(
+        "--tune-gc",
+        action="store_true",
+        help="add a row with token ids where the process first calls crl_worker.agent.loop.tune_gc()",
+    )
     parser.add_argument("--server-workers", type=int, default=2)
     parser.add_argument("--peers-python", type=Path, default=PEERS_PYTHON)
     parser.add_argument("--profile", type=Path, help="cProfile the concurrent crl run to FILE")
@@ -357,7 +368,9 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     # Internal: run our side in this process (the parent starts it as a fresh process).
-    parser.add_argument("--side", choices=["crl", "crl-no-ids"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--side", choices=["crl", "crl-no-ids", "crl-tuned"], help=argparse.SUPPRESS
+    )
     parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -370,9 +383,10 @@ def main() -> None:
                 args.url,
                 args.trajectories,
                 args.turns,
-                args.side == "crl",
+                args.side != "crl-no-ids",
                 args.profile,
                 threshold,
+                args.side == "crl-tuned",
             )
         )
         print(json.dumps(result), flush=True)
@@ -388,6 +402,8 @@ def main() -> None:
             ours += ["--gc-threshold", args.gc_threshold]
         profile = ["--profile", str(args.profile)] if args.profile else []
         results["crl"] = run_side([*ours, "--side", "crl", *profile])
+        if args.tune_gc:
+            results["crl + tune_gc()"] = run_side([*ours, "--side", "crl-tuned"])
         if not args.skip_no_ids:
             results["crl (no ids)"] = run_side([*ours, "--side", "crl-no-ids"])
         if args.skip_mini:
@@ -426,18 +442,27 @@ def main() -> None:
     print(f"workload: {args.turns} turns per trajectory, scripted server with "
           f"{args.server_workers} workers (not counted), canned tools (not counted)\n")  # fmt: skip
     print(table(results))
-    crl = results["crl"]
-    if isinstance(crl, dict):
+    for name in ("crl", "crl + tune_gc()"):
+        crl = results.get(name)
+        if not isinstance(crl, dict):
+            continue
         f = figures(crl)
         scale = 1000 / crl["trajectories"]
         per_1000 = crl["rss_before"] / GiB + (crl["peak_rss"] - crl["rss_before"]) * scale / GiB
         print(
-            f"\ntargets (crl): CPU per turn {f['cpu_ms_per_turn']:.2f} ms "
+            f"\ntargets ({name}): CPU per turn {f['cpu_ms_per_turn']:.2f} ms "
             f"({'met' if f['cpu_ms_per_turn'] < 1 else 'MISSED'}: < 1 ms); peak RSS for 1,000 "
             f"trajectories {per_1000:.2f} GiB{' (scaled)' if scale != 1 else ''} "
             f"({'met' if per_1000 < 2 else 'MISSED'}: < 2 GiB); token sequence: "
             f"{crl['token_sequence']}; JSON per trajectory "
             f"{crl['json_bytes_per_trajectory'] / 1024:.0f} KiB"
+        )
+    if "crl + tune_gc()" in results:
+        print(
+            "\n'crl + tune_gc()': the same run in a process that first called "
+            f"crl_worker.agent.loop.tune_gc() (gc.freeze(), thresholds "
+            f"{GC_THRESHOLDS}), as the runner's entry points do; every other row runs with "
+            "Python's default GC settings."
         )
 
 

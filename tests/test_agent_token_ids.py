@@ -4,6 +4,7 @@ and the unchanged JSON line format."""
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 from array import array
@@ -15,7 +16,13 @@ from typing import Any
 import pytest
 
 from crl_worker.agent import ChatClient, Trajectory, Turn, run_agent
-from crl_worker.agent.client import ModelServerError, parse_completion, split_prompt_ids
+from crl_worker.agent.client import (
+    ModelServerError,
+    read_answer,
+    parse_completion,
+    split_prompt_ids,
+)
+from crl_worker.agent.loop import tune_gc
 from crl_worker.agent.trajectory import (
     PromptIds,
     TokenSequence,
@@ -485,3 +492,55 @@ async def test_a_turn_without_prompt_ids_restarts_the_chain(
     assert stored(trajectory) == [(prompts[0], 0), (None, 0), (prompts[2], 0)]
     assert trajectory.token_sequence() is None
     assert "turn 1 has no token ids" in (trajectory.token_sequence_problem() or "")
+
+
+# --- the garbage collector ------------------------------------------------------------------------
+
+
+def test_an_answer_s_short_lived_objects_trigger_no_collection() -> None:
+    entries = [
+        {"token": f"t{i}", "logprob": -i / 1000, "bytes": [116, i % 256], "top_logprobs": []}
+        for i in range(2000)
+    ]
+    answer = body(prompt_token_ids=list(range(5000)))
+    answer["choices"][0]["logprobs"] = {"content": entries}
+    answer["choices"][0]["token_ids"] = list(range(2000))
+    encoded = json.dumps(answer).encode()
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    gc.callbacks.append(count)
+    try:
+        gc.collect()
+        collections.clear()
+        completion = read_answer(encoded, latency=0.0, retries=0)
+        # 6,000 containers decoded and freed again (each entry: a dict and two lists) would
+        # have triggered young collections at Python's threshold of 700.
+        assert collections == []
+        assert gc.isenabled()
+        gc.disable()
+        read_answer(encoded, latency=0.0, retries=0)
+        assert not gc.isenabled()  # a collector that was off stays off
+    finally:
+        gc.enable()
+        gc.callbacks.remove(count)
+        gc.set_threshold(*thresholds)
+    assert completion.completion_logprobs is not None
+    assert completion.completion_logprobs.tolist() == [-i / 1000 for i in range(2000)]
+    assert completion.prompt_ids() == array("i", range(5000))
+
+
+def test_tune_gc_freezes_what_exists_and_raises_the_thresholds() -> None:
+    thresholds = gc.get_threshold()
+    try:
+        tune_gc((5000, 7, 9))
+        assert gc.get_threshold() == (5000, 7, 9)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)

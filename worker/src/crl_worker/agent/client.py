@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import gc
 import json
 import logging
 import random
@@ -324,6 +325,37 @@ def parse_completion(
     )
 
 
+def read_answer(body: bytes, *, latency: float, retries: int) -> Completion:
+    """Decode and read a 200 answer without letting its short-lived objects trigger the cyclic
+    garbage collector.
+
+    Decoding an answer with logprobs allocates hundreds of small containers (one dict and two
+    lists per completion token) that are all freed again before this returns: only the message
+    survives. Counted by the collector as allocations, they would trigger a young collection
+    almost every answer, and with many trajectories in flight those collections promote their
+    waiting request state into the old generation, which triggers full collections over every
+    live trajectory. With the collector paused for this synchronous stretch (no await, no other
+    code runs) and the decoded body freed before it resumes, the net allocation count, which
+    is what schedules collections, only grows by what survives. The collector is resumed only
+    if it was running.
+    """
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        try:
+            data, raw = split_prompt_ids(body)
+        except ValueError:
+            # A truncated body from a proxy that cut the stream: worth another try.
+            raise _Retryable(f"malformed JSON in a 200 answer: {body[:200]!r}") from None
+        completion = parse_completion(data, latency=latency, retries=retries, prompt_ids_raw=raw)
+        del data
+        return completion
+    finally:
+        if paused:
+            gc.enable()
+
+
 class ChatClient:
     """A :class:`Policy` over HTTP to an OpenAI-compatible ``/chat/completions`` endpoint.
 
@@ -450,7 +482,7 @@ class ChatClient:
         retries = 0
         while True:
             try:
-                data, raw = await self._attempt(payload)
+                completion = await self._attempt(payload, started, retries)
             except ModelServerError as refused:
                 # A strict server (OpenAI's own API) rejects vLLM's extra fields instead of
                 # ignoring them: drop them for the rest of this client's life and ask again.
@@ -487,12 +519,10 @@ class ChatClient:
                 )
                 await asyncio.sleep(wait)
                 continue
-            return parse_completion(
-                data, latency=time.monotonic() - started, retries=retries, prompt_ids_raw=raw
-            )
+            return completion
 
-    async def _attempt(self, payload: bytes) -> tuple[Any, bytes | None]:
-        """One request: the decoded 200 body and the prompt id array's bytes cut out of it."""
+    async def _attempt(self, payload: bytes, started: float, retries: int) -> Completion:
+        """One request: the answer of a 200 (``started`` and ``retries`` for its latency)."""
         session = self._get_session()
         assert self._slots is not None
         try:
@@ -509,11 +539,7 @@ class ChatClient:
         except TimeoutError:
             raise _Retryable(f"no answer within {self.request_timeout:g}s") from None
         if status == 200:
-            try:
-                return split_prompt_ids(body)
-            except ValueError:
-                # A truncated body from a proxy that cut the stream: worth another try.
-                raise _Retryable(f"malformed JSON in a 200 answer: {body[:200]!r}") from None
+            return read_answer(body, latency=time.monotonic() - started, retries=retries)
         message = _error_message(body)
         if status >= 500 or status in _RETRY_4XX:
             wait = _retry_after(retry_after) if status in (429, 503) else None

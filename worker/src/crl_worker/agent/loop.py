@@ -17,6 +17,7 @@ normally, or, when the task running the loop is cancelled, carried by :class:`Ag
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import time
@@ -53,6 +54,35 @@ logger = logging.getLogger(__name__)
 #: A turn needs room for at least this many completion tokens (or ``maxTokensPerTurn`` when
 #: smaller); with less of the context budget left the run ends as ``context_exhausted``.
 MIN_TURN_TOKENS = 128
+
+
+#: Thresholds :func:`tune_gc` sets (young, middle, old); Python's defaults are (700, 10, 10).
+GC_THRESHOLDS = (10_000, 10, 10)
+
+
+def tune_gc(thresholds: tuple[int, int, int] = GC_THRESHOLDS) -> None:
+    """Tune Python's cyclic garbage collector for a process that runs many agent loops at once
+    (a benchmark runner, a rollout worker). Call it once per process, after the imports and
+    the configuration are loaded and before the runs start.
+
+    Why: with a thousand trajectories in flight, each model answer allocates hundreds of short
+    container objects (the decoded response, its per-token logprob entries) while every
+    trajectory's request state waits on the server. At Python's default young-generation
+    threshold (700 allocations) that state keeps getting promoted to the old generation, which
+    triggers a full collection every second or so; each walks every live object of every
+    trajectory (~170 ms at 1,000 trajectories: a quarter of the loop's CPU, see
+    bench/agent_loop.py). This collects the young generation every 10,000 allocations instead
+    (full collections become an order of magnitude rarer) and moves what exists now (modules,
+    classes, configuration: never garbage) out of every later collection (:func:`gc.freeze`).
+    Reference counting still frees everything that is not in a cycle at once; cyclic garbage
+    is collected later, not never. Process-wide: the entry point decides, not the library.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*thresholds)
+    logger.debug(
+        "cyclic GC tuned: thresholds %s, %d objects frozen", thresholds, gc.get_freeze_count()
+    )
 
 
 class AgentCancelled(asyncio.CancelledError):
