@@ -43,30 +43,46 @@ it has one ``bash`` tool, so the view and the edit are ``cat -n`` and ``sed -i``
 nothing, ours prints the edited lines), its prompts are its own (longer instance template),
 its observation template wraps the output differently, and it does not record token ids.
 
-Figures (``python bench/agent_loop.py``, a 2-core VM shared with other work, load
-average 0.8 before and 3.8 after, CPython 3.11.7, orjson installed; 2026-11-21)::
+``--tune-gc`` adds a row ``crl + tune_gc()``: the token-id run again in a process that first
+calls :func:`crl_worker.agent.loop.tune_gc` (``gc.freeze()`` and thresholds (10000, 10, 10)),
+as the runner's entry points are meant to; every other row runs with Python's default GC
+settings, and the output says so.
+
+Figures (``python bench/agent_loop.py --skip-mini --tune-gc``, a 2-core VM shared with other
+work, load average 0.2 before and 1.1 after, CPython 3.11.7, orjson 3.13.0; 2026-11-21, commit
+after ``9c8a6b9``)::
 
                       traj x turns CPU ms/turn  in GC  wall s  turns/s  peak RSS  held/traj
-    crl                  1000 x 20        2.25    42%    45.0      444  2510 MiB   2438 KiB
-    crl (no ids)         1000 x 20        0.62    25%    12.5     1600   300 MiB    251 KiB
+    crl                  1000 x 20        1.03    16%    20.6      969   860 MiB    824 KiB
+    crl + tune_gc()      1000 x 20        0.89     8%    17.8     1124   875 MiB    839 KiB
+    crl (no ids)         1000 x 20        0.54    24%    11.0     1826   303 MiB    253 KiB
     mini-swe-agent       1000 x 20       25.88      -   514.1       39   741 MiB    489 KiB
 
-One trajectory alone: 1.44 ms per turn wall (1.15 ms CPU) for crl, 21.7 ms (21.6 ms CPU) for
-mini-swe-agent. Targets with token ids: both missed (2.25 ms per turn, 2.45 GiB peak); without
-them both met. What dominates, from ``--profile`` and ``--gc-threshold``:
+The mini-swe-agent row is from the earlier full run of this script (``python
+bench/agent_loop.py``, 2026-11-21, load average 0.8 before and 3.8 after), not re-run: nothing on
+its side changed. Before the token-id work (commit ``ed9f739``, same machine, load 1.7 -> 2.3)
+the ``crl`` row was 2.33 ms per turn, 43% in GC, 2542 MiB peak, 2458 KiB held per trajectory
+(2.25 ms and 2510 MiB in the run with mini-swe-agent).
 
-- The cyclic GC (42% and 72% of the CPU in two runs at 1,000 trajectories with ids, 25%
-  without them): every response decodes into tens of thousands of Python ints and hundreds of
-  small logprob dicts, and the trajectories keep their ids as lists of ints, which every full
-  collection walks. With
-  ``--gc-threshold 50000,20,100`` the same run takes 1.26 ms per turn (0.44 without ids).
-- Decoding ``prompt_token_ids`` (the whole prompt every turn, ~60 KiB of JSON on average):
-  ~0.4 ms per turn with orjson even with the GC off; the per-token logprob objects ~0.2 ms;
-  the prefix check (``dedupe_prompt_ids``, slice and compare) and ``prompt + completion``
-  concatenation ~0.15 ms each.
-- Memory: the stored ids are Python ints (~37 bytes each, ~17,000 per trajectory after
-  deduplication, plus ~4,500 logprob floats): ~0.6 MiB live per trajectory, ~2.4 MiB of RSS
-  once the freed per-turn prompt lists have fragmented the allocator's arenas.
+One trajectory alone: 1.35 ms per turn wall (1.13 ms CPU) for crl, 21.7 ms (21.6 ms CPU) for
+mini-swe-agent. Targets with token ids: memory met (0.84 GiB); CPU at the target with Python's
+default GC (1.00 and 1.03 ms in two runs; noise about +-0.05 ms) and under it with
+``tune_gc()`` (0.89 ms). Without ids both met. What the token-id path costs now, from
+``--profile`` and micro-timings of the same response bodies:
+
+- The prompt's ids are no longer decoded every turn: the client cuts the ``prompt_token_ids``
+  array out of the raw body (~35 us for ~60 KiB, the charset check included) and the loop
+  decodes only what each prompt adds after the previous prompt's bytes (~60 us for ~800 ids,
+  into ``array('i')``).
+- Decoding the rest of the body ~0.13 ms, most of it vLLM's per-token logprob entries (a dict
+  with the token's text and bytes per token); the cyclic GC is paused while an answer is
+  decoded and read, so those short-lived objects no longer trigger collections (32% of the CPU
+  in GC before that pause, 16% after).
+- The remaining GC is full collections over every live trajectory, triggered as in-flight
+  request state gets promoted; ``tune_gc()`` makes them rare (8%).
+- Memory: ids are ``array('i')`` and logprobs ``array('d')`` (~120 KiB per trajectory); RSS
+  held per trajectory is ~820 KiB, the rest presumably allocator fragmentation by the per-turn
+  60-80 KiB response bodies (not investigated further).
 - mini-swe-agent: litellm's completion path (the OpenAI SDK's per-request ``maybe_transform``
   over the messages about 18 ms of every ~40 ms profiled turn) and a Jinja template compiled
   on every observation (~8 ms).

@@ -18,8 +18,8 @@ import pytest
 from crl_worker.agent import ChatClient, Trajectory, Turn, run_agent
 from crl_worker.agent.client import (
     ModelServerError,
-    read_answer,
     parse_completion,
+    read_answer,
     split_prompt_ids,
 )
 from crl_worker.agent.loop import tune_gc
