@@ -66,8 +66,8 @@ the ``crl`` row was 2.33 ms per turn, 43% in GC, 2542 MiB peak, 2458 KiB held pe
 
 One trajectory alone: 1.35 ms per turn wall (1.13 ms CPU) for crl, 21.7 ms (21.6 ms CPU) for
 mini-swe-agent. Targets with token ids: memory met (0.84 GiB); CPU at the target with Python's
-default GC (1.00 and 1.03 ms in two runs; noise about +-0.05 ms) and under it with
-``tune_gc()`` (0.89 ms). Without ids both met. What the token-id path costs now, from
+default GC (1.03, 1.00 and 0.93 ms in three runs; noise about +-0.05 ms) and under it with
+``tune_gc()`` (0.89 and 0.84 ms in two runs). Without ids both met. What the token-id path costs now, from
 ``--profile`` and micro-timings of the same response bodies:
 
 - The prompt's ids are no longer decoded every turn: the client cuts the ``prompt_token_ids``

@@ -65,15 +65,15 @@ def tune_gc(thresholds: tuple[int, int, int] = GC_THRESHOLDS) -> None:
     (a benchmark runner, a rollout worker). Call it once per process, after the imports and
     the configuration are loaded and before the runs start.
 
-    Why: with a thousand trajectories in flight, each model answer allocates hundreds of short
-    container objects (the decoded response, its per-token logprob entries) while every
-    trajectory's request state waits on the server. At Python's default young-generation
-    threshold (700 allocations) that state keeps getting promoted to the old generation, which
+    Why: with a thousand trajectories in flight, every turn allocates container objects (the
+    request, the messages, the HTTP client's and asyncio's per-request state) that live while
+    the trajectory waits on the server. At Python's default young-generation threshold (700
+    allocations) that waiting state keeps getting promoted to the old generation, which
     triggers a full collection every second or so; each walks every live object of every
-    trajectory (~170 ms at 1,000 trajectories: a quarter of the loop's CPU, see
-    bench/agent_loop.py). This collects the young generation every 10,000 allocations instead
-    (full collections become an order of magnitude rarer) and moves what exists now (modules,
-    classes, configuration: never garbage) out of every later collection (:func:`gc.freeze`).
+    trajectory (~170 ms at 1,000 trajectories, see bench/agent_loop.py). This collects the
+    young generation every 10,000 allocations instead (full collections become an order of
+    magnitude rarer) and moves what exists now (modules, classes, configuration: never
+    garbage) out of every later collection (:func:`gc.freeze`).
     Reference counting still frees everything that is not in a cycle at once; cyclic garbage
     is collected later, not never. Process-wide: the entry point decides, not the library.
     """
