@@ -209,6 +209,7 @@ def bench(
     failures (rerun to retry them) or gave up after too many in a row, 2 on wrong usage,
     130/143 when interrupted.
     """
+    from crl_worker.agent.loop import tune_gc
     from crl_worker.bench.config import (
         AgentKind,
         BenchConfigError,
@@ -298,6 +299,8 @@ def bench(
                 f" {escape(str(folder))}",
                 highlight=False,
             )
+        # Many trajectories in flight: fewer full GC passes over them (see tune_gc).
+        tune_gc()
         try:
             outcome, signalled = asyncio.run(run_until_signalled(runner, policies, sandboxes))
         finally:

@@ -21,6 +21,7 @@ import os
 import sys
 from pathlib import Path
 
+from crl_worker.agent.loop import tune_gc
 from crl_worker.bench.config import (
     POOL_URL_ENV,
     RESULTS_DIR_ENV,
@@ -164,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         model,
         results,
     )
+    # Many trajectories in flight: fewer full GC passes over them (see tune_gc).
+    tune_gc()
     try:
         outcome, signalled = asyncio.run(run_until_signalled(runner, policies, sandboxes))
     finally:
