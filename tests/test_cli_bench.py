@@ -256,9 +256,11 @@ async def test_a_killed_runner_resumes_without_rerunning_finished_attempts(
     assert all(json.loads(line)["level"] for line in err.splitlines() if line.strip())
 
 
-async def test_ctrl_c_stops_the_run_keeps_what_is_written_and_says_how_to_resume(
-    tmp_path: Path, fixture_tasks: list[Task]
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+async def test_a_stop_signal_ends_the_run_keeps_what_is_written_and_says_how_to_resume(
+    tmp_path: Path, fixture_tasks: list[Task], stop: signal.Signals
 ) -> None:
+    # SIGINT is Ctrl-C on a laptop; SIGTERM is what a cluster sends a preempted runner pod.
     tasks = _scripted(fixture_tasks)
     first, second = (t.instance_id for t in tasks)
     manifest = _manifest(tmp_path, tasks, parallelism=1)
@@ -273,9 +275,9 @@ async def test_ctrl_c_stops_the_run_keeps_what_is_written_and_says_how_to_resume
         await _wait_for_lines(tmp_path / "out" / "results.jsonl", 1)
         # The second attempt is waiting for its slow first answer.
         await asyncio.sleep(0.5)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         _, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode == 128 + signal.SIGINT
+    assert process.returncode == 128 + stop
     assert "run the same command again to resume" in err.decode()
     assert [r["instance_id"] for r in _lines(tmp_path / "out" / "results.jsonl")] == [first]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
