@@ -353,6 +353,7 @@ class ResultsStore:
                 f.flush()
                 os.fsync(f.fileno())
             partial.replace(path)
+            _fsync_dir(path.parent)
         except BaseException:
             partial.unlink(missing_ok=True)  # no half-written leftover beside the file
             raise
@@ -402,6 +403,22 @@ class ResultsStore:
         self._write_json(self.summary_file, summary)
 
 
+def _fsync_dir(folder: Path) -> None:
+    """Make a file created or renamed in ``folder`` survive a crash of the machine: the file's
+    own fsync does not persist its directory entry. Skipped where directories cannot be opened
+    or synced (some network file systems)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _append(path: Path, text: str) -> None:
     """Append ``text`` durably, or leave the file as it was.
 
@@ -411,6 +428,7 @@ def _append(path: Path, text: str) -> None:
     started before the error goes up.
     """
     data = text.encode("utf-8")
+    created = not path.exists()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         start = os.fstat(fd).st_size
@@ -420,6 +438,8 @@ def _append(path: Path, text: str) -> None:
                 written = os.write(fd, view)
                 view = view[written:]
             os.fsync(fd)
+            if created:
+                _fsync_dir(path.parent)
         except BaseException:
             try:
                 os.ftruncate(fd, start)
