@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from .cluster import Cluster, ClusterError, build
+from .fixtures.openai_server import ScriptedServer
 from .paths import ROOT
 
 log = logging.getLogger(__name__)
@@ -60,3 +61,11 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     name = cluster.namespace()
     yield name
     cluster.delete_namespace(name)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[ScriptedServer]:
+    """A scripted OpenAI-compatible server over real HTTP (tests/fixtures/openai_server.py),
+    started for the test and stopped after it."""
+    async with ScriptedServer() as running:
+        yield running

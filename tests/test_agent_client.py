@@ -4,8 +4,6 @@ token ids, retries, and the errors that end a trajectory."""
 from __future__ import annotations
 
 import asyncio
-import socket
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -13,6 +11,7 @@ import pytest
 from crl_worker.agent import ChatClient, ContextLengthError, ModelServerError
 from crl_worker.agent.client import context_room, is_context_length_message
 from crl_worker.errors import InfrastructureError
+from tests.cluster import free_port
 from tests.fixtures.openai_server import (
     CONTEXT_LENGTH_MESSAGE,
     ScriptedServer,
@@ -54,21 +53,9 @@ async def ask(client: ChatClient, key: str, max_tokens: int = 64) -> Any:
     )
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[ScriptedServer]:
-    async with ScriptedServer() as running:
-        yield running
-
-
 def fast_client(url: str, **kw: Any) -> ChatClient:
     options: dict[str, Any] = {"backoff_base": 0.01, "max_retries": 3, **kw}
     return ChatClient(url, "scripted", **options)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_request_shape_and_vllm_token_ids(server: ScriptedServer) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from crl_worker.harness.evaluate import evaluate
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task
+from tests.cluster import free_port
 from tests.fixtures.openai_server import (
     ScriptedServer,
     Step,
@@ -58,21 +58,9 @@ FIXED = """\
 NUMERALS = "src/romankit/numerals.py"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def keyed(task: Task, key: str) -> Task:
     """The task with the script marker in its problem statement."""
     return task.model_copy(update={"problem_statement": f"{task.problem_statement}\n{marker(key)}"})
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[ScriptedServer]:
-    async with ScriptedServer() as running:
-        yield running
 
 
 @pytest.fixture

@@ -388,12 +388,6 @@ def test_ids_that_are_not_32_bit_ints_are_refused(bad: Any) -> None:
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[ScriptedServer]:
-    async with ScriptedServer() as running:
-        yield running
-
-
-@pytest.fixture
 async def roman(tmp_path: Path) -> AsyncIterator[tuple[Task, Sandbox]]:
     task = python_task(tmp_path)
     async with create_sandbox({"type": "local"}, task) as box:

@@ -42,12 +42,6 @@ SCRIPT = [
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[ScriptedServer]:
-    async with ScriptedServer() as running:
-        yield running
-
-
-@pytest.fixture
 async def client(server: ScriptedServer) -> AsyncIterator[ChatClient]:
     async with ChatClient(server.url, "scripted", backoff_base=0.01, max_retries=2) as chat:
         yield chat
