@@ -736,30 +736,31 @@ def test_render_offline_resolves_checkpoints_from_the_same_input(tmp_path: Path)
     assert any("qwen3-8b-swe-gym" in n and "not in the input" in n for n in notes)
 
 
-@pytest.mark.parametrize(
-    ("tasks", "volume", "path"),
-    [
-        (
-            {"configMap": {"name": "suite", "key": "lite.jsonl"}},
-            {
-                "configMap": {
-                    "name": "suite",
-                    "items": [{"key": "lite.jsonl", "path": "lite.jsonl"}],
-                }
-            },
-            "/var/lib/crl/tasks/lite.jsonl",
-        ),
-        (
-            {"volume": {"claimName": "data", "subPath": "suites", "path": "/gym/train.parquet"}},
-            {"persistentVolumeClaim": {"claimName": "data", "readOnly": True}},
-            "/var/lib/crl/tasks/gym/train.parquet",
-        ),
-        ({"path": "/opt/tasks.jsonl"}, None, "/opt/tasks.jsonl"),
-        ({"url": "https://example.org/tasks.jsonl"}, None, None),
-    ],
-)
+#: Task sources, the volume a pod gets for each, and the `--tasks` path the gateway and the runner
+#: are given. The runner takes a file in the image or a download from its config instead.
+TASK_SOURCES = [
+    pytest.param(
+        {"configMap": {"name": "suite", "key": "lite.jsonl"}},
+        {"configMap": {"name": "suite", "items": [{"key": "lite.jsonl", "path": "lite.jsonl"}]}},
+        "/var/lib/crl/tasks/lite.jsonl",
+        "/var/lib/crl/tasks/lite.jsonl",
+        id="configmap",
+    ),
+    pytest.param(
+        {"volume": {"claimName": "data", "subPath": "suites", "path": "/gym/train.parquet"}},
+        {"persistentVolumeClaim": {"claimName": "data", "readOnly": True}},
+        "/var/lib/crl/tasks/gym/train.parquet",
+        "/var/lib/crl/tasks/gym/train.parquet",
+        id="volume",
+    ),
+    pytest.param({"path": "/opt/tasks.jsonl"}, None, "/opt/tasks.jsonl", None, id="image-path"),
+    pytest.param({"url": "https://example.org/tasks.jsonl"}, None, None, None, id="url"),
+]
+
+
+@pytest.mark.parametrize(("tasks", "volume", "path", "runner_path"), TASK_SOURCES)
 def test_the_gateway_reads_its_task_source(
-    tasks: dict[str, Any], volume: dict[str, Any] | None, path: str | None
+    tasks: dict[str, Any], volume: dict[str, Any] | None, path: str | None, runner_path: str | None
 ) -> None:
     pool = with_spec(load("rolloutpool-swe-gym.yaml"), tasks={"format": "swe-bench", **tasks})
     deployment = find(render(pool), "Deployment")
@@ -853,31 +854,9 @@ def test_no_other_pod_gets_the_runner_identity() -> None:
     assert pod_spec(find(workloads, "Job"))["serviceAccountName"] == runner_name(bench)
 
 
-@pytest.mark.parametrize(
-    ("tasks", "volume", "path"),
-    [
-        (
-            {"configMap": {"name": "suite", "key": "lite.jsonl"}},
-            {
-                "configMap": {
-                    "name": "suite",
-                    "items": [{"key": "lite.jsonl", "path": "lite.jsonl"}],
-                }
-            },
-            "/var/lib/crl/tasks/lite.jsonl",
-        ),
-        (
-            {"volume": {"claimName": "data", "subPath": "suites", "path": "/v/test.jsonl"}},
-            {"persistentVolumeClaim": {"claimName": "data", "readOnly": True}},
-            "/var/lib/crl/tasks/v/test.jsonl",
-        ),
-        # A file in the image or a download: the runner reads the source from its config.
-        ({"path": "/opt/tasks.jsonl"}, None, None),
-        ({"url": "https://example.org/tasks.jsonl"}, None, None),
-    ],
-)
+@pytest.mark.parametrize(("tasks", "volume", "gateway_path", "path"), TASK_SOURCES)
 def test_the_runner_reads_a_mounted_task_file(
-    tasks: dict[str, Any], volume: dict[str, Any] | None, path: str | None
+    tasks: dict[str, Any], volume: dict[str, Any] | None, gateway_path: str | None, path: str | None
 ) -> None:
     bench = load("benchmark-hosted-endpoint.yaml")
     suite = {"name": "s", "tasks": {"format": "swe-bench", **tasks}}
