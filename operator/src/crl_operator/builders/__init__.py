@@ -30,13 +30,7 @@ from crl_operator.builders.benchmark import (
     runner_rbac,
     served_model,
 )
-from crl_operator.builders.config import (
-    CONFIG_KEY,
-    accelerate_config,
-    config_map,
-    deepspeed_config,
-    worker_config,
-)
+from crl_operator.builders.config import CONFIG_KEY, config_map, worker_config
 from crl_operator.builders.inference import (
     MODEL_DIR,
     ServedModel,
@@ -56,8 +50,9 @@ from crl_operator.builders.meta import (
     owner_references,
 )
 from crl_operator.builders.pool import gateway_objects, inline_pool, network_policy
-from crl_operator.builders.trainer import headless_service, job_name, trainer_job, weight_sync
+from crl_operator.builders.trainer import headless_service, job_name, trainer_job
 from crl_worker.api import AnyResource, Benchmark, RolloutPool, TrainingRun
+from crl_worker.train.launch import accelerate_config, deepspeed_config, weight_sync_mode
 
 __all__ = [
     "CONFIG_KEY",
@@ -97,7 +92,7 @@ def suspended(resource: AnyResource, state: RenderState) -> bool:
 def policy_model(run: TrainingRun) -> ServedModel:
     """What a TrainingRun's vLLM server serves: the policy's base weights, updated in place."""
     model = run.spec.model
-    sync = weight_sync(run)
+    sync = weight_sync_mode(run)
     lora = run.spec.algorithm.lora
     volumes = () if model.volume is None else (("model", model.volume, MODEL_DIR),)
     return ServedModel(

@@ -17,7 +17,6 @@ from crl_operator.builders.config import (
     CONFIG_PATH,
     DEEPSPEED_PATH,
     config_map_name,
-    processes,
 )
 from crl_operator.builders.inference import (
     CHECKPOINT_DIR,
@@ -54,6 +53,7 @@ from crl_operator.builders.pods import (
 )
 from crl_operator.builders.pool import gateway_url, pool_name
 from crl_worker.api import TrainingRun
+from crl_worker.train.launch import processes, weight_sync_mode
 
 #: Rendezvous port of the trainer (torch.distributed's customary one).
 RENDEZVOUS_PORT = 29500
@@ -76,13 +76,6 @@ def service_name(run: TrainingRun) -> str:
 def master_address(run: TrainingRun) -> str:
     """DNS name of pod 0, the rendezvous master."""
     return f"{job_name(run)}-0.{service_name(run)}"
-
-
-def weight_sync(run: TrainingRun) -> str:
-    """The weight-update mechanism in effect: `auto` resolved to `lora-adapter` or `nccl`."""
-    if run.spec.weight_sync != "auto":
-        return run.spec.weight_sync
-    return "lora-adapter" if run.spec.algorithm.lora is not None else "nccl"
 
 
 def shm_size_gi(run: TrainingRun) -> int:
@@ -131,11 +124,11 @@ def trainer_env(run: TrainingRun) -> list[dict[str, Any]]:
         env("CRL_DEEPSPEED_CONFIG", DEEPSPEED_PATH),
         env("CRL_INFERENCE_URL", base_url(run, spec.inference)),
         env("CRL_INFERENCE_MODEL", spec.model.name),
-        env("CRL_WEIGHT_SYNC", weight_sync(run)),
+        env("CRL_WEIGHT_SYNC", weight_sync_mode(run)),
         env("CRL_POOL_URL", gateway_url(pool_name(run))),
         env("CRL_CHECKPOINT_DIR", CHECKPOINT_DIR),
     ]
-    if weight_sync(run) == "nccl":
+    if weight_sync_mode(run) == "nccl":
         out.append(env("CRL_INFERENCE_PEERS", peers_service_name(run)))
     if spec.model.volume is not None:
         out += [env("CRL_MODEL_PATH", f"{MODEL_DIR}/{spec.model.name}"), env("HF_HUB_OFFLINE", "1")]
