@@ -11,11 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
-from pydantic import ValidationError
-
 from crl_worker.api.benchmark import BenchmarkSpec
 from crl_worker.api.common import AgentSpec
+from crl_worker.configfile import read_resource_file
 from crl_worker.errors import CrlError
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.sources import load_source
@@ -53,28 +51,8 @@ class BenchmarkConfig:
 def read_benchmark(path: Path) -> BenchmarkConfig:
     """Read the operator's worker config (``{apiVersion, kind, name, spec}``) or a Benchmark
     manifest (``metadata.name``); the first Benchmark document of a multi-document file."""
-    try:
-        documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-    except (OSError, yaml.YAMLError) as exc:
-        raise BenchConfigError(f"cannot read the benchmark config {path}: {exc}") from exc
-    benchmarks = [d for d in documents if isinstance(d, dict) and d.get("kind") == "Benchmark"]
-    if not benchmarks:
-        kinds = sorted({str(d.get("kind")) for d in documents if isinstance(d, dict)})
-        raise BenchConfigError(
-            f"{path} holds no Benchmark (kinds found: {', '.join(kinds) or 'none'}); give the "
-            "Benchmark's manifest or the operator's config.yaml of a Benchmark"
-        )
-    if len(benchmarks) > 1:
-        raise BenchConfigError(f"{path} holds {len(benchmarks)} Benchmarks; give a file with one")
-    document = benchmarks[0]
-    name = document.get("name") or (document.get("metadata") or {}).get("name") or path.stem
-    try:
-        spec = BenchmarkSpec.model_validate(document.get("spec") or {})
-    except ValidationError as exc:
-        raise BenchConfigError(
-            f"{path}: the Benchmark spec is invalid (check it with `crl validate`):\n{exc}"
-        ) from exc
-    return BenchmarkConfig(name=str(name), spec=spec, path=path)
+    found = read_resource_file(path, "Benchmark", BenchmarkSpec, error=BenchConfigError)
+    return BenchmarkConfig(name=found.name, spec=found.spec, path=found.path)
 
 
 @dataclass(frozen=True)
