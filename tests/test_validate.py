@@ -94,6 +94,9 @@ def _problems(text: str) -> list[str]:
             "  trainer: {deepspeed: {zeroStage: 0, offloadOptimizer: cpu}}\n",
             "spec.trainer.deepspeed.offloadOptimizer",
         ),
+        ("  curriculum: {order: patch-size}\n", None),
+        ("  curriculum: {order: benchmark-results, results: bench/results}\n", None),
+        ("  curriculum: {order: benchmark-results}\n", "spec.curriculum.results"),
     ],
 )
 def test_cel_rules(extra: str, problem: str | None) -> None:

@@ -16,7 +16,7 @@ from crl_worker.api.resources import (
     TrainingRun,
 )
 from crl_worker.api.rolloutpool import RolloutPoolSpec, RolloutPoolStatus
-from crl_worker.api.trainingrun import TrainingRunSpec, TrainingRunStatus
+from crl_worker.api.trainingrun import CurriculumSpec, TrainingRunSpec, TrainingRunStatus
 
 __all__ = [
     "API_VERSION",
@@ -29,6 +29,7 @@ __all__ = [
     "BenchmarkSpec",
     "BenchmarkStatus",
     "Condition",
+    "CurriculumSpec",
     "Kind",
     "ObjectMeta",
     "RolloutPool",

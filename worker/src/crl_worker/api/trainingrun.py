@@ -129,6 +129,30 @@ class EvaluationSpec(ApiModel):
     served for it."""
 
 
+class CurriculumSpec(ApiModel):
+    """The order in which the trainer draws its tasks: easy before hard."""
+
+    model_config = ConfigDict(
+        json_schema_extra=with_rules(
+            cel(
+                "self.order != 'benchmark-results' || has(self.results)",
+                "order 'benchmark-results' needs results: a benchmark results folder or its"
+                " results.jsonl",
+                field_path=".results",
+            ),
+        )
+    )
+
+    order: Literal["none", "patch-size", "benchmark-results"] = "none"
+    """`none`: no curriculum, the trainer's usual order; `patch-size`: tasks whose gold patch
+    changes fewer lines first; `benchmark-results`: the instances an earlier benchmark resolved
+    most often first, those it did not run last."""
+    results: Path | None = None
+    """The benchmark results to order by (`benchmark-results`): a `crl bench` results folder or
+    its `results.jsonl`. On one machine relative to the manifest's folder; in a cluster relative
+    to the checkpoint volume (`checkpoints.volume`), where the trainer reads it."""
+
+
 class WandbSpec(ApiModel):
     """Weights & Biases logging (optional)."""
 
@@ -173,6 +197,8 @@ class TrainingRunSpec(ApiModel):
     """Checkpointing and resume."""
     evaluation: EvaluationSpec | None = None
     """A benchmark run every N steps."""
+    curriculum: CurriculumSpec | None = None
+    """The order of the training tasks (easy to hard); no curriculum when empty."""
     scheduling: SchedulingSpec = Field(default_factory=SchedulingSpec)
     """Queue, priority and maximum run time."""
     wandb: WandbSpec | None = None
