@@ -8,6 +8,10 @@ merge-patches the report into its key `progress.json`, and the operator copies i
 Benchmark's `status.progress`, `status.resolveRate` and `status.passAtK`. On one machine there is
 no reporter (:func:`reporter_from_env` returns None); the results folder has the summary.
 
+The trainer reports the same way (crl_worker.train.report): :class:`ConfigMapReporter` takes the
+report model, the field manager and the key as arguments, and :class:`WireReport` gives every
+report the same size limit and error messages on both ends.
+
 Publishing never fails the benchmark: a refused or unreachable API server is logged and the
 newest report is sent with the next publish.
 """
@@ -21,7 +25,7 @@ import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from pydantic import (
     BaseModel,
@@ -55,12 +59,12 @@ MAX_COUNT = 2**53 - 1
 MAX_REPORT_CHARS = 64 * 1024
 
 
-class ProgressReport(BaseModel):
-    """What the runner publishes: `progress.json`, camelCase on the wire.
-
-    Unknown keys are ignored (a newer runner may say more than this operator reads), and so is
-    a malformed `comparison` (logged); the counts must add up, or the whole report is refused.
-    """
+class WireReport(BaseModel):
+    """Base of a report a worker publishes into a ConfigMap key for the operator to read:
+    camelCase JSON, unknown keys ignored (a newer worker may say more than this operator
+    reads), at most :data:`MAX_REPORT_CHARS` characters. Subclasses have a `finished` field
+    (the last report, which the reporter retries) and may have `updated_at`, which the
+    reporter fills in."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -70,6 +74,35 @@ class ProgressReport(BaseModel):
         extra="ignore",
         use_attribute_docstrings=True,
     )
+
+    @classmethod
+    def parse(cls, text: str) -> Self:
+        """Read a report's JSON; ValueError (with what is wrong) for anything malformed."""
+        if len(text) > MAX_REPORT_CHARS:
+            raise ValueError(
+                f"malformed progress report: {len(text)} characters, more than the"
+                f" {MAX_REPORT_CHARS} a report may have"
+            )
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'report'}: {e['msg']}"
+                for e in err.errors()[:5]
+            )
+            raise ValueError(f"malformed progress report: {problems}") from None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object as written to the ConfigMap (camelCase, nulls left out)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class ProgressReport(WireReport):
+    """What the runner publishes: `progress.json`, camelCase on the wire.
+
+    Unknown keys are ignored (a newer runner may say more than this operator reads), and so is
+    a malformed `comparison` (logged); the counts must add up, or the whole report is refused.
+    """
 
     total: int = Field(ge=0, le=MAX_COUNT)
     """Attempts to run (instances x attempts)."""
@@ -133,27 +166,6 @@ class ProgressReport(BaseModel):
                 out.append(value)
         return out
 
-    @classmethod
-    def parse(cls, text: str) -> ProgressReport:
-        """Read `progress.json`; ValueError (with what is wrong) for anything malformed."""
-        if len(text) > MAX_REPORT_CHARS:
-            raise ValueError(
-                f"malformed progress report: {len(text)} characters, more than the"
-                f" {MAX_REPORT_CHARS} a report may have"
-            )
-        try:
-            return cls.model_validate_json(text)
-        except ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'report'}: {e['msg']}"
-                for e in err.errors()[:5]
-            )
-            raise ValueError(f"malformed progress report: {problems}") from None
-
-    def to_wire(self) -> dict[str, Any]:
-        """The JSON object as written to the ConfigMap (camelCase, nulls left out)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
 
 class ProgressReporter(Protocol):
     """Where the runner's progress goes."""
@@ -164,15 +176,20 @@ class ProgressReporter(Protocol):
 
 
 class ConfigMapReporter:
-    """Merge-patches key `progress.json` of one ConfigMap, as the pod's ServiceAccount.
+    """Merge-patches one key of one ConfigMap (`progress.json`), as the pod's ServiceAccount.
+
+    Each report is validated with `model` (the benchmark runner's :class:`ProgressReport` by
+    default) before it is sent, and sent under `field_manager`, so the key is the worker's and
+    the operator's server-side applies (which never send `data`) leave it alone.
 
     Credentials: the in-cluster ServiceAccount, else `kubeconfig` or `$KUBECONFIG` (tests, a
     runner started by hand). The Kubernetes client is synchronous, so each patch runs in a
     thread. Publishes are coalesced: one that arrives while another is being sent waits, and
     sends the newest report once (a burst of finished attempts costs two requests, and an older
     report never overwrites a newer one). A failed send is logged and not repeated for the
-    reports that waited behind it; the next publish sends the newest report. The final report (`finished: true`) is retried a few times, since no
-    publish follows it.
+    reports that waited behind it; the next publish sends the newest report. The final report
+    (`finished: true`) is retried a few times, since no publish follows it. :meth:`aclose`
+    waits for a send in flight and releases the client's connections.
     """
 
     def __init__(
@@ -184,9 +201,15 @@ class ConfigMapReporter:
         request_timeout: float = 10.0,
         final_retries: int = 3,
         retry_delay: float = 1.0,
+        field_manager: str = FIELD_MANAGER,
+        key: str = PROGRESS_KEY,
+        model: type[WireReport] = ProgressReport,
     ) -> None:
         self.namespace = namespace
         self.name = name
+        self.field_manager = field_manager
+        self.key = key
+        self.model = model
         self.kubeconfig = kubeconfig
         self.request_timeout = request_timeout
         self.final_retries = final_retries
@@ -204,11 +227,11 @@ class ConfigMapReporter:
     async def publish(self, report: Mapping[str, Any]) -> None:
         """Send `report` (or a newer one published meanwhile); failures are logged, not raised."""
         try:
-            wire = ProgressReport.model_validate(
+            wire = self.model.model_validate(
                 {"updatedAt": datetime.now(UTC), **dict(report)}
             ).to_wire()
         except ValidationError as err:
-            # A bug in the runner, not a reason to stop the benchmark.
+            # A bug in the worker, not a reason to stop the benchmark or the training.
             log.error("not publishing an invalid progress report: %s", err)
             return
         self._version += 1
@@ -239,8 +262,8 @@ class ConfigMapReporter:
             api.patch_namespaced_config_map(
                 self.name,
                 self.namespace,
-                {"data": {PROGRESS_KEY: text}},
-                field_manager=FIELD_MANAGER,
+                {"data": {self.key: text}},
+                field_manager=self.field_manager,
                 # The client would pick JSON Patch for a dict body; a merge patch sets one key
                 # and leaves the operator's labels and owner reference alone.
                 _content_type="application/merge-patch+json",
@@ -269,6 +292,13 @@ class ConfigMapReporter:
         self.sent += 1
         return True
 
+    async def aclose(self) -> None:
+        """Wait for a send in flight, then release the client (a later publish makes a new one)."""
+        async with self._lock:
+            api, self._api = self._api, None
+            if api is not None:
+                await asyncio.to_thread(api.api_client.close)
+
     def _core_api(self) -> Any:
         """The CoreV1 API client, made on first use (credentials may not exist until then)."""
         if self._api is None:
@@ -290,9 +320,18 @@ class ConfigMapReporter:
         return self._api
 
 
-def reporter_from_env(env: Mapping[str, str] | None = None) -> ProgressReporter | None:
+def reporter_from_env(
+    env: Mapping[str, str] | None = None,
+    *,
+    field_manager: str = FIELD_MANAGER,
+    model: type[WireReport] = ProgressReport,
+) -> ConfigMapReporter | None:
     """The ConfigMap reporter the operator configured (`CRL_PROGRESS_CONFIGMAP`, `POD_NAMESPACE`);
-    None outside a cluster, where nothing reads progress."""
+    None outside a cluster, where nothing reads progress.
+
+    `KUBECONFIG`, when set, is used instead of the pod's ServiceAccount (as kubectl does): a
+    worker started by hand, or a test acting as the pod.
+    """
     env = os.environ if env is None else env
     name = env.get(PROGRESS_CONFIGMAP_ENV)
     if not name:
@@ -309,4 +348,10 @@ def reporter_from_env(env: Mapping[str, str] | None = None) -> ProgressReporter 
             PROGRESS_CONFIGMAP_ENV,
         )
         return None
-    return ConfigMapReporter(namespace, name)
+    return ConfigMapReporter(
+        namespace,
+        name,
+        kubeconfig=env.get("KUBECONFIG") or None,
+        field_manager=field_manager,
+        model=model,
+    )
