@@ -20,10 +20,8 @@ stays, and the next run resumes from there. A
 sandbox being closed or a result being written when the cancellation comes (a second Ctrl-C
 included) is finished first. An attempt that cannot be written (a full disk) stops the run.
 
-Time: ``agent.timeoutSeconds`` covers the agent and the evaluation together, from the moment
-the sandbox is up. The agent's deadline keeps back ``EVALUATION_SHARE`` of it (at most the
-task's test timeout) for the evaluation; the evaluation gets whatever the agent left, and never
-less than that reserve.
+Time: see :mod:`crl_worker.agent.episode` (the agent and the evaluation share
+``agent.timeoutSeconds``).
 """
 
 from __future__ import annotations
@@ -33,14 +31,19 @@ import logging
 import signal
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from crl_worker.agent.client import Policy
-from crl_worker.agent.loop import AgentCancelled, run_agent
+from crl_worker.agent.episode import (
+    agent_then_evaluate,
+    close_sandbox,
+    failed_trajectory,
+    to_the_end,
+)
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec
 from crl_worker.bench.compare import instance_attempts
@@ -52,18 +55,11 @@ from crl_worker.bench.summary import (
     progress_report,
     report_pass_at_k,
 )
-from crl_worker.harness.evaluate import evaluate
-from crl_worker.harness.result import EvalResult
 from crl_worker.rewards import tests_score
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-#: Share of ``agent.timeoutSeconds`` the agent's deadline keeps back for the evaluation.
-EVALUATION_SHARE = 0.25
 
 
 def default_error_limit(parallelism: int) -> int:
@@ -75,8 +71,6 @@ def default_error_limit(parallelism: int) -> int:
 #: Seconds between recomputations of pass@k for the per-attempt progress reports (the counts
 #: are always current; the last report is computed whole).
 PASS_AT_K_INTERVAL = 1.0
-#: Seconds a sandbox gets to close before the runner moves on.
-CLOSE_TIMEOUT = 120.0
 
 
 class ProgressReporter(Protocol):
@@ -380,23 +374,6 @@ class BenchmarkRunner:
         except Exception as exc:  # reporting never stops a benchmark
             logger.warning("publishing the progress failed: %s", exc)
 
-    def _failure(
-        self, task: Task, attempt: int, started_at: datetime, t0: float, error: str
-    ) -> Trajectory:
-        """The trajectory of an attempt that never reached (or got lost in) the agent loop."""
-        return Trajectory(
-            instance_id=task.instance_id,
-            repo=task.repo,
-            attempt=attempt,
-            model=self.model,
-            started_at=started_at,
-            duration=time.monotonic() - t0,
-            messages=[],
-            turns=[],
-            exit_reason="infrastructure_error",
-            error=error,
-        )
-
     async def _attempt(self, task: Task, attempt: int) -> AttemptResult:
         """Run one attempt and write it. When cancelled, the agent's trajectory so far goes to
         ``cancelled.jsonl`` and the cancellation goes on (nothing in ``results.jsonl``)."""
@@ -412,8 +389,8 @@ class BenchmarkRunner:
                 await sandbox.start()
             except Exception as exc:
                 logger.warning("%s: the sandbox did not start: %s", label, exc)
-                trajectory = self._failure(
-                    task, attempt, started_at, t0, f"the sandbox did not start: {exc}"
+                trajectory = failed_trajectory(
+                    task, attempt, self.model, started_at, t0, f"the sandbox did not start: {exc}"
                 )
             else:
                 trajectory = await self._agent_and_evaluation(task, attempt, sandbox, started_at)
@@ -422,10 +399,10 @@ class BenchmarkRunner:
                     eval_seconds = trajectory.evaluation.duration
         finally:
             if sandbox is not None:
-                await _close(sandbox, label)
+                await close_sandbox(sandbox, label)
         result = _result(trajectory, agent_seconds, eval_seconds, time.monotonic() - t0)
         # Once the write started, the attempt is done even if the run is cancelled meanwhile.
-        await _to_the_end(
+        await to_the_end(
             asyncio.to_thread(self.store.append, result, trajectory.model_dump_json()),
             label,
             "writing its result",
@@ -441,7 +418,7 @@ class BenchmarkRunner:
     async def _keep_cancelled(self, trajectory: Trajectory, label: str) -> None:
         """Save the trajectory of a cancelled attempt (the cancellation is already under way)."""
         try:
-            await _to_the_end(
+            await to_the_end(
                 asyncio.to_thread(self.store.append_cancelled, trajectory.model_dump_json()),
                 label,
                 "saving its cancelled trajectory",
@@ -452,96 +429,28 @@ class BenchmarkRunner:
     async def _agent_and_evaluation(
         self, task: Task, attempt: int, sandbox: Sandbox, started_at: datetime
     ) -> Trajectory:
-        budget = float(self.agent.timeout_seconds)
-        reserve = min(task.timeouts.test, EVALUATION_SHARE * budget)
-        t_agent = time.monotonic()
         label = f"{task.instance_id}#{attempt}"
-        try:
-            policy = self.policy_factory(task)
-            trajectory = await run_agent(
-                task,
-                sandbox,
-                policy,
-                self.agent,
-                attempt=attempt,
-                deadline=t_agent + budget - reserve,
-            )
-        except AgentCancelled as cancelled:
-            # Stopped (Ctrl-C, SIGTERM, giving up): no result line, so the attempt runs again
-            # on resume, but the work done so far is kept.
-            await self._keep_cancelled(cancelled.trajectory, label)
-            raise
-        except Exception as exc:
-            # run_agent reports model and sandbox failures in the trajectory; anything raised
-            # here is unexpected, but it ends only this attempt.
-            logger.exception("%s#%d: the agent loop failed", task.instance_id, attempt)
-            return self._failure(
-                task, attempt, started_at, t_agent, f"the agent loop failed: {exc!r}"
-            )
-        if trajectory.exit_reason == "infrastructure_error":
-            return trajectory
-        remaining = t_agent + budget - time.monotonic()
-        try:
-            # What the agent left (at least the reserve), never more than the task's own limit.
-            evaluation = await evaluate(
-                sandbox, task, timeout=min(task.timeouts.test, max(remaining, reserve))
-            )
-        except asyncio.CancelledError:
-            ended = trajectory.exit_reason
-            trajectory.exit_reason = "cancelled"
-            trajectory.error = (
-                f"the run was stopped during the evaluation (the agent had ended: {ended})"
-            )
+
+        async def keep(trajectory: Trajectory) -> None:
             await self._keep_cancelled(trajectory, label)
-            raise
-        except Exception as exc:
-            # evaluate() reports its failures in the result; anything raised is unexpected.
-            logger.exception("%s#%d: the evaluation failed", task.instance_id, attempt)
-            evaluation = EvalResult(
-                instance_id=task.instance_id,
-                resolved=False,
-                infrastructure_error=f"the evaluation failed: {exc!r}",
-            )
-        trajectory.evaluation = evaluation
-        # SWE-bench's rule: tests that outlive their time are not resolved (a patch that makes
-        # them hang must not drop out of the rate as "errored").
-        trajectory.reward = 0.0 if evaluation.tests_timed_out else tests_score(evaluation, "binary")
-        return trajectory
 
-
-async def _to_the_end(awaitable: Awaitable[T], label: str, what: str) -> T:
-    """Await ``awaitable`` to its end even when the caller is cancelled meanwhile (a second
-    Ctrl-C), then let the cancellation go on.
-
-    A shield alone is not enough: the cancelled caller would return at once, the run would
-    end, and ``asyncio.run`` would cancel the shielded close on its way out, leaving the
-    sandbox (a pod, a leased pool slot, a folder) behind. The wait is bounded by what is
-    awaited (``CLOSE_TIMEOUT`` for a close; a write is a few disk operations).
-    """
-    inner = asyncio.ensure_future(awaitable)
-    cancelled = False
-    while not inner.done():
-        try:
-            await asyncio.wait({inner})
-        except asyncio.CancelledError:
-            if not cancelled:
-                logger.warning("%s: stopping; %s first", label, what)
-            cancelled = True
-    if cancelled:
-        if not inner.cancelled() and inner.exception() is not None:
-            logger.warning("%s: %s failed: %s", label, what, inner.exception())
-        raise asyncio.CancelledError
-    return inner.result()
-
-
-async def _close(sandbox: Sandbox, label: str) -> None:
-    """Close a sandbox, to the end even while the attempt is being cancelled; log failures."""
-    try:
-        await _to_the_end(
-            asyncio.wait_for(sandbox.close(), CLOSE_TIMEOUT), label, "closing its sandbox"
+        trajectory = await agent_then_evaluate(
+            task,
+            attempt,
+            sandbox,
+            self.policy_factory(task),
+            self.agent,
+            started_at=started_at,
+            keep_cancelled=keep,
         )
-    except Exception as exc:
-        logger.warning("%s: closing the sandbox failed: %s", label, exc)
+        evaluation = trajectory.evaluation
+        if evaluation is not None:
+            # SWE-bench's rule: tests that outlive their time are not resolved (a patch that
+            # makes them hang must not drop out of the rate as "errored").
+            trajectory.reward = (
+                0.0 if evaluation.tests_timed_out else tests_score(evaluation, "binary")
+            )
+        return trajectory
 
 
 def _result(

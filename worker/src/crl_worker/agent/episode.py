@@ -1,0 +1,157 @@
+"""One episode: the agent in a started sandbox, then the evaluation in that same sandbox.
+
+Shared by the benchmark runner and the trainer's rollouts; what each makes of the result (a
+benchmark's binary verdict, a training reward) is theirs.
+
+Time: ``agent.timeoutSeconds`` covers the agent and the evaluation together, from the moment
+the sandbox is up. The agent's deadline keeps back :data:`EVALUATION_SHARE` of it (at most the
+task's test timeout) for the evaluation; the evaluation gets whatever the agent left, and never
+less than that reserve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TypeVar
+
+from crl_worker.agent.client import Policy
+from crl_worker.agent.loop import AgentCancelled, run_agent
+from crl_worker.agent.trajectory import Trajectory
+from crl_worker.api.common import AgentSpec
+from crl_worker.harness.evaluate import evaluate
+from crl_worker.harness.result import EvalResult
+from crl_worker.sandbox.base import Sandbox
+from crl_worker.tasks.model import Task
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Share of ``agent.timeoutSeconds`` the agent's deadline keeps back for the evaluation.
+EVALUATION_SHARE = 0.25
+#: Seconds a sandbox gets to close before the caller moves on.
+CLOSE_TIMEOUT = 120.0
+
+#: Called with the trajectory so far when the episode is cancelled (it is re-raised after).
+KeepCancelled = Callable[[Trajectory], Awaitable[None]]
+
+
+def failed_trajectory(
+    task: Task, attempt: int, model: str, started_at: datetime, t0: float, error: str
+) -> Trajectory:
+    """The trajectory of an episode that never reached (or got lost in) the agent loop."""
+    return Trajectory(
+        instance_id=task.instance_id,
+        repo=task.repo,
+        attempt=attempt,
+        model=model,
+        started_at=started_at,
+        duration=time.monotonic() - t0,
+        messages=[],
+        turns=[],
+        exit_reason="infrastructure_error",
+        error=error,
+    )
+
+
+async def agent_then_evaluate(
+    task: Task,
+    attempt: int,
+    sandbox: Sandbox,
+    policy: Policy,
+    agent: AgentSpec,
+    *,
+    started_at: datetime,
+    keep_cancelled: KeepCancelled,
+) -> Trajectory:
+    """Run the agent, then (unless it ended on an infrastructure failure) the evaluation in the
+    same sandbox; the trajectory carries the evaluation and no reward.
+
+    A cancellation hands the trajectory so far to ``keep_cancelled`` and goes on; anything the
+    agent loop or the harness raise unexpectedly ends only this episode, as an infrastructure
+    failure.
+    """
+    budget = float(agent.timeout_seconds)
+    reserve = min(task.timeouts.test, EVALUATION_SHARE * budget)
+    t_agent = time.monotonic()
+    label = f"{task.instance_id}#{attempt}"
+    try:
+        trajectory = await run_agent(
+            task, sandbox, policy, agent, attempt=attempt, deadline=t_agent + budget - reserve
+        )
+    except AgentCancelled as cancelled:
+        # Stopped (Ctrl-C, SIGTERM, giving up): the work done so far is kept.
+        await keep_cancelled(cancelled.trajectory)
+        raise
+    except Exception as exc:
+        # run_agent reports model and sandbox failures in the trajectory; anything raised
+        # here is unexpected, but it ends only this episode.
+        logger.exception("%s: the agent loop failed", label)
+        return failed_trajectory(
+            task, attempt, policy.model, started_at, t_agent, f"the agent loop failed: {exc!r}"
+        )
+    if trajectory.exit_reason == "infrastructure_error":
+        return trajectory
+    remaining = t_agent + budget - time.monotonic()
+    try:
+        # What the agent left (at least the reserve), never more than the task's own limit.
+        evaluation = await evaluate(
+            sandbox, task, timeout=min(task.timeouts.test, max(remaining, reserve))
+        )
+    except asyncio.CancelledError:
+        ended = trajectory.exit_reason
+        trajectory.exit_reason = "cancelled"
+        trajectory.error = (
+            f"the run was stopped during the evaluation (the agent had ended: {ended})"
+        )
+        await keep_cancelled(trajectory)
+        raise
+    except Exception as exc:
+        # evaluate() reports its failures in the result; anything raised is unexpected.
+        logger.exception("%s: the evaluation failed", label)
+        evaluation = EvalResult(
+            instance_id=task.instance_id,
+            resolved=False,
+            infrastructure_error=f"the evaluation failed: {exc!r}",
+        )
+    trajectory.evaluation = evaluation
+    return trajectory
+
+
+async def to_the_end(awaitable: Awaitable[T], label: str, what: str) -> T:
+    """Await ``awaitable`` to its end even when the caller is cancelled meanwhile (a second
+    Ctrl-C), then let the cancellation go on.
+
+    A shield alone is not enough: the cancelled caller would return at once, the run would
+    end, and ``asyncio.run`` would cancel the shielded close on its way out, leaving the
+    sandbox (a pod, a leased pool slot, a folder) behind. The wait is bounded by what is
+    awaited (``CLOSE_TIMEOUT`` for a close; a write is a few disk operations).
+    """
+    inner = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while not inner.done():
+        try:
+            await asyncio.wait({inner})
+        except asyncio.CancelledError:
+            if not cancelled:
+                logger.warning("%s: stopping; %s first", label, what)
+            cancelled = True
+    if cancelled:
+        if not inner.cancelled() and inner.exception() is not None:
+            logger.warning("%s: %s failed: %s", label, what, inner.exception())
+        raise asyncio.CancelledError
+    return inner.result()
+
+
+async def close_sandbox(sandbox: Sandbox, label: str) -> None:
+    """Close a sandbox, to the end even while the attempt is being cancelled; log failures."""
+    try:
+        await to_the_end(
+            asyncio.wait_for(sandbox.close(), CLOSE_TIMEOUT), label, "closing its sandbox"
+        )
+    except Exception as exc:
+        logger.warning("%s: closing the sandbox failed: %s", label, exc)

@@ -1,0 +1,177 @@
+"""What one trainer process needs, resolved from the TrainingRun, the environment the operator
+sets and the command line: the model, the run folder, the inference server, the pool, the
+weight-sync mode. Torch-free (``crl train`` reads it before launching anything).
+
+Precedence for every setting: the command line, then the environment the operator sets in the
+trainer pod (``CRL_*``), then the spec, then a default for one machine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from crl_worker.api.trainingrun import TrainingRunSpec
+from crl_worker.configfile import read_resource_file
+from crl_worker.train.errors import TrainConfigError
+
+#: Environment variables the operator sets in the trainer pods (builders/trainer.py).
+CONFIG_ENV = "CRL_CONFIG"
+CHECKPOINT_DIR_ENV = "CRL_CHECKPOINT_DIR"
+INFERENCE_URL_ENV = "CRL_INFERENCE_URL"
+INFERENCE_MODEL_ENV = "CRL_INFERENCE_MODEL"
+WEIGHT_SYNC_ENV = "CRL_WEIGHT_SYNC"
+POOL_URL_ENV = "CRL_POOL_URL"
+MODEL_PATH_ENV = "CRL_MODEL_PATH"
+METRICS_PORT_ENV = "CRL_METRICS_PORT"
+RUN_NAME_ENV = "CRL_RUN_NAME"
+API_KEY_ENVS = ("CRL_API_KEY", "OPENAI_API_KEY")
+
+WeightSyncMode = Literal["nccl", "lora-adapter", "none"]
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """One trainer process's resolved settings."""
+
+    name: str
+    """The run's name (adapter names, metrics labels, the local run folder)."""
+    spec: TrainingRunSpec
+    """The validated spec."""
+    config_path: Path
+    """The file it was read from (relative task paths resolve against its folder)."""
+    model_path: str
+    """What ``from_pretrained`` loads: a local folder or a Hub id."""
+    run_dir: Path
+    """Checkpoints (``checkpoint-N``), adapters, trajectories, metrics and status go here."""
+    inference_url: str | None
+    """The vLLM server's OpenAI API root; ``None`` generates in-process with transformers."""
+    served_model: str
+    """The model name the server serves the base weights under."""
+    weight_sync: WeightSyncMode
+    """How new weights reach the server (``none`` when generating in-process)."""
+    pool_url: str | None
+    """The pool gateway to lease sandboxes from; ``None`` starts one in-process."""
+    tasks_file: Path | None = None
+    """Where the operator mounted the task source (wins over the spec's source)."""
+    metrics_port: int | None = None
+    """Port of the Prometheus endpoint (rank 0); ``None``: no endpoint."""
+    api_key: str | None = field(default=None, repr=False)
+    """Key sent to the inference server."""
+    steps: int | None = None
+    """Override of ``spec.algorithm.steps`` (``crl train --steps``)."""
+
+    @property
+    def total_steps(self) -> int:
+        """Optimizer steps of the whole run."""
+        return self.steps if self.steps is not None else self.spec.algorithm.steps
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Where ``checkpoint-N`` folders go (the run folder itself: the checkpoint volume)."""
+        return self.run_dir
+
+    @property
+    def trajectories_dir(self) -> Path:
+        """Per-step trajectory files (``step-000001.rank0.jsonl``)."""
+        return self.run_dir / "trajectories"
+
+    @property
+    def adapters_dir(self) -> Path:
+        """LoRA adapters pushed to the inference server (``v<N>``)."""
+        return self.run_dir / "adapters"
+
+
+def _weight_sync_mode(spec: TrainingRunSpec) -> Literal["nccl", "lora-adapter"]:
+    """``spec.weightSync`` with ``auto`` resolved: adapters with LoRA, NCCL otherwise."""
+    if spec.weight_sync != "auto":
+        return spec.weight_sync
+    return "lora-adapter" if spec.algorithm.lora is not None else "nccl"
+
+
+def _model_path(spec: TrainingRunSpec, base_dir: Path, env: Mapping[str, str]) -> str:
+    """A volume-mounted model (``CRL_MODEL_PATH``), a local folder (relative to the manifest's
+    folder), or a Hub id as written."""
+    if env.get(MODEL_PATH_ENV):
+        return env[MODEL_PATH_ENV]
+    candidate = Path(spec.model.name).expanduser()
+    if not candidate.is_absolute():
+        candidate = base_dir / candidate
+    if candidate.is_dir():
+        return str(candidate.resolve())
+    return spec.model.name
+
+
+def resolve_settings(
+    config: Path,
+    *,
+    output: Path | None = None,
+    url: str | None = None,
+    served_model: str | None = None,
+    pool_url: str | None = None,
+    tasks_file: Path | None = None,
+    metrics_port: int | None = None,
+    steps: int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> TrainSettings:
+    """Read the TrainingRun at ``config`` and resolve every setting (see the module docstring).
+
+    Raises :class:`TrainConfigError` for a file that is not a valid TrainingRun.
+    """
+    env = os.environ if env is None else env
+    found = read_resource_file(config, "TrainingRun", TrainingRunSpec, error=_FileError)
+    spec = found.spec
+    name = env.get(RUN_NAME_ENV) or found.name
+    base_dir = config.parent
+    run_dir = output or (
+        Path(env[CHECKPOINT_DIR_ENV])
+        if env.get(CHECKPOINT_DIR_ENV)
+        else Path.cwd() / "runs" / found.name
+    )
+    inference_url = url or env.get(INFERENCE_URL_ENV) or None
+    weight_sync: WeightSyncMode
+    if inference_url is None:
+        weight_sync = "none"
+    else:
+        chosen = env.get(WEIGHT_SYNC_ENV) or _weight_sync_mode(spec)
+        if chosen not in ("nccl", "lora-adapter"):
+            raise TrainConfigError(
+                WEIGHT_SYNC_ENV, f"unknown weight-sync mode {chosen!r} (nccl or lora-adapter)"
+            )
+        weight_sync = "nccl" if chosen == "nccl" else "lora-adapter"
+        if weight_sync == "lora-adapter" and spec.algorithm.lora is None:
+            raise TrainConfigError(
+                "spec.weightSync",
+                "lora-adapter needs spec.algorithm.lora (only adapters load at runtime)",
+            )
+    port_text = env.get(METRICS_PORT_ENV)
+    if metrics_port is None and port_text:
+        try:
+            metrics_port = int(port_text)
+        except ValueError as exc:
+            raise TrainConfigError(METRICS_PORT_ENV, f"not a port number: {port_text!r}") from exc
+    return TrainSettings(
+        name=name,
+        spec=spec,
+        config_path=config,
+        model_path=_model_path(spec, base_dir, env),
+        run_dir=run_dir,
+        inference_url=inference_url.rstrip("/") if inference_url else None,
+        served_model=served_model or env.get(INFERENCE_MODEL_ENV) or spec.model.name,
+        weight_sync=weight_sync,
+        pool_url=pool_url or env.get(POOL_URL_ENV) or None,
+        tasks_file=tasks_file,
+        metrics_port=metrics_port,
+        api_key=next((env[k] for k in API_KEY_ENVS if env.get(k)), None),
+        steps=steps,
+    )
+
+
+class _FileError(TrainConfigError):
+    """The config file itself is unreadable or not a valid TrainingRun."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("config", message)
