@@ -27,7 +27,6 @@ from crl_operator.builders import (
     render_offline,
     resolve_checkpoint,
     retained,
-    runner_name,
 )
 from crl_operator.builders.inference import NCCL_WORKER_EXTENSION, lora_rank_bound
 from crl_operator.builders.meta import JOB_NAME_LIMIT, ResolvedCheckpoint
@@ -206,10 +205,12 @@ def test_a_resource_without_a_name_cannot_be_built() -> None:
 
 def test_training_run_children_follow_the_state() -> None:
     run = load("trainingrun-qwen3-8b-swe-gym.yaml")
-    base = ["ConfigMap", "Deployment", "Service", "Service", "RolloutPool"]
+    base = ["ConfigMap", "ConfigMap", "Deployment", "Service", "Service", "RolloutPool"]
     assert kinds(render(run, state=STATES["waiting"])) == base
-    assert kinds(render(run, state=STATES["ready"])) == [*base, "Service", "Job"]
-    assert kinds(render(run, state=STATES["finished"])) == ["ConfigMap"]
+    trainer = ["Service", "ServiceAccount", "Role", "RoleBinding", "Job"]
+    assert kinds(render(run, state=STATES["ready"])) == [*base, *trainer]
+    # The config and the trainer's last progress report stay; its identity goes.
+    assert kinds(render(run, state=STATES["finished"])) == ["ConfigMap", "ConfigMap"]
     assert retained(run, state=STATES["finished"]) == [("Job", "qwen3-8b-swe-gym-trainer")]
     assert retained(run, state=STATES["ready"]) == []
 
@@ -225,8 +226,10 @@ def test_a_suspended_run_has_no_trainer_and_no_servers(how: str) -> None:
     assert "Job" not in kinds(children)
     assert find(children, "Deployment", "-inference")["spec"]["replicas"] == 0
     assert find(children, "RolloutPool")["spec"]["replicas"] == 0
-    # The checkpoints and the config stay: resuming needs both.
-    assert find(children, "ConfigMap")
+    # The checkpoints and the config stay: resuming needs both. So does the last report.
+    assert find(children, "ConfigMap", "-config")
+    assert find(children, "ConfigMap", "-progress")
+    assert not {"ServiceAccount", "Role", "RoleBinding"} & set(kinds(children))
 
 
 def test_vllm_server_of_a_full_fine_tuning_run() -> None:
@@ -385,7 +388,7 @@ def test_cpu_trainer_has_no_gpus_and_scratch_checkpoints() -> None:
     assert env["CUDA_VISIBLE_DEVICES"] == ""
     volumes = {v["name"]: v for v in pod_spec(job)["volumes"]}
     assert volumes["checkpoints"] == {"name": "checkpoints", "emptyDir": {}}
-    accelerate = yaml.safe_load(find(children, "ConfigMap")["data"]["accelerate.yaml"])
+    accelerate = yaml.safe_load(find(children, "ConfigMap", "-config")["data"]["accelerate.yaml"])
     assert accelerate["distributed_type"] == "NO"
     assert accelerate["use_cpu"] is True
 
@@ -416,7 +419,7 @@ def test_deepspeed_config_follows_the_spec(
         load("trainingrun-qwen3-8b-swe-gym.yaml"),
         trainer={"nodes": 2, "gpusPerNode": 8, "perDeviceBatchSize": 2, "deepspeed": deepspeed},
     )
-    config = json.loads(find(render(run), "ConfigMap")["data"]["deepspeed.json"])
+    config = json.loads(find(render(run), "ConfigMap", "-config")["data"]["deepspeed.json"])
     zero = config["zero_optimization"]
     assert expect.items() <= zero.items()
     assert ("offload_param" in zero) == (deepspeed.get("offloadParameters") == "cpu")
@@ -442,12 +445,12 @@ def test_deepspeed_overrides_merge_recursively() -> None:
         },
     )
     children = render(run)
-    config = json.loads(find(children, "ConfigMap")["data"]["deepspeed.json"])
+    config = json.loads(find(children, "ConfigMap", "-config")["data"]["deepspeed.json"])
     zero = config["zero_optimization"]
     assert zero["reduce_bucket_size"] == 50000000
     assert zero["stage"] == 3 and zero["overlap_comm"] is True  # the rest stays
     assert config["communication_data_type"] == "fp32"
-    accelerate = yaml.safe_load(find(children, "ConfigMap")["data"]["accelerate.yaml"])
+    accelerate = yaml.safe_load(find(children, "ConfigMap", "-config")["data"]["accelerate.yaml"])
     assert accelerate["distributed_type"] == "DEEPSPEED"
     assert accelerate["num_machines"] == 1 and accelerate["num_processes"] == 8
     assert accelerate["deepspeed_config"]["deepspeed_config_file"] == "/etc/crl/deepspeed.json"
@@ -492,7 +495,7 @@ def test_evaluation_benchmarks_serve_the_step_checkpoint() -> None:
     assert "maxRunSeconds" not in bench["spec"]["scheduling"]
     # Evaluations outlive the run's training: they stay when the run finishes.
     finished = render(run, state=RenderState(finished=True, evaluation_steps=(50,)))
-    assert kinds(finished) == ["ConfigMap", "Benchmark"]
+    assert kinds(finished) == ["ConfigMap", "ConfigMap", "Benchmark"]
 
 
 def test_a_pool_reference_means_no_owned_pool() -> None:
@@ -505,7 +508,7 @@ def test_a_pool_reference_means_no_owned_pool() -> None:
 
 def test_worker_config_holds_the_resolved_spec() -> None:
     run = TrainingRun.model_validate(RUN)
-    config = yaml.safe_load(find(render(run), "ConfigMap")["data"]["config.yaml"])
+    config = yaml.safe_load(find(render(run), "ConfigMap", "-config")["data"]["config.yaml"])
     assert config["kind"] == "TrainingRun"
     assert config["spec"]["algorithm"]["numGenerations"] == 8
 
@@ -787,19 +790,19 @@ def assert_task_mount(workload: dict[str, Any], volume: dict[str, Any] | None) -
 # --- the runner's identity and progress channel ---------------------------------------------
 
 
-def test_runner_reports_progress_with_least_privilege() -> None:
-    bench = load("benchmark-hosted-endpoint.yaml")
-    children = render(bench, state=RenderState())
+def assert_progress_channel(
+    children: list[dict[str, Any]], worker: str, progress: str, namespace: str = "default"
+) -> dict[str, Any]:
+    """The worker Job `worker` may `get` and `patch` its empty progress ConfigMap and nothing
+    else, with an identity of its own applied before it; returns the Job."""
     names = [(c["kind"], c["metadata"]["name"]) for c in children]
-    runner = "hosted-model-swe-bench-lite-runner"
-    progress = "hosted-model-swe-bench-lite-progress"
     # The RoleBinding needs its Role, the Job's pods need the ServiceAccount: applied before.
-    assert names.index(("ServiceAccount", runner)) < names.index(("Job", runner))
-    assert names.index(("Role", runner)) < names.index(("RoleBinding", runner))
-    assert names.index(("RoleBinding", runner)) < names.index(("Job", runner))
+    assert names.index(("ServiceAccount", worker)) < names.index(("Job", worker))
+    assert names.index(("Role", worker)) < names.index(("RoleBinding", worker))
+    assert names.index(("RoleBinding", worker)) < names.index(("Job", worker))
     cm = find(children, "ConfigMap", "-progress")
     assert cm["metadata"]["name"] == progress
-    # No data: server-side apply then leaves the runner's `progress.json` to the runner.
+    # No data: server-side apply then leaves the worker's `progress.json` to the worker.
     assert set(cm) == {"apiVersion", "kind", "metadata"}
     assert cm["metadata"]["labels"]["app.kubernetes.io/component"] == "progress"
     role = find(children, "Role")
@@ -815,22 +818,51 @@ def test_runner_reports_progress_with_least_privilege() -> None:
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "Role",
-        "name": runner,
+        "name": worker,
     }
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": runner, "namespace": "default"}
+        {"kind": "ServiceAccount", "name": worker, "namespace": namespace}
     ]
     job = find(children, "Job")
+    assert job["metadata"]["name"] == worker
     spec = pod_spec(job)
-    assert spec["serviceAccountName"] == runner
+    assert spec["serviceAccountName"] == worker
     assert spec["automountServiceAccountToken"] is True
     env = env_of(job)
     assert env["CRL_PROGRESS_CONFIGMAP"] == progress
     assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
-    assert "CRL_BASELINE_RESULTS" not in env
+    return job
+
+
+def test_runner_reports_progress_with_least_privilege() -> None:
+    bench = load("benchmark-hosted-endpoint.yaml")
+    children = render(bench, state=RenderState())
+    job = assert_progress_channel(
+        children, "hosted-model-swe-bench-lite-runner", "hosted-model-swe-bench-lite-progress"
+    )
+    assert "CRL_BASELINE_RESULTS" not in env_of(job)
     # A Hugging Face suite is not a file: nothing mounted, no --tasks.
     assert "--tasks" not in container(job)["args"]
-    assert "tasks" not in {v["name"] for v in spec["volumes"]}
+    assert "tasks" not in {v["name"] for v in pod_spec(job)["volumes"]}
+
+
+def test_trainer_reports_progress_with_least_privilege() -> None:
+    run = load("trainingrun-qwen3-8b-swe-gym.yaml")
+    children = render(run, "team-a", STATES["ready"])
+    job = assert_progress_channel(
+        children, "qwen3-8b-swe-gym-trainer", "qwen3-8b-swe-gym-progress", "team-a"
+    )
+    # Every trainer pod serves its Prometheus metrics where the env says.
+    assert env_of(job)["CRL_METRICS_PORT"] == "9400"
+    ports = {p["name"]: p["containerPort"] for p in container(job)["ports"]}
+    assert ports == {"rendezvous": 29500, "metrics": 9400}
+    # The identity exists exactly while the trainer may run; the report outlives it.
+    for state in ("waiting", "suspended", "finished"):
+        others = render(run, "team-a", STATES[state])
+        assert not {"ServiceAccount", "Role", "RoleBinding"} & set(kinds(others)), state
+        assert find(others, "ConfigMap", "-progress")["metadata"]["name"] == (
+            "qwen3-8b-swe-gym-progress"
+        )
 
 
 def test_the_builder_and_the_runner_agree_on_the_progress_variable() -> None:
@@ -840,18 +872,28 @@ def test_the_builder_and_the_runner_agree_on_the_progress_variable() -> None:
     assert PROGRESS_ENV == PROGRESS_CONFIGMAP_ENV
 
 
-def test_no_other_pod_gets_the_runner_identity() -> None:
-    bench = load("benchmark-swe-bench-verified-baseline.yaml")
-    children = render(bench, state=STATES["ready"])
+@pytest.mark.parametrize(
+    ("example", "worker"),
+    [
+        (
+            "benchmark-swe-bench-verified-baseline.yaml",
+            "qwen3-8b-zero-shot-swe-bench-verified-runner",
+        ),
+        ("trainingrun-qwen3-8b-swe-gym.yaml", "qwen3-8b-swe-gym-trainer"),
+    ],
+)
+def test_no_other_pod_gets_the_workers_identity(example: str, worker: str) -> None:
+    resource = load(example)
+    children = render(resource, state=STATES["ready"])
     # The inline pool's own children (its gateway) run pods too.
     for pool in [c for c in children if c["kind"] == "RolloutPool"]:
         children += render(RolloutPool.model_validate(pool))
     workloads = [c for c in children if c["kind"] in ("Deployment", "Job")]
-    others = [w for w in workloads if w["metadata"]["name"] != runner_name(bench)]
+    others = [w for w in workloads if w["metadata"]["name"] != worker]
     assert {w["kind"] for w in others} == {"Deployment"} and len(others) >= 2, others
     for workload in others:
-        assert pod_spec(workload).get("serviceAccountName") != runner_name(bench)
-    assert pod_spec(find(workloads, "Job"))["serviceAccountName"] == runner_name(bench)
+        assert pod_spec(workload).get("serviceAccountName") != worker
+    assert pod_spec(find(workloads, "Job"))["serviceAccountName"] == worker
 
 
 @pytest.mark.parametrize(("tasks", "volume", "gateway_path", "path"), TASK_SOURCES)

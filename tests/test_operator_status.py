@@ -635,7 +635,8 @@ def test_status_patch_keeps_other_writers_fields() -> None:
 
 
 def test_status_patch_removes_owned_fields_no_longer_computed() -> None:
-    current = {"children": {"trainerJob": "x", "configMap": "y"}, "step": 10}
+    # lastEvaluation is not the reconcile's: left alone.
+    current = {"children": {"trainerJob": "x", "configMap": "y"}, "lastEvaluation": {"step": 10}}
     patch = status_patch("TrainingRun", current, {"children": {"configMap": "y"}})
     assert patch == {"children": {"trainerJob": None}}
 

@@ -48,7 +48,8 @@ from crl_operator.status import (
     trainingrun_status,
 )
 from crl_worker.api import KINDS, AnyResource, Benchmark, RolloutPool, TrainingRun
-from crl_worker.bench.report import PROGRESS_KEY, ProgressReport
+from crl_worker.bench.report import PROGRESS_KEY, ProgressReport, WireReport
+from crl_worker.train.report import TrainingProgress
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class Reconciler:
         # resourceVersion our last status patch produced, per resource: its watch echo is ours.
         self.status_versions: dict[Key, str] = {}
         # resourceVersion of the progress ConfigMap whose malformed report was logged, per
-        # Benchmark: a bad report is logged once, not at every resync.
+        # Benchmark or TrainingRun: a bad report is logged once, not at every resync.
         self._bad_reports: dict[Key, str] = {}
         self._lock = threading.Lock()
 
@@ -135,14 +136,15 @@ class Reconciler:
         except ValidationError as err:
             return self._invalid(key, body, previous, generation, format_validation_error(err))
 
+        uid = str(body["metadata"]["uid"])
+        report = self._report(resource, uid)
         # `problem`: a Benchmark whose checkpoint cannot be resolved yet (it still renders).
-        state, problem = self._render_state(resource, body, previous)
+        state, problem = self._render_state(resource, body, previous, report)
         try:
             desired = builders.render(resource, ns, state)
         except BuildError as err:
             return self._invalid(key, body, previous, generation, str(err))
 
-        uid = str(body["metadata"]["uid"])
         for obj in desired:
             try:
                 self._ensure(obj)
@@ -181,7 +183,7 @@ class Reconciler:
                 ERRORS.labels(kind=kind, reason=c.PRUNE_FAILED).inc()
                 problem = problem or Problem(c.PRUNE_FAILED, f"{okind} {oname}: {err.message}")
 
-        seen = self._observed(resource, uid, problem)
+        seen = self._observed(resource, uid, problem, report)
         now = self.now()
         if isinstance(resource, TrainingRun):
             computed = trainingrun_status(resource, seen, previous, now)
@@ -210,25 +212,38 @@ class Reconciler:
                 return child
         return None
 
-    def _observed(self, resource: AnyResource, uid: str, problem: Problem | None) -> Observed:
+    def _observed(
+        self,
+        resource: AnyResource,
+        uid: str,
+        problem: Problem | None,
+        report: dict[str, Any] | None,
+    ) -> Observed:
         children = tuple(self.cache.owned(uid))
         ns = resource.metadata.namespace or "default"
         if isinstance(resource, RolloutPool):
             pods = tuple(self.cache.pool_pods(ns, resource.metadata.name or ""))
             return Observed(children=children, pods=pods, problem=problem)
-        report = self._report(resource, uid) if isinstance(resource, Benchmark) else None
         return Observed(
             children=children, pool=self._pool_of(resource, uid), report=report, problem=problem
         )
 
-    def _report(self, bench: Benchmark, uid: str) -> dict[str, Any] | None:
-        """The runner's progress report from its ConfigMap (watched like every child).
+    def _report(self, resource: AnyResource, uid: str) -> dict[str, Any] | None:
+        """The worker's progress report from its ConfigMap (watched like every child): the
+        Benchmark runner's or the TrainingRun trainer's; None for a RolloutPool.
 
         A malformed report is logged (once per version of the ConfigMap) and ignored: the
         status keeps what it recorded before, and the reconcile goes on.
         """
-        ns = bench.metadata.namespace or "default"
-        name = builders.progress_name(bench)
+        model: type[WireReport]
+        if isinstance(resource, Benchmark):
+            model = ProgressReport
+        elif isinstance(resource, TrainingRun):
+            model = TrainingProgress
+        else:
+            return None
+        ns = resource.metadata.namespace or "default"
+        name = builders.progress_name(resource)
         live = self.cache.get("ConfigMap", ns, name)
         if live is None or controller_uid(live) != uid:
             return None
@@ -236,18 +251,19 @@ class Reconciler:
         if not text:
             return None
         try:
-            return ProgressReport.parse(str(text)).to_wire()
+            return model.parse(str(text)).to_wire()
         except ValueError as err:
-            key = ("Benchmark", ns, bench.metadata.name or "")
+            key = (resource.kind, ns, resource.metadata.name or "")
             version = str(live["metadata"].get("resourceVersion"))
             with self._lock:
                 logged = self._bad_reports.get(key) == version
                 self._bad_reports[key] = version
             if not logged:
                 log.warning(
-                    "ignoring the progress report of Benchmark %s/%s in ConfigMap %s: %s",
+                    "ignoring the progress report of %s %s/%s in ConfigMap %s: %s",
+                    resource.kind,
                     ns,
-                    bench.metadata.name,
+                    resource.metadata.name,
                     name,
                     err,
                 )
@@ -266,9 +282,17 @@ class Reconciler:
         return False, None
 
     def _render_state(
-        self, resource: AnyResource, body: Mapping[str, Any], previous: Mapping[str, Any]
+        self,
+        resource: AnyResource,
+        body: Mapping[str, Any],
+        previous: Mapping[str, Any],
+        report: Mapping[str, Any] | None,
     ) -> tuple[RenderState, Problem | None]:
-        """What the builders need from the cluster, and why a checkpoint is unavailable."""
+        """What the builders need from the cluster, and why a checkpoint is unavailable.
+
+        A TrainingRun's evaluations follow its last checkpoint: the trainer's report when it
+        names one (so the Benchmark is created in the reconcile that reads it), else the status.
+        """
         uid = str(body["metadata"]["uid"])
         if isinstance(resource, RolloutPool):
             return RenderState(inference_ready=True), None
@@ -294,7 +318,8 @@ class Reconciler:
         if isinstance(resource, Benchmark) and resource.spec.baseline is not None:
             baseline = self._baseline_results(resource, uid)
         if isinstance(resource, TrainingRun) and resource.spec.evaluation is not None:
-            last = (previous.get("lastCheckpoint") or {}).get("step")
+            reported = (report or {}).get("lastCheckpoint")
+            last = (reported or previous.get("lastCheckpoint") or {}).get("step")
             every = resource.spec.evaluation.every_steps
             if isinstance(last, int) and last >= every:
                 evaluation = tuple(range(every, last + 1, every))

@@ -1,9 +1,10 @@
 """Status of each kind, computed from what was observed (pure: no client, no clock).
 
-The reconcile gathers the live children from its cache into an :class:`Observed`, and these
-functions turn that into the status fields the operator owns. Fields written by others (the
-pool gateway's latency figures, the trainer's step and metrics once its report is read) are not
-touched here: :func:`status_patch` only sets or removes the keys in :data:`OWNED_KEYS`.
+The reconcile gathers the live children and the worker's progress report from its cache into
+an :class:`Observed`, and these functions turn that into the status fields the operator owns.
+Fields written by others (the pool gateway's latency figures) are not touched here:
+:func:`status_patch` only sets or removes the keys in :data:`OWNED_KEYS`. A report that is
+missing or malformed changes nothing it would have said: the status keeps what it recorded.
 """
 
 from __future__ import annotations
@@ -36,7 +37,11 @@ OWNED_KEYS: dict[str, frozenset[str]] = {
             "conditions",
             "startTime",
             "completionTime",
+            "step",
             "totalSteps",
+            "policyVersion",
+            "lastCheckpoint",
+            "metrics",
             "children",
         }
     ),
@@ -89,8 +94,9 @@ class Observed:
     pool: Obj | None = None
     """The RolloutPool a TrainingRun or Benchmark uses (owned inline or referenced)."""
     report: Obj | None = None
-    """The runner's progress report (Benchmark), validated, as JSON
-    (crl_worker.bench.report.ProgressReport); None when there is none or it is malformed."""
+    """The worker's progress report, validated, as JSON: the runner's of a Benchmark
+    (crl_worker.bench.report.ProgressReport), the trainer's of a TrainingRun
+    (crl_worker.train.report.TrainingProgress); None when there is none or it is malformed."""
     problem: Problem | None = None
     """A failure of this reconcile (invalid spec, a child that could not be applied)."""
 
@@ -304,7 +310,10 @@ def trainingrun_conditions(run: TrainingRun, seen: Observed) -> list[Cond]:
                 "the trainer starts once inference is ready",
             )
     elif js.phase == "running":
-        training = cond(c.TRAINING, True, c.JOB_RUNNING, js.message)
+        said = trainer_says(seen.report)
+        training = cond(
+            c.TRAINING, True, c.JOB_RUNNING, f"{js.message}; {said}" if said else js.message
+        )
     elif js.phase == "succeeded":
         training = cond(c.TRAINING, False, c.JOB_SUCCEEDED, js.message)
     elif js.phase == "failed":
@@ -343,10 +352,61 @@ def trainingrun_conditions(run: TrainingRun, seen: Observed) -> list[Cond]:
     return [ready, *out]
 
 
+def trainer_says(report: Obj | None) -> str:
+    """The trainer's report in a few words for the Training condition: `step 12/200,
+    checkpointing: <message>` ("" without a report)."""
+    if report is None:
+        return ""
+    out = f"step {report['step']}/{report['totalSteps']}"
+    if report.get("phase"):
+        out += f", {report['phase']}"
+    if report.get("message"):
+        out += f": {report['message']}"
+    return out
+
+
+def significant(value: float, digits: int = 6) -> float:
+    """`value` rounded to `digits` significant digits (a reward of 0.123456789 reads 0.123457,
+    a KL of 1.23456789e-05 keeps its magnitude)."""
+    return float(f"{value:.{digits}g}")
+
+
+def training_progress(report: Obj | None, previous: Mapping[str, Any]) -> dict[str, Any]:
+    """`step`, `policyVersion`, `lastCheckpoint` and `metrics` from the trainer's report.
+
+    Without a report (not written yet, malformed, or gone) what was recorded stays; a report
+    that says nothing of a checkpoint, a policy version or metrics (none yet) keeps the recorded
+    ones too, so a restarted trainer's first report does not blank them.
+    """
+    keys = ("step", "policyVersion", "lastCheckpoint", "metrics")
+    out = {k: previous[k] for k in keys if previous.get(k) is not None}
+    if report is None:
+        return out
+    out["step"] = int(report["step"])
+    if report.get("policyVersion") is not None:
+        out["policyVersion"] = int(report["policyVersion"])
+    checkpoint = report.get("lastCheckpoint")
+    if checkpoint:
+        ref: dict[str, Any] = {"step": int(checkpoint["step"]), "path": str(checkpoint["path"])}
+        if checkpoint.get("time"):
+            when = datetime.fromisoformat(str(checkpoint["time"]).replace("Z", "+00:00"))
+            ref["time"] = timestamp(when)
+        out["lastCheckpoint"] = ref
+    metrics = report.get("metrics")
+    if metrics:
+        out["metrics"] = {
+            k: significant(v) if isinstance(v, float) else v
+            for k, v in metrics.items()
+            if v is not None
+        }
+    return out
+
+
 def trainingrun_status(
     run: TrainingRun, seen: Observed, previous: Mapping[str, Any] | None, now: datetime
 ) -> dict[str, Any]:
-    """The status fields a TrainingRun's reconcile owns."""
+    """The status fields a TrainingRun's reconcile owns: conditions and children from what was
+    observed, step, policy version, last checkpoint and metrics from the trainer's report."""
     prev = previous or {}
     conds = trainingrun_conditions(run, seen)
     generation = run.metadata.model_dump().get("generation")
@@ -359,11 +419,13 @@ def trainingrun_status(
         ),
         # Set once: the CRD's immutability rule for model and tasks keys on it.
         "startTime": prev.get("startTime") or timestamp(now),
-        "totalSteps": run.spec.algorithm.steps,
+        # The trainer's own count once it reports (what it really runs), the spec's before.
+        "totalSteps": int(seen.report["totalSteps"]) if seen.report else run.spec.algorithm.steps,
+        **training_progress(seen.report, prev),
         "children": _children(
             seen,
             {
-                "configMap": ("ConfigMap", None),
+                "configMap": ("ConfigMap", "config"),
                 "inferenceDeployment": ("Deployment", None),
                 "inferenceService": ("Service", "inference"),
                 "trainerJob": ("Job", None),

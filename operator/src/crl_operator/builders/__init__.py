@@ -8,7 +8,7 @@ output nor in :func:`retained`.
 
 | resource | children (apply order) |
 |---|---|
-| TrainingRun | ConfigMap; vLLM Deployment + Service (+ peers Service for NCCL); inline RolloutPool; trainer headless Service + indexed Job (once inference is ready); evaluation Benchmarks |
+| TrainingRun | ConfigMap; progress ConfigMap; vLLM Deployment + Service (+ peers Service for NCCL); inline RolloutPool; trainer headless Service, ServiceAccount, Role, RoleBinding and indexed Job (once inference is ready); evaluation Benchmarks |
 | RolloutPool | ConfigMap; gateway ServiceAccount, Role, RoleBinding, Deployment, Service; sandbox NetworkPolicy |
 | Benchmark | ConfigMap; progress ConfigMap; vLLM Deployment + Service (when served); inline RolloutPool; runner ServiceAccount, Role, RoleBinding and Job (once inference is ready) |
 """
@@ -22,8 +22,6 @@ from crl_operator.builders.benchmark import (
     baseline_results,
     evaluation_benchmark,
     inference_spec,
-    progress_config_map,
-    progress_name,
     resolve_checkpoint,
     runner_job,
     runner_name,
@@ -50,7 +48,8 @@ from crl_operator.builders.meta import (
     owner_references,
 )
 from crl_operator.builders.pool import gateway_objects, inline_pool, network_policy
-from crl_operator.builders.trainer import headless_service, job_name, trainer_job
+from crl_operator.builders.progress import progress_config_map, progress_name
+from crl_operator.builders.trainer import headless_service, job_name, trainer_job, trainer_rbac
 from crl_worker.api import AnyResource, Benchmark, RolloutPool, TrainingRun
 from crl_worker.train.launch import accelerate_config, deepspeed_config, weight_sync_mode
 
@@ -111,9 +110,10 @@ def policy_model(run: TrainingRun) -> ServedModel:
 
 
 def _training_run(run: TrainingRun, ns: str, state: RenderState) -> list[dict[str, Any]]:
-    out = [config_map(run, ns)]
+    # The progress ConfigMap outlives the trainer: it holds the last report.
+    out = [config_map(run, ns), progress_config_map(run, ns)]
     if state.finished:
-        # Nothing runs any more: only the config (and the kept trainer Job) remain.
+        # Nothing runs any more: only the configs (and the kept trainer Job) remain.
         return out + [evaluation_benchmark(run, ns, s) for s in state.evaluation_steps]
     paused = suspended(run, state)
     replicas = 0 if paused else run.spec.inference.replicas
@@ -132,7 +132,8 @@ def _training_run(run: TrainingRun, ns: str, state: RenderState) -> list[dict[st
             pool["spec"]["replicas"] = 0
         out.append(pool)
     if state.inference_ready and not paused:
-        out += [headless_service(run, ns), trainer_job(run, ns)]
+        # The trainer's identity exists exactly while the trainer may run (created before it).
+        out += [headless_service(run, ns), *trainer_rbac(run, ns), trainer_job(run, ns)]
     out += [evaluation_benchmark(run, ns, s) for s in state.evaluation_steps]
     return out
 

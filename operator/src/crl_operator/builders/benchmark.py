@@ -7,9 +7,8 @@ operator's own vLLM Service, or the external endpoint with the API key from the 
 spec names (a `secretKeyRef`: the operator never reads the Secret).
 
 The runner reports its progress into a ConfigMap of its own, `<bench>-progress`, key
-`progress.json` (crl_worker.bench.report). The operator creates that ConfigMap without data and
-never sends its `data`, so with server-side apply the key stays the runner's; the runner's
-ServiceAccount may `get` and `patch` that one ConfigMap and nothing else.
+`progress.json` (crl_worker.bench.report), with a ServiceAccount that may `get` and `patch` that
+one ConfigMap and nothing else (crl_operator.builders.progress).
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ from crl_operator.builders.inference import (
 )
 from crl_operator.builders.meta import (
     COMPONENT_EVALUATION,
-    COMPONENT_PROGRESS,
     COMPONENT_RUNNER,
     JOB_NAME_LIMIT,
     BuildError,
@@ -51,13 +49,12 @@ from crl_operator.builders.pods import (
     volume_or_scratch,
 )
 from crl_operator.builders.pool import gateway_url, pool_name
+from crl_operator.builders.progress import PROGRESS_ENV, progress_name, reporter_rbac
 from crl_worker.api import API_VERSION, Benchmark, TrainingRun
 from crl_worker.api.common import DEFAULT_WORKER_IMAGE, InferenceSpec
 
 #: Where the results volume is mounted in the runner.
 RESULTS_DIR = "/results"
-#: The runner's progress ConfigMap (crl_worker.bench.report.PROGRESS_CONFIGMAP_ENV).
-PROGRESS_ENV = "CRL_PROGRESS_CONFIGMAP"
 #: The baseline's results directory, when the runner can read it.
 BASELINE_RESULTS_ENV = "CRL_BASELINE_RESULTS"
 
@@ -67,52 +64,10 @@ def runner_name(bench: Benchmark) -> str:
     return child_name(owner_name(bench), COMPONENT_RUNNER, limit=JOB_NAME_LIMIT)
 
 
-def progress_name(bench: Benchmark) -> str:
-    """Name of the ConfigMap the runner writes its progress report into."""
-    return child_name(owner_name(bench), COMPONENT_PROGRESS)
-
-
-def progress_config_map(bench: Benchmark, namespace: str) -> dict[str, Any]:
-    """The runner's progress ConfigMap, created empty.
-
-    It has no `data` on purpose: server-side apply leaves the fields a manifest does not send
-    to their owner, so the runner's `progress.json` is never reverted or contested.
-    """
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": object_meta(bench, progress_name(bench), COMPONENT_PROGRESS, namespace),
-    }
-
-
 def runner_rbac(bench: Benchmark, namespace: str) -> list[dict[str, Any]]:
     """ServiceAccount, Role and RoleBinding of the runner: `get` and `patch` on its progress
     ConfigMap (by name), nothing else. Sandboxes come from the gateway over HTTP."""
-    name = runner_name(bench)
-    meta = object_meta(bench, name, COMPONENT_RUNNER, namespace)
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta,
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    "resourceNames": [progress_name(bench)],
-                    "verbs": ["get", "patch"],
-                }
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-        },
-    ]
+    return reporter_rbac(bench, runner_name(bench), COMPONENT_RUNNER, namespace)
 
 
 def baseline_results(bench: Benchmark, baseline: Benchmark) -> str | None:

@@ -6,6 +6,11 @@ pod 0 is the rendezvous master. `accelerate launch` starts one process per GPU i
 the DeepSpeed config from the ConfigMap; the same values are in the environment under the
 names torchrun uses (MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK, WORLD_SIZE), so another
 launcher works from the same pod spec. Kubernetes expands `$(VAR)` in args from the env.
+
+The trainer reports its step, policy version, last checkpoint and a few metrics into the run's
+progress ConfigMap (crl_operator.builders.progress, crl_worker.train.report) with a
+ServiceAccount of its own, allowed to write that one ConfigMap; its Prometheus metrics are on
+port `metrics`.
 """
 
 from __future__ import annotations
@@ -52,11 +57,16 @@ from crl_operator.builders.pods import (
     volume_or_scratch,
 )
 from crl_operator.builders.pool import gateway_url, pool_name
+from crl_operator.builders.progress import PROGRESS_ENV, progress_name, reporter_rbac
 from crl_worker.api import TrainingRun
 from crl_worker.train.launch import processes, weight_sync_mode
 
 #: Rendezvous port of the trainer (torch.distributed's customary one).
 RENDEZVOUS_PORT = 29500
+#: Port of the trainer's Prometheus metrics (each pod serves its own).
+METRICS_PORT = 9400
+#: Environment variable telling the trainer where to serve them.
+METRICS_PORT_ENV = "CRL_METRICS_PORT"
 #: Where the Job controller writes an indexed pod's index.
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 #: Exit code with which the trainer says its config cannot work: retrying will not help.
@@ -64,7 +74,8 @@ CONFIG_ERROR_EXIT_CODE = 2
 
 
 def job_name(run: TrainingRun) -> str:
-    """Name of the trainer Job (short enough that `<job>-<index>` is a valid hostname)."""
+    """Name of the trainer Job (short enough that `<job>-<index>` is a valid hostname), and of
+    its ServiceAccount, Role and RoleBinding."""
     return child_name(owner_name(run), COMPONENT_TRAINER, limit=JOB_NAME_LIMIT)
 
 
@@ -76,6 +87,12 @@ def service_name(run: TrainingRun) -> str:
 def master_address(run: TrainingRun) -> str:
     """DNS name of pod 0, the rendezvous master."""
     return f"{job_name(run)}-0.{service_name(run)}"
+
+
+def trainer_rbac(run: TrainingRun, namespace: str) -> list[dict[str, Any]]:
+    """ServiceAccount, Role and RoleBinding of the trainer pods: `get` and `patch` on the run's
+    progress ConfigMap (by name), nothing else."""
+    return reporter_rbac(run, job_name(run), COMPONENT_TRAINER, namespace)
 
 
 def shm_size_gi(run: TrainingRun) -> int:
@@ -127,6 +144,8 @@ def trainer_env(run: TrainingRun) -> list[dict[str, Any]]:
         env("CRL_WEIGHT_SYNC", weight_sync_mode(run)),
         env("CRL_POOL_URL", gateway_url(pool_name(run))),
         env("CRL_CHECKPOINT_DIR", CHECKPOINT_DIR),
+        env(PROGRESS_ENV, progress_name(run)),
+        env(METRICS_PORT_ENV, str(METRICS_PORT)),
     ]
     if weight_sync_mode(run) == "nccl":
         out.append(env("CRL_INFERENCE_PEERS", peers_service_name(run)))
@@ -192,7 +211,10 @@ def trainer_job(run: TrainingRun, namespace: str) -> dict[str, Any]:
         "command": ["accelerate"],
         "args": trainer_args(run),
         "env": trainer_env(run),
-        "ports": [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "rendezvous", "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
         "resources": resources(spec.trainer.resources, spec.trainer.gpus_per_node),
         "volumeMounts": mounts,
     }
@@ -223,6 +245,10 @@ def trainer_job(run: TrainingRun, namespace: str) -> dict[str, Any]:
                 "subdomain": service_name(run),
                 "restartPolicy": "Never",
                 "enableServiceLinks": False,
+                # Its own identity, allowed only to write the progress report; the token is
+                # mounted for that.
+                "serviceAccountName": job_name(run),
+                "automountServiceAccountToken": True,
                 # Time to write a last checkpoint on SIGTERM (suspend, preemption).
                 "terminationGracePeriodSeconds": 300,
                 **priority(spec.scheduling),
