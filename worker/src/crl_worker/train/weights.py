@@ -30,6 +30,7 @@ servers is looked at, so one entry naming a headless Service reaches every ready
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import logging
 import re
@@ -846,8 +847,11 @@ class NcclWeightSync:
         except BaseException:
             # The workers may hold a mix of old and new tensors: leave them paused so nothing
             # generates from the mix, rebuild the group next time (its collective state is
-            # unknown), keep `version` at the last complete push.
+            # unknown), keep `version` at the last complete push. Closing the update is best
+            # effort, so that the next start is not refused as a second update in progress.
             self._drop_group()
+            with contextlib.suppress(Exception):
+                await each("/finish_weight_update", "closing the failed update", timeout=60)
             raise
         await each(
             "/finish_weight_update", "finishing the weight update", timeout=self._transfer_timeout
