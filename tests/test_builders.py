@@ -28,7 +28,7 @@ from crl_operator.builders import (
     resolve_checkpoint,
     retained,
 )
-from crl_operator.builders.inference import NCCL_WORKER_EXTENSION, lora_rank_bound
+from crl_operator.builders.inference import WEIGHT_TRANSFER_CONFIG, lora_rank_bound
 from crl_operator.builders.meta import JOB_NAME_LIMIT, ResolvedCheckpoint
 from crl_worker.api import AnyResource, Benchmark, RolloutPool, TrainingRun
 from crl_worker.api.base import VolumeSource
@@ -248,7 +248,10 @@ def test_vllm_server_of_a_full_fine_tuning_run() -> None:
     assert flag(args, "--gpu-memory-utilization") == "0.85"
     assert flag(args, "--dtype") == "bfloat16"
     assert "--data-parallel-size" not in args  # gpus == tensorParallelSize
-    assert flag(args, "--worker-extension-cls") == NCCL_WORKER_EXTENSION
+    # vLLM's own weight-transfer engine receives the weights: no worker extension, no TRL.
+    assert json.loads(flag(args, "--weight-transfer-config")) == {"backend": "nccl"}
+    assert flag(args, "--weight-transfer-config") == WEIGHT_TRANSFER_CONFIG
+    assert "--worker-extension-cls" not in args
     assert "--enable-lora" not in args
     assert args[-1] == "--enable-prefix-caching"  # extraArgs last, so they win
     env = {e["name"]: e["value"] for e in vllm["env"]}
@@ -273,10 +276,13 @@ def test_vllm_server_of_a_full_fine_tuning_run() -> None:
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
     assert volumes["model"]["persistentVolumeClaim"]["claimName"] == "model-weights"
     assert pod_spec(deployment)["priorityClassName"] == "research-high"
-    # The NCCL group reaches every server pod through the headless peers Service.
+    # The trainer drives every server pod through the headless peers Service; the pods listen
+    # on nothing but HTTP (the trainer hosts the NCCL rendezvous and the workers dial out).
+    assert [p["name"] for p in vllm["ports"]] == ["http"]
     peers = find(children, "Service", "-inference-peers")
     assert peers["spec"]["clusterIP"] == "None"
-    assert {p["name"] for p in peers["spec"]["ports"]} == {"http", "nccl"}
+    assert peers["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert [p["name"] for p in peers["spec"]["ports"]] == ["http"]
     service = find(children, "Service", "-inference")
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     assert service["spec"]["ports"][0]["port"] == 8000
@@ -291,10 +297,12 @@ def test_vllm_server_of_a_lora_run() -> None:
     assert "--enable-lora" in args
     assert flag(args, "--max-lora-rank") == "8"
     assert flag(args, "--max-loras") == "2"  # maxStaleness 1: two versions resident
-    assert "--worker-extension-cls" not in args
+    assert "--weight-transfer-config" not in args
     env = {e["name"]: e["value"] for e in vllm["env"]}
     assert env == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
-    assert not [c for c in children if c["metadata"]["name"].endswith("-inference-peers")]
+    # Each replica must load every adapter: the trainer reaches them through the peers Service.
+    peers = find(children, "Service", "-inference-peers")
+    assert peers["spec"]["clusterIP"] == "None"
     assert env_of(find(children, "Job"))["CRL_WEIGHT_SYNC"] == "lora-adapter"
 
 

@@ -4,19 +4,21 @@ The same builder serves a TrainingRun's policy (weights pushed in by the trainer
 Benchmark serves, and a TrainingRun checkpoint a Benchmark evaluates; :class:`ServedModel` says
 which weights, under which name, with which weight-update mechanism.
 
-Weight updates:
+Weight updates (the trainer's side is `crl_worker.train.weights`, docs/weight-sync.md):
 
 - LoRA (`weightSync: lora-adapter`): `--enable-lora` plus `VLLM_ALLOW_RUNTIME_LORA_UPDATING`,
   so the trainer loads each new adapter with `POST /v1/load_lora_adapter`.
-- Full weights (`weightSync: nccl`): the trainer broadcasts tensors over NCCL into the vLLM
-  workers. vLLM (v0.11) has no weight-update endpoint of its own; it loads a *worker extension*
-  class into every worker (`--worker-extension-cls`) and, with `VLLM_SERVER_DEV_MODE=1`,
-  exposes `POST /collective_rpc`, through which the trainer calls the extension's methods
-  (open the NCCL group, receive a named tensor, reset the prefix cache). The extension is
-  TRL's `WeightSyncWorkerExtension` (the one TRL's own `vllm-serve` uses), so the inference
-  image must have TRL installed; the plain vLLM image does not. The NCCL group listens on
-  :data:`NCCL_PORT`, reached through a headless Service that lists every ready server pod, so
-  the trainer joins each replica's group.
+- Full weights (`weightSync: nccl`): vLLM's native weight-transfer API (vLLM >= 0.22,
+  the first with `/start_weight_update` and `/finish_weight_update`):
+  `--weight-transfer-config '{"backend": "nccl"}'` builds the receiving engine in every worker
+  and `VLLM_SERVER_DEV_MODE=1` exposes the routes the trainer drives (`/pause`,
+  `/init_weight_transfer_engine`, `/start_weight_update`, `/update_weights`,
+  `/finish_weight_update`, `/resume`, `/get_world_size`). No worker extension and nothing but
+  vLLM in the image. The trainer hosts the group's rendezvous (rank 0, a port of its own
+  choosing) and the workers connect out to it, so the server pods open no extra port.
+
+Either way the trainer must reach every replica, not whichever one the ClusterIP Service
+picks: a headless peers Service lists every ready server pod by address.
 """
 
 from __future__ import annotations
@@ -46,10 +48,8 @@ from crl_worker.api import AnyResource
 from crl_worker.api.base import VolumeSource
 from crl_worker.api.common import InferenceSpec, SchedulingSpec
 
-#: The worker extension loaded into vLLM for NCCL weight updates (see the module docstring).
-NCCL_WORKER_EXTENSION = "trl.scripts.vllm_serve.WeightSyncWorkerExtension"
-#: Port of the NCCL weight-update group (TRL's default group port).
-NCCL_PORT = 51216
+#: `--weight-transfer-config` of a server that receives full weights over NCCL.
+WEIGHT_TRANSFER_CONFIG = '{"backend": "nccl"}'
 #: Adapter ranks vLLM accepts for `--max-lora-rank`.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 #: Where a model volume is mounted; the weights are read from `MODEL_DIR/<model name>`.
@@ -100,7 +100,7 @@ def deployment_name(owner: AnyResource) -> str:
 
 
 def peers_service_name(owner: AnyResource) -> str:
-    """Name of the headless Service listing the server pods for NCCL weight updates."""
+    """Name of the headless Service listing the server pods the trainer pushes weights to."""
     return child_name(owner_name(owner), COMPONENT_INFERENCE_PEERS)
 
 
@@ -146,7 +146,7 @@ def vllm_args(served: ServedModel, spec: InferenceSpec) -> list[str]:
         if served.lora_modules:
             args += ["--lora-modules", *served.lora_modules]
     if served.nccl_weight_sync:
-        args += ["--worker-extension-cls", NCCL_WORKER_EXTENSION]
+        args += ["--weight-transfer-config", WEIGHT_TRANSFER_CONFIG]
     return args + list(spec.extra_args or [])
 
 
@@ -161,8 +161,6 @@ def _container(served: ServedModel, spec: InferenceSpec) -> dict[str, Any]:
         env.append({"name": "VLLM_SERVER_DEV_MODE", "value": "1"})
     env += [{"name": k, "value": v} for k, v in served.extra_env]
     ports: list[dict[str, Any]] = [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}]
-    if served.nccl_weight_sync:
-        ports.append({"name": "nccl", "containerPort": NCCL_PORT, "protocol": "TCP"})
     mounts = [shm_mount()] + [
         {"name": name, "mountPath": path, "readOnly": True, **_sub_path(source)}
         for name, source, path in served.volumes
@@ -207,7 +205,7 @@ def inference_objects(
     replicas: int,
     scheduling: SchedulingSpec | None,
 ) -> list[dict[str, Any]]:
-    """The vLLM Deployment, its Service, and the peers Service when weights come over NCCL."""
+    """The vLLM Deployment, its Service, and the peers Service when the trainer pushes weights."""
     name = deployment_name(owner)
     kueue = scheduling_labels(scheduling)
     match = selector(owner, COMPONENT_INFERENCE)
@@ -254,7 +252,7 @@ def inference_objects(
         },
     }
     out = [deployment, service]
-    if served.nccl_weight_sync:
+    if served.nccl_weight_sync or served.runtime_lora_updates:
         out.append(
             {
                 "apiVersion": "v1",
@@ -265,10 +263,7 @@ def inference_objects(
                 "spec": {
                     "clusterIP": "None",
                     "selector": match,
-                    "ports": [
-                        {"name": "http", "port": spec.port, "targetPort": "http"},
-                        {"name": "nccl", "port": NCCL_PORT, "targetPort": "nccl"},
-                    ],
+                    "ports": [{"name": "http", "port": spec.port, "targetPort": "http"}],
                 },
             }
         )
