@@ -29,6 +29,7 @@ from crl_worker.train.weights import (
     WeightSyncError,
     make_weight_sync,
     pack_chunks,
+    peers_url,
     resolve_servers,
     tensor_specs,
 )
@@ -169,6 +170,8 @@ async def test_every_replica_gets_the_adapter_and_one_failing_is_named(tmp_path:
 
 async def test_a_peer_host_resolves_to_each_of_its_addresses() -> None:
     port = free_port()
+    base = f"http://trun-a-inference:{port}/v1"
+    assert peers_url(base, "localhost") == f"http://localhost:{port}/v1"
     assert await resolve_servers([f"http://localhost:{port}/v1"]) == [f"http://127.0.0.1:{port}/v1"]
     with pytest.raises(WeightSyncError, match="cannot resolve"):
         await resolve_servers(["http://no-such-host.invalid:8000/v1"])

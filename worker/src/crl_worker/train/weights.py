@@ -135,6 +135,13 @@ def _error_text(response: httpx.Response) -> str:
     return str(body)[:2000]
 
 
+def peers_url(base_url: str, host: str) -> str:
+    """``base_url`` with its host replaced, e.g. by the peers Service (``CRL_INFERENCE_PEERS``)."""
+    parts = urlsplit(base_url)
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+
 async def resolve_servers(urls: Sequence[str]) -> list[str]:
     """Every server behind ``urls``: each host resolved to all of its addresses.
 
@@ -462,10 +469,22 @@ class VllmNcclTransport:
                 "protocol the server speaks); install vllm next to the trainer, or train "
                 "with LoRA (spec.algorithm.lora) and weightSync: lora-adapter",
             )
+        import torch
+
+        # The transfer runs in a thread of its own, whose CUDA device would default to 0: the
+        # device current where the sync is built (the trainer's rank-0 device) is used there.
+        self.device = torch.cuda.current_device() if torch.cuda.is_available() else None
         self._group: Any = None
+
+    def _use_device(self) -> None:
+        import torch
+
+        if self.device is not None:
+            torch.cuda.set_device(self.device)
 
     def open(self, master_address: str, master_port: int, world_size: int) -> None:
         """Join as rank 0 through vLLM's ``trainer_init``."""
+        self._use_device()
         info = {
             "master_address": master_address,
             "master_port": master_port,
@@ -482,6 +501,7 @@ class VllmNcclTransport:
 
     def send(self, tensors: Iterator[tuple[str, torch.Tensor]]) -> None:
         """Stream the tensors with vLLM's packed broadcast producer."""
+        self._use_device()
         packed = importlib.import_module("vllm.distributed.weight_transfer.packed_tensor")
         # Renamed in vLLM 0.28 when the IPC backend got its own packed helpers.
         producer = getattr(packed, "packed_nccl_broadcast_producer", None)
