@@ -402,6 +402,16 @@ def training_progress(report: Obj | None, previous: Mapping[str, Any]) -> dict[s
     return out
 
 
+def _total_steps(run: TrainingRun, report: Obj | None, prev: Mapping[str, Any]) -> int:
+    """The trainer's own count once it reported (what it really runs), the spec's before; the
+    recorded one while a report that was read before cannot be read now."""
+    if report is not None:
+        return int(report["totalSteps"])
+    if prev.get("step") is not None and prev.get("totalSteps") is not None:
+        return int(prev["totalSteps"])
+    return run.spec.algorithm.steps
+
+
 def trainingrun_status(
     run: TrainingRun, seen: Observed, previous: Mapping[str, Any] | None, now: datetime
 ) -> dict[str, Any]:
@@ -419,8 +429,7 @@ def trainingrun_status(
         ),
         # Set once: the CRD's immutability rule for model and tasks keys on it.
         "startTime": prev.get("startTime") or timestamp(now),
-        # The trainer's own count once it reports (what it really runs), the spec's before.
-        "totalSteps": int(seen.report["totalSteps"]) if seen.report else run.spec.algorithm.steps,
+        "totalSteps": _total_steps(run, seen.report, prev),
         **training_progress(seen.report, prev),
         "children": _children(
             seen,
