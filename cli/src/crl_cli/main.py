@@ -21,6 +21,7 @@ from rich.table import Table
 from crl_cli.bench import register as register_bench
 from crl_cli.common import INVALID, USAGE, Output, err, out
 from crl_cli.tasks import app as tasks_app
+from crl_cli.train import register as register_train
 from crl_worker.api import API_VERSION, KINDS
 from crl_worker.api.validation import (
     DocumentResult,
@@ -40,6 +41,7 @@ app = typer.Typer(
 )
 app.add_typer(tasks_app, name="tasks")
 register_bench(app)
+register_train(app)
 
 
 @app.callback()

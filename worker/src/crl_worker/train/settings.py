@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from crl_worker.api import API_VERSION, TrainingRun
 from crl_worker.api.trainingrun import TrainingRunSpec
 from crl_worker.configfile import read_resource_file
 from crl_worker.train.errors import TrainConfigError
+from crl_worker.train.launch import weight_sync_mode
 
 #: Environment variables the operator sets in the trainer pods (builders/trainer.py).
 CONFIG_ENV = "CRL_CONFIG"
@@ -64,6 +66,10 @@ class TrainSettings:
     steps: int | None = None
     """Override of ``spec.algorithm.steps`` (``crl train --steps``)."""
 
+    def run(self) -> TrainingRun:
+        """The TrainingRun these settings were read from."""
+        return as_run(self.name, self.spec)
+
     @property
     def total_steps(self) -> int:
         """Optimizer steps of the whole run."""
@@ -85,11 +91,16 @@ class TrainSettings:
         return self.run_dir / "adapters"
 
 
-def _weight_sync_mode(spec: TrainingRunSpec) -> Literal["nccl", "lora-adapter"]:
-    """``spec.weightSync`` with ``auto`` resolved: adapters with LoRA, NCCL otherwise."""
-    if spec.weight_sync != "auto":
-        return spec.weight_sync
-    return "lora-adapter" if spec.algorithm.lora is not None else "nccl"
+def as_run(name: str, spec: TrainingRunSpec) -> TrainingRun:
+    """A TrainingRun object around ``spec`` (for the helpers that read a whole resource)."""
+    return TrainingRun.model_validate(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "TrainingRun",
+            "metadata": {"name": name},
+            "spec": spec.to_wire(),
+        }
+    )
 
 
 def _model_path(spec: TrainingRunSpec, base_dir: Path, env: Mapping[str, str]) -> str:
@@ -136,7 +147,7 @@ def resolve_settings(
     if inference_url is None:
         weight_sync = "none"
     else:
-        chosen = env.get(WEIGHT_SYNC_ENV) or _weight_sync_mode(spec)
+        chosen = env.get(WEIGHT_SYNC_ENV) or weight_sync_mode(as_run(found.name, spec))
         if chosen not in ("nccl", "lora-adapter"):
             raise TrainConfigError(
                 WEIGHT_SYNC_ENV, f"unknown weight-sync mode {chosen!r} (nccl or lora-adapter)"

@@ -1,0 +1,117 @@
+"""`crl train`: run a TrainingRun on this machine, from the same manifest the cluster takes.
+
+Sandboxes are local (a pool gateway runs in-process), and generation goes to the vLLM server
+given with `--url` or, without one, runs in-process through transformers with the model being
+trained (slow, but it needs nothing else). `--nproc N` starts N training processes with torchrun
+(DeepSpeed ZeRO shards across them when `spec.trainer.deepspeed.zeroStage` is set). The run
+folder (`--output`, default `./runs/NAME`) holds checkpoints, trajectories, `metrics.jsonl` and
+`status.json`; running the same command again resumes from the newest checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from crl_cli.common import USAGE, err
+from crl_worker.api import TrainingRun
+from crl_worker.api.validation import ManifestError, load_resources
+
+
+def _usage(message: str) -> typer.Exit:
+    err.print(f"[red]error:[/] {escape(message)}", highlight=False)
+    return typer.Exit(USAGE)
+
+
+def _check_manifest(file: Path) -> None:
+    """The file holds exactly one TrainingRun, valid as the API server would see it."""
+    if not file.is_file():
+        raise _usage(f"{file} is not a file")
+    try:
+        resources = load_resources(file)
+    except ManifestError as exc:
+        for problem in exc.problems:
+            err.print(str(problem), highlight=False, markup=False)
+        raise typer.Exit(USAGE) from None
+    runs = [r for r in resources if isinstance(r, TrainingRun)]
+    if len(runs) != 1:
+        raise _usage(f"{file} holds {len(runs)} TrainingRuns; crl train runs a file with one")
+
+
+def train(
+    file: Annotated[Path, typer.Argument(help="TrainingRun manifest (YAML).")],
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help="vLLM server's API root, e.g. http://localhost:8000/v1 (default: generate "
+            "in-process with transformers).",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Model name the server serves (default: spec.model.name)."),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Run folder (default: ./runs/NAME)."),
+    ] = None,
+    steps: Annotated[
+        int | None,
+        typer.Option("--steps", min=1, help="Optimizer steps (default: spec.algorithm.steps)."),
+    ] = None,
+    nproc: Annotated[
+        int,
+        typer.Option("--nproc", min=1, help="Training processes on this machine (torchrun)."),
+    ] = 1,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option("--metrics-port", help="Serve Prometheus metrics on this port."),
+    ] = None,
+) -> None:
+    """Train a TrainingRun on this machine (local sandboxes; resumes from the run folder)."""
+    _check_manifest(file)
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("trl") is None:
+        raise _usage(
+            "crl train needs the trainer's dependencies: pip install -e '.[train]' (then "
+            "pip install --no-build-isolation deepspeed for ZeRO)"
+        )
+    args = ["--config", str(file)]
+    for flag, value in (
+        ("--url", url),
+        ("--model", model),
+        ("--output", output),
+        ("--steps", steps),
+        ("--metrics-port", metrics_port),
+    ):
+        if value is not None:
+            args += [flag, str(value)]
+    # A child process (never an import): the CLI stays free of torch, and the trainer owns its
+    # signal handling (SIGTERM/SIGINT checkpoint, then exit 143/130).
+    launcher = (
+        []
+        if nproc == 1
+        else ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    )
+    command = [sys.executable, *launcher, "-m", "crl_worker.train", *args]
+    child = subprocess.Popen(command, env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"})
+
+    def forward(number: int, _frame: object) -> None:
+        child.send_signal(number)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    raise typer.Exit(child.wait() if child.returncode is None else child.returncode)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `crl train` to the command line."""
+    app.command("train")(train)

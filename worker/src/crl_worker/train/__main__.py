@@ -1,0 +1,126 @@
+"""``python -m crl_worker.train``: the trainer process (one per GPU, started by ``accelerate
+launch`` in the trainer pods, by ``torchrun`` or ``crl train`` on one machine).
+
+Exit status: 0 when the run reached its last step, 2 when the config cannot work (nothing was
+spent on it), 143 or 130 after SIGTERM or SIGINT (a checkpoint was written: run the same command
+to resume), 1 for anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from crl_worker.errors import CrlError
+from crl_worker.logs import setup_logging
+from crl_worker.tasks.model import Task
+from crl_worker.train.errors import TrainConfigError
+from crl_worker.train.settings import CONFIG_ENV, TrainSettings, resolve_settings
+
+logger = logging.getLogger("crl_worker.train")
+
+#: Exit status of a config the trainer cannot honour (the Job's CONFIG_ERROR_EXIT_CODE).
+CONFIG_ERROR = 2
+
+
+def parser() -> argparse.ArgumentParser:
+    """The trainer's command line."""
+    p = argparse.ArgumentParser(
+        prog="python -m crl_worker.train",
+        description="Train a TrainingRun: agent rollouts in sandboxes, GRPO updates, checkpoints.",
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None,
+        help="the operator's config.yaml or a TrainingRun manifest (default: $CRL_CONFIG)",
+    )
+    p.add_argument(
+        "--output", type=Path, help="run folder (default: $CRL_CHECKPOINT_DIR, else ./runs/NAME)"
+    )
+    p.add_argument(
+        "--url",
+        help="vLLM server's OpenAI API root (default: $CRL_INFERENCE_URL; none: in-process)",
+    )
+    p.add_argument("--model", help="model name the server serves (default: spec.model.name)")
+    p.add_argument("--tasks", type=Path, help="task file where the operator mounted the source")
+    p.add_argument("--steps", type=int, help="optimizer steps (default: spec.algorithm.steps)")
+    p.add_argument("--metrics-port", type=int, help="Prometheus port (default: $CRL_METRICS_PORT)")
+    return p
+
+
+def load_tasks(settings: TrainSettings) -> list[Task]:
+    """The run's tasks (its source and filter), in curriculum order."""
+    from crl_worker.tasks.sources import load_source
+    from crl_worker.train.curriculum import order_tasks
+
+    try:
+        loaded = load_source(
+            settings.spec.tasks,
+            mounted_path=settings.tasks_file,
+            base_dir=settings.config_path.parent,
+        )
+    except (CrlError, OSError, ValueError) as exc:
+        raise TrainConfigError("spec.tasks", f"cannot read the tasks: {exc}") from exc
+    if loaded.errors:
+        shown = "; ".join(str(e) for e in loaded.errors[:5])
+        raise TrainConfigError(
+            "spec.tasks",
+            f"{len(loaded.errors)} task record(s) are malformed ({shown}); check the file "
+            "with `crl tasks check`",
+        )
+    curriculum = getattr(settings.spec, "curriculum", None)
+    ordered: list[Task] = order_tasks(
+        loaded.tasks, curriculum, base_dir=settings.config_path.parent
+    )
+    return ordered
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one trainer process; returns the exit status."""
+    args = parser().parse_args(argv)
+    setup_logging()
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    if args.config is None:
+        logger.error("no config: give --config or set %s", CONFIG_ENV)
+        return CONFIG_ERROR
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    try:
+        settings = resolve_settings(
+            args.config,
+            output=args.output,
+            url=args.url,
+            served_model=args.model,
+            tasks_file=args.tasks,
+            metrics_port=args.metrics_port,
+            steps=args.steps,
+        )
+        tasks = load_tasks(settings)
+        from crl_worker.train.preflight import preflight
+
+        preflight(settings, tasks, world=world)
+    except TrainConfigError as exc:
+        logger.error("the run cannot start: %s", exc)
+        return CONFIG_ERROR
+    from crl_worker.train.trainer import TrainingJob
+
+    logger.info(
+        "training %s: %d tasks, %d steps, generation %s, run folder %s",
+        settings.name,
+        len(tasks),
+        settings.total_steps,
+        settings.inference_url or "in-process (transformers)",
+        settings.run_dir,
+    )
+    try:
+        return TrainingJob(settings, tasks).run()
+    except TrainConfigError as exc:
+        logger.error("the run cannot go on: %s", exc)
+        return CONFIG_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

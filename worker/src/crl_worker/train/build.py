@@ -1,0 +1,241 @@
+"""Building TRL's ``GRPOTrainer`` from a TrainingRun: the training arguments, DeepSpeed, LoRA,
+the dataset of task ids, the reward column and the callbacks.
+
+The DeepSpeed config is the one the operator writes into the trainer's ConfigMap
+(:func:`crl_worker.train.launch.deepspeed_config`), derived from ``spec.trainer.deepspeed`` —
+never a file users write by hand. Batch sizes follow from the algorithm: one optimizer step
+takes ``tasksPerStep x numGenerations`` rollouts, split over every process with
+``perDeviceBatchSize`` sequences per forward pass and the rest as gradient accumulation.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from crl_worker.train.errors import TrainConfigError
+from crl_worker.train.settings import TrainSettings
+
+if TYPE_CHECKING:
+    from crl_worker.train.trainer import TrainingJob
+
+logger = logging.getLogger(__name__)
+
+
+def uses_deepspeed(settings: TrainSettings, world: int) -> bool:
+    """DeepSpeed runs when a ZeRO stage is set and there is something to shard across (GPUs,
+    or several CPU processes)."""
+    trainer = settings.spec.trainer
+    return trainer.deepspeed.zero_stage > 0 and (trainer.gpus_per_node > 0 or world > 1)
+
+
+def batch_layout(settings: TrainSettings, world: int) -> tuple[int, int]:
+    """(sequences per forward pass, gradient-accumulation steps) for one optimizer step."""
+    algorithm, trainer = settings.spec.algorithm, settings.spec.trainer
+    per_step = algorithm.tasks_per_step * algorithm.num_generations
+    per_device = trainer.per_device_batch_size
+    if per_step % (per_device * world):
+        raise TrainConfigError(
+            "spec.algorithm.tasksPerStep",
+            f"tasksPerStep x numGenerations = {per_step} rollouts per step cannot be split over "
+            f"{world} process(es) x perDeviceBatchSize {per_device}; make it a multiple of "
+            f"{per_device * world}",
+        )
+    return per_device, per_step // (per_device * world)
+
+
+def resume_checkpoint(settings: TrainSettings) -> Path | None:
+    """The checkpoint to resume from (``spec.checkpoints.resumeFrom``), ``None`` to start."""
+    wanted = settings.spec.checkpoints.resume_from
+    directory = settings.checkpoint_dir
+    if wanted == "none":
+        return None
+    if wanted.startswith("step-"):
+        path = directory / f"checkpoint-{wanted.removeprefix('step-')}"
+        if not (path / "trainer_state.json").is_file():
+            raise TrainConfigError(
+                "spec.checkpoints.resumeFrom",
+                f"no checkpoint {wanted} in {directory} (looked for {path}/trainer_state.json)",
+            )
+        return path
+    return latest_checkpoint(directory)
+
+
+def latest_checkpoint(directory: Path) -> Path | None:
+    """The newest complete ``checkpoint-N`` (one whose trainer state was written last)."""
+    if not directory.is_dir():
+        return None
+    found: list[tuple[int, Path]] = []
+    for path in directory.iterdir():
+        name = path.name
+        if not name.startswith("checkpoint-") or not (path / "trainer_state.json").is_file():
+            continue
+        try:
+            found.append((int(name.removeprefix("checkpoint-")), path))
+        except ValueError:
+            continue
+    return max(found)[1] if found else None
+
+
+def _prepare_distributed(deepspeed: bool) -> None:
+    """Set accelerate's process state up before the training arguments exist.
+
+    With DeepSpeed on CPUs (tests, laptops) transformers would not pass a backend and accelerate
+    would fall back to a single process; creating the state first with gloo (NCCL on GPUs) and
+    letting the arguments reuse it (``use_configured_state``) keeps every rank in one group.
+    """
+    import torch
+    from accelerate import PartialState
+
+    if not deepspeed:
+        return
+    os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu")
+    os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+    try:
+        PartialState(backend="nccl" if torch.cuda.is_available() else "gloo")
+    finally:
+        del os.environ["ACCELERATE_USE_DEEPSPEED"]
+
+
+def _report_to() -> list[str]:
+    """W&B when a key is given (and wandb is installed), nothing else."""
+    if not os.environ.get("WANDB_API_KEY"):
+        return []
+    if importlib.util.find_spec("wandb") is None:
+        logger.warning("WANDB_API_KEY is set but wandb is not installed; W&B logging is off")
+        return []
+    return ["wandb"]
+
+
+def rollout_reward(
+    prompts: list[Any] | None = None,
+    completions: list[Any] | None = None,
+    crl_reward: list[float | None] | None = None,
+    **_: Any,
+) -> list[float | None]:
+    """The episode's reward, computed when the rollout ended (``None``: left out)."""
+    return list(crl_reward or [])
+
+
+def build_trainer(job: TrainingJob) -> tuple[Any, Any]:
+    """The configured ``GRPOTrainer`` and its tokenizer, for this process."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl.trainer.grpo_config import GRPOConfig
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    settings = job.settings
+    spec = settings.spec
+    algorithm, trainer_spec = spec.algorithm, spec.trainer
+    world = job.world
+    deepspeed = uses_deepspeed(settings, world)
+    per_device, accumulation = batch_layout(settings, world)
+    _prepare_distributed(deepspeed)
+    on_gpu = trainer_spec.gpus_per_node > 0 and torch.cuda.is_available()
+    dtype = spec.model.dtype
+    torch_dtype: Any = "auto" if dtype == "auto" else getattr(torch, dtype)
+    if not on_gpu and dtype in ("bfloat16", "float16"):
+        logger.info("training on the CPU: loading the weights in float32 instead of %s", dtype)
+        torch_dtype = torch.float32
+    extra: dict[str, Any] = {}
+    if deepspeed:
+        from crl_worker.train.launch import deepspeed_config
+
+        ds = deepspeed_config(settings.run())
+        if not on_gpu:
+            ds["bf16"] = {"enabled": False}
+            ds["fp16"] = {"enabled": False}
+        extra["deepspeed"] = ds
+        extra["accelerator_config"] = {"use_configured_state": True}
+    else:
+        extra["use_cpu"] = not on_gpu
+    curriculum = getattr(spec, "curriculum", None)
+    ordered = curriculum is not None and getattr(curriculum, "order", "none") != "none"
+    args = GRPOConfig(
+        output_dir=str(settings.checkpoint_dir),
+        max_steps=settings.total_steps,
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accumulation,
+        num_generations=algorithm.num_generations,
+        learning_rate=algorithm.learning_rate,
+        warmup_steps=algorithm.warmup_steps,
+        max_grad_norm=algorithm.max_grad_norm,
+        beta=algorithm.beta,
+        epsilon=algorithm.epsilon,
+        epsilon_high=algorithm.epsilon_high,
+        loss_type=algorithm.loss_type,
+        scale_rewards=algorithm.scale_rewards,
+        temperature=spec.rollout.agent.temperature,
+        max_completion_length=spec.rollout.agent.max_total_tokens,
+        seed=algorithm.seed,
+        gradient_checkpointing=trainer_spec.gradient_checkpointing,
+        save_strategy="steps",
+        save_steps=spec.checkpoints.every_steps,
+        save_total_limit=spec.checkpoints.keep_last,
+        logging_steps=1,
+        report_to=_report_to(),
+        run_name=settings.name,
+        shuffle_dataset=not ordered,
+        bf16=on_gpu and dtype == "bfloat16",
+        fp16=on_gpu and dtype == "float16",
+        model_init_kwargs={"dtype": torch_dtype, "trust_remote_code": spec.model.trust_remote_code},
+        remove_unused_columns=False,
+        disable_tqdm=True,
+        **extra,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(
+        settings.model_path,
+        revision=spec.model.revision,
+        trust_remote_code=spec.model.trust_remote_code,
+    )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    peft_config = None
+    if algorithm.lora is not None:
+        from peft import LoraConfig
+
+        lora = algorithm.lora
+        targets: Any = lora.target_modules
+        if targets == ["all-linear"]:
+            targets = "all-linear"
+        peft_config = LoraConfig(
+            r=lora.rank,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules=targets,
+            task_type="CAUSAL_LM",
+        )
+    dataset = Dataset.from_dict({"prompt": list(job.task_order)})
+
+    class Hooks(TrainerCallback):
+        """The job's step-end, log and save hooks."""
+
+        def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            logs = kwargs.get("logs")
+            if logs:
+                job.on_log(int(state.global_step), dict(logs))
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if job.on_step_end(int(state.global_step)):
+                control.should_save = True
+                control.should_training_stop = True
+            return control
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            job.on_save(int(state.global_step))
+
+    trainer = GRPOTrainer(
+        model=settings.model_path,
+        reward_funcs=[rollout_reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        rollout_func=job.rollout_func,
+        callbacks=[Hooks()],
+    )
+    return trainer, tokenizer

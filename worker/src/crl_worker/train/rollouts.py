@@ -1,0 +1,139 @@
+"""The trainer's rollouts: each one a whole episode (sandbox, agent, evaluation in the same
+sandbox) scored with the run's reward.
+
+The policy is whatever answers chat turns: the vLLM server through the OpenAI API, or the model
+being trained, in-process. Sandboxes come from a pool gateway (the run's, in a cluster; one
+started in-process on one machine), so sandboxes are reset and reused between rollouts.
+
+A rollout whose infrastructure failed — the sandbox did not start, the model server or the
+sandbox broke mid-way, the harness could not run the tests or they outlived their time — gets
+reward ``None``: it is left out of the update, never scored 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from crl_worker.agent.client import Policy
+from crl_worker.agent.episode import agent_then_evaluate, close_sandbox, failed_trajectory
+from crl_worker.agent.trajectory import Trajectory
+from crl_worker.api.common import AgentSpec, RewardSpec
+from crl_worker.rewards import RewardFunc, make_reward
+from crl_worker.sandbox.base import Sandbox
+from crl_worker.tasks.model import Task
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Rollout:
+    """One finished episode and its reward."""
+
+    task: Task
+    trajectory: Trajectory
+    reward: float | None
+    """``None``: an infrastructure failure (excluded from the update)."""
+    policy_version: int
+    """The weights version that generated it."""
+    seconds: float
+    """Wall time from the sandbox lease to the verdict."""
+
+    @property
+    def resolved(self) -> bool | None:
+        """Whether the evaluation resolved the task (``None`` without a verdict)."""
+        if self.reward is None or self.trajectory.evaluation is None:
+            return None
+        return self.trajectory.evaluation.resolved
+
+
+def score(trajectory: Trajectory, task: Task, reward: RewardFunc) -> float | None:
+    """The reward of a finished episode; ``None`` when its infrastructure failed."""
+    if trajectory.exit_reason in ("infrastructure_error", "cancelled"):
+        return None
+    evaluation = trajectory.evaluation
+    if evaluation is None or evaluation.infrastructure_error is not None:
+        # Training leaves out a test run that outlived its time (a benchmark counts it as
+        # unresolved): the verdict is unknown, and a 0 would teach the wrong lesson.
+        return None
+    values = reward(
+        prompts=[None],
+        completions=[""],
+        eval_result=[evaluation],
+        patch=[task.patch],
+        model_patch=[trajectory.diff],
+    )
+    return values[0] if values else None
+
+
+@dataclass
+class RolloutRunner:
+    """Runs a batch of episodes, at most ``concurrency`` at once."""
+
+    agent: AgentSpec
+    reward_spec: RewardSpec
+    sandbox_factory: Callable[[Task], Sandbox]
+    concurrency: int = 8
+    cancelled: list[Trajectory] = field(default_factory=list)
+    """Trajectories of episodes cancelled by a stop (kept for the logs)."""
+
+    def __post_init__(self) -> None:
+        self._reward = make_reward(self.reward_spec)
+
+    async def run(
+        self, tasks: Sequence[Task], policy: Policy, *, version: int, first_attempt: int = 0
+    ) -> list[Rollout]:
+        """One rollout per entry of ``tasks`` (repeat a task for a group), in that order."""
+        limit = asyncio.Semaphore(max(1, self.concurrency))
+
+        async def one(index: int, task: Task) -> Rollout:
+            async with limit:
+                return await self.one(task, policy, version=version, attempt=first_attempt + index)
+
+        return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks))))
+
+    async def one(self, task: Task, policy: Policy, *, version: int, attempt: int) -> Rollout:
+        """Lease (or start) a sandbox, run the episode in it, score it, release it."""
+        started_at = datetime.now(UTC)
+        t0 = time.monotonic()
+        label = f"{task.instance_id}#{attempt}"
+        sandbox: Sandbox | None = None
+
+        async def keep(trajectory: Trajectory) -> None:
+            self.cancelled.append(trajectory)
+
+        try:
+            try:
+                sandbox = self.sandbox_factory(task)
+                await sandbox.start()
+            except Exception as exc:
+                logger.warning("%s: the sandbox did not start: %s", label, exc)
+                trajectory = failed_trajectory(
+                    task, attempt, policy.model, started_at, t0, f"the sandbox did not start: {exc}"
+                )
+            else:
+                trajectory = await agent_then_evaluate(
+                    task,
+                    attempt,
+                    sandbox,
+                    policy,
+                    self.agent,
+                    started_at=started_at,
+                    keep_cancelled=keep,
+                )
+        finally:
+            if sandbox is not None:
+                await close_sandbox(sandbox, label)
+        reward = score(trajectory, task, self._reward)
+        trajectory.reward = reward
+        return Rollout(
+            task=task,
+            trajectory=trajectory,
+            reward=reward,
+            policy_version=version,
+            seconds=time.monotonic() - t0,
+        )
