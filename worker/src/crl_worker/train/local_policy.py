@@ -242,7 +242,9 @@ class TransformersPolicy:
         :class:`ModelServerError` when the template does not render or the model fails.
         """
         started = time.monotonic()
-        prompt = self.render(messages, tools)
+        # In a thread: a long conversation takes a while to render and tokenize, and the event
+        # loop drives every other trajectory meanwhile.
+        prompt = await asyncio.to_thread(self.render, messages, tools)
         limit = self.max_model_len
         if limit is not None and len(prompt) + max_tokens > limit:
             raise ContextLengthError(
@@ -257,10 +259,8 @@ class TransformersPolicy:
                     self.generate, prompt, max_tokens, temperature, top_p, cancel
                 )
             except asyncio.CancelledError:
-                cancel.set()
+                cancel.set()  # the thread stops at its next token; nobody reads its result
                 raise
-            except GenerationCancelled:  # pragma: no cover - only after our own cancellation
-                raise asyncio.CancelledError() from None
             except (RuntimeError, ValueError) as exc:
                 raise ModelServerError(
                     f"{self.model}: in-process generation failed: {type(exc).__name__}: {exc}"
