@@ -262,6 +262,7 @@ async def test_a_restarted_server_is_noticed_and_refilled_through_reload() -> No
     current = model_tensors(3)
     async with FakeVllm(receiver="gloo", buffer_size_bytes=600) as fake:
         sync = nccl(fake, reload=lambda: iter(current))
+        assert await sync.ensure_loaded() is False  # nothing pushed yet, nothing to lose
         await sync.push(3, named_tensors=iter(current))
         assert await sync.ensure_loaded() is False
         await fake.restart()

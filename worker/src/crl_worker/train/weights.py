@@ -722,8 +722,10 @@ class NcclWeightSync:
     async def ensure_loaded(self) -> bool:
         """Notice a restarted or replaced server; re-push through ``reload`` when given."""
         servers = await self._servers.resolve()
-        lost = [m.url for m in self._members] != servers if self._members else self.version > 0
-        if not lost:
+        # No group: never pushed (nothing to lose), or a transfer failed part-way (lost).
+        members = [m.url for m in self._members]
+        lost = members != servers if members else self.version > 0
+        if self._members and not lost:
             starts = await _on_all(servers, self._start_time, what="checking server restarts")
             lost = any(
                 m.started is not None and s is not None and s != m.started
