@@ -279,8 +279,9 @@ async def test_without_reload_a_restart_drops_the_version_to_the_base() -> None:
         sync = nccl(fake)
         await sync.push(1, named_tensors=iter(model_tensors(1)))
         await fake.restart()
-        assert await sync.ensure_loaded() is False
-        assert sync.version == 0  # the trainer sees the server is behind and pushes
+        assert await sync.ensure_loaded() is True  # lost, and the trainer has to push
+        assert sync.version == 0
+        assert await sync.ensure_loaded() is False  # said once; version 0 is what it holds
         await sync.push(1, named_tensors=iter(model_tensors(1)))
         assert fake.state()["weights"] == digests(model_tensors(1))
         await sync.aclose()

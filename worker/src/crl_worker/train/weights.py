@@ -98,7 +98,12 @@ class WeightSync(Protocol):
         ...
 
     async def ensure_loaded(self) -> bool:
-        """Re-push the current version if the server lost it; True when it re-pushed."""
+        """Whether the server had lost the current version (restarted), re-pushing if it can.
+
+        True means the server did not hold ``version``: the sync loaded it again where it can
+        do so alone (an adapter directory); where it cannot (full weights without ``reload``)
+        ``version`` is set to 0 and the caller pushes.
+        """
         ...
 
     async def aclose(self) -> None:
@@ -664,7 +669,7 @@ class NcclWeightSync:
     push rebuilds the group and re-sends everything. ``ensure_loaded`` needs the tensors to
     re-push, which only the trainer's ranks together can gather: with ``reload`` (a callable
     returning the current named tensors) it re-pushes itself; without it, it sets ``version``
-    to 0 so the trainer sees the server is behind and pushes.
+    to 0 and answers True, so the trainer pushes again from all ranks.
     """
 
     def __init__(
@@ -720,7 +725,11 @@ class NcclWeightSync:
         logger.info("policy version %d broadcast to %d server(s)", version, len(servers))
 
     async def ensure_loaded(self) -> bool:
-        """Notice a restarted or replaced server; re-push through ``reload`` when given."""
+        """Notice a restarted or replaced server; True when it had lost the current version.
+
+        With ``reload`` the version is pushed again here; without it ``version`` drops to 0 and
+        the caller pushes (the trainer's ranks gather the weights together).
+        """
         servers = await self._servers.resolve()
         # No group: never pushed (nothing to lose), or a transfer failed part-way (lost).
         members = [m.url for m in self._members]
@@ -737,10 +746,10 @@ class NcclWeightSync:
         self._drop_group()
         behind = self.version
         self.version = 0
-        if self._reload is None or behind == 0:
-            return False
-        await self.push(behind, named_tensors=self._reload())
-        return True
+        if self._reload is not None and behind > 0:
+            await self.push(behind, named_tensors=self._reload())
+        # True either way: re-pushed, or the caller must push (all ranks gather the weights).
+        return behind > 0
 
     async def aclose(self) -> None:
         """Leave the group and close the HTTP client."""
@@ -988,8 +997,13 @@ def make_weight_sync(
     api_key: str | None = None,
     *,
     peers: Sequence[str] | None = None,
+    manifest: Sequence[TensorSpec] | None = None,
 ) -> WeightSync:
-    """The weight sync for ``mode`` (``launch.weight_sync_mode``, or ``none`` in-process)."""
+    """The weight sync for ``mode`` (``launch.weight_sync_mode``, or ``none`` in-process).
+
+    ``peers``: every replica (see :func:`peers_url`); ``manifest``: the full-weight stream's
+    tensors (NCCL only; without it each push holds the whole stream to describe it first).
+    """
     if mode == "none":
         return NoSync(base_model)
     if base_url is None:
@@ -1001,5 +1015,5 @@ def make_weight_sync(
             base_url, base_model, run_name, keep=keep, api_key=api_key, peers=peers
         )
     if mode == "nccl":
-        return NcclWeightSync(base_url, base_model, peers=peers, api_key=api_key)
+        return NcclWeightSync(base_url, base_model, peers=peers, api_key=api_key, manifest=manifest)
     raise ValueError(f"unknown weight sync mode {mode!r}")
