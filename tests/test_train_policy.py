@@ -372,3 +372,15 @@ def test_action_tokens_are_the_tools_the_agent_offers() -> None:
         assert tool in AgentSpec().tools, name
         assert parse_arguments(tool, json.dumps(arguments)) == arguments
         assert set(arguments) <= set(TOOL_ARGUMENTS[tool])
+
+
+def test_a_template_that_does_not_render_is_a_model_server_error(
+    module: Any, tokenizer: Any
+) -> None:
+    from crl_worker.agent.client import ModelServerError
+
+    broken = copy.deepcopy(tokenizer)
+    broken.chat_template = "{{ raise_exception('this template knows no tools') }}"
+    policy = TransformersPolicy(module, broken, name="toy")
+    with pytest.raises(ModelServerError, match="this template knows no tools"):
+        run(policy.complete(CONVERSATION, tools=[], max_tokens=4, temperature=1.0, top_p=1.0))
