@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one trainer process; returns the exit status."""
     args = parser().parse_args(argv)
     setup_logging()
+    # One line per sandbox request (hundreds per step) would bury the step lines.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     if args.config is None:
         logger.error("no config: give --config or set %s", CONFIG_ENV)

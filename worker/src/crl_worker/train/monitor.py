@@ -104,6 +104,8 @@ class StepRecord:
     rollout_seconds_mean: float | None
     staleness_max: int | None
     turns_left_out: int
+    trl: dict[str, float] = field(default_factory=dict)
+    """Everything TRL logged for the step (completion lengths, clip ratios, ...)."""
 
 
 def _finite(value: Any) -> float | None:
@@ -230,6 +232,7 @@ class Monitor:
             ),
             staleness_max=max(stats.staleness) if stats.staleness else None,
             turns_left_out=stats.turns_left_out,
+            trl={k: v for k, v in ((k, _finite(v)) for k, v in logs.items()) if v is not None},
         )
         self.last = record
         if not self.enabled:

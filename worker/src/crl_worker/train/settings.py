@@ -169,7 +169,7 @@ def resolve_settings(
         spec=spec,
         config_path=config,
         model_path=_model_path(spec, base_dir, env),
-        run_dir=run_dir,
+        run_dir=run_dir.resolve(),
         inference_url=inference_url.rstrip("/") if inference_url else None,
         served_model=served_model or env.get(INFERENCE_MODEL_ENV) or spec.model.name,
         weight_sync=weight_sync,

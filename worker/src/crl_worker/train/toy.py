@@ -251,6 +251,7 @@ def build_toy_suite(dest: Path) -> Path:
     Returns the path of ``tasks.jsonl``."""
     from crl_worker.tasks.model import Task
 
+    dest = dest.resolve()  # git runs inside the scratch repository
     (dest / BUNDLE).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="crl-toy-") as scratch:
         repo = Path(scratch) / "toycalc"

@@ -58,6 +58,8 @@ T = TypeVar("T")
 
 #: Exit status after a stop by SIGTERM / SIGINT (128 + the signal's number).
 PREEMPTED_EXIT = {signal.SIGTERM: 143, signal.SIGINT: 130}
+#: The headless Service listing every inference replica (set by the operator).
+PEERS_ENV = "CRL_INFERENCE_PEERS"
 #: Name of the extra column carrying each rollout's reward to the reward function.
 REWARD_COLUMN = "crl_reward"
 
@@ -182,21 +184,42 @@ class TrainingJob:
         )
         if s.inference_url is not None:
             from crl_worker.agent.client import ChatClient
-            from crl_worker.train.weights import make_weight_sync
 
             self.client = ChatClient(s.inference_url, s.served_model, api_key=s.api_key)
-            self.sync = make_weight_sync(
-                s.weight_sync,
-                s.inference_url,
-                s.served_model,
-                s.name,
-                keep=self.spec.algorithm.max_staleness + 1,
-                api_key=s.api_key,
-            )
         if self.rank == 0:
             from crl_worker.train.report import training_reporter_from_env
 
             self.reporter = training_reporter_from_env()
+
+    def _make_sync(self) -> None:
+        """The weight sync, once the model exists (full weights need its tensor manifest)."""
+        s = self.settings
+        if s.inference_url is None:
+            return
+        from crl_worker.train.weights import TensorSpec, make_weight_sync, peers_url
+
+        peers_host = os.environ.get(PEERS_ENV)
+        manifest = None
+        if s.weight_sync == "nccl":
+            model = self.trainer.accelerator.unwrap_model(self.trainer.model_wrapped)
+            manifest = [
+                TensorSpec(
+                    name,
+                    str(p.dtype).removeprefix("torch."),
+                    tuple(getattr(p, "ds_shape", None) or p.shape),
+                )
+                for name, p in model.named_parameters()
+            ]
+        self.sync = make_weight_sync(
+            s.weight_sync,
+            s.inference_url,
+            s.served_model,
+            s.name,
+            keep=self.spec.algorithm.max_staleness + 1,
+            api_key=s.api_key,
+            peers=[peers_url(s.inference_url, peers_host)] if peers_host else None,
+            manifest=manifest,
+        )
 
     async def _stop_services(self) -> None:
         for closer in (
@@ -286,7 +309,8 @@ class TrainingJob:
                 import deepspeed
 
                 with deepspeed.zero.GatheredParameters([param]):
-                    yield name, param.data
+                    # A copy: the transport reads it after the gathered storage is freed.
+                    yield name, param.data.clone()
             else:
                 yield name, param.data
 
@@ -458,7 +482,7 @@ class TrainingJob:
             step,
             stats,
             logs,
-            policy_version=self.policy_version if self.sync is not None else max(step - 1, 0),
+            policy_version=self.policy_version if self.sync is not None else step,
             step_seconds=time.monotonic() - self._step_started,
         )
         if self.rank == 0:
@@ -481,9 +505,11 @@ class TrainingJob:
         return self._any_rank(self.stop.set)
 
     def on_save(self, step: int) -> None:
-        """A checkpoint of ``step`` was written."""
-        self.monitor.checkpoint_saved(step, self.settings.checkpoint_dir / f"checkpoint-{step}")
+        """A checkpoint of ``step`` was written: name it ``step-N`` and point ``latest`` at it
+        (the names Benchmarks and ``resumeFrom`` use), then report it."""
         if self.rank == 0:
+            link_checkpoint(self.settings.checkpoint_dir, step)
+            self.monitor.checkpoint_saved(step, Path(f"step-{step}"))
             self.publish(step, phase="Training")
 
     def publish(
@@ -499,7 +525,8 @@ class TrainingJob:
             return
         summary = self.monitor.summary(
             step,
-            policy_version=self.policy_version,
+            # In-process generation uses the trained weights themselves: always current.
+            policy_version=self.policy_version if self.sync is not None else step,
             finished=finished,
             phase=phase,
             message=message,
@@ -521,6 +548,8 @@ class TrainingJob:
         try:
             self.engine.call(self._start_services())
             self.trainer, self.tokenizer = build_trainer(self)
+            self._log_sharding()
+            self._make_sync()
             resume = resume_checkpoint(self.settings)
             if resume is not None:
                 logger.info("resuming from %s", resume)
@@ -541,6 +570,24 @@ class TrainingJob:
             self.engine.call(self._stop_services())
             self.engine.close()
 
+    def _log_sharding(self) -> None:
+        """Say how much of the model this rank holds (a ZeRO-3 shard, or all of it)."""
+        model = self.trainer.accelerator.unwrap_model(self.trainer.model_wrapped)
+        held = total = 0
+        for param in model.parameters():
+            full = int(getattr(param, "ds_numel", 0) or param.numel())
+            total += full
+            shard = getattr(param, "ds_tensor", None)
+            held += int(shard.numel()) if shard is not None else full
+        logger.info(
+            "rank %d of %d holds %d of %d parameter values (%.1f%%)",
+            self.rank,
+            self.world,
+            held,
+            total,
+            100.0 * held / max(total, 1),
+        )
+
     def _save_after_stop(self) -> None:
         """After a stop inside a step: checkpoint the last finished step unless it has one."""
         trainer = self.trainer
@@ -557,6 +604,22 @@ class TrainingJob:
         number = self.stop.signal or signal.SIGTERM
         logger.warning("stopped at step %d; run the same command to resume", step)
         return PREEMPTED_EXIT.get(signal.Signals(number), 128 + int(number))
+
+
+def link_checkpoint(directory: Path, step: int) -> None:
+    """``step-N`` and ``latest`` as links to TRL's ``checkpoint-N``; links whose checkpoint was
+    rotated away are removed."""
+    target = f"checkpoint-{step}"
+    for name in (f"step-{step}", "latest"):
+        link = directory / name
+        partial = directory / f".{name}.partial"
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+        partial.symlink_to(target)
+        partial.replace(link)  # atomic: a reader sees the old link or the new one
+    for link in directory.glob("step-*"):
+        if link.is_symlink() and not link.exists():
+            link.unlink()
 
 
 def _fmt(value: float | None) -> str:
