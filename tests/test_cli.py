@@ -56,11 +56,16 @@ def test_render_prints_the_children() -> None:
     kinds = [(d["kind"], d["metadata"]["name"]) for d in docs]
     assert kinds == [
         ("ConfigMap", "qwen3-8b-swe-gym-config"),
+        ("ConfigMap", "qwen3-8b-swe-gym-progress"),
         ("Deployment", "qwen3-8b-swe-gym-inference"),
         ("Service", "qwen3-8b-swe-gym-inference"),
         ("Service", "qwen3-8b-swe-gym-inference-peers"),
         ("RolloutPool", "qwen3-8b-swe-gym-pool"),
         ("Service", "qwen3-8b-swe-gym-trainer"),
+        # The trainer's identity (it publishes its progress) exists before the trainer.
+        ("ServiceAccount", "qwen3-8b-swe-gym-trainer"),
+        ("Role", "qwen3-8b-swe-gym-trainer"),
+        ("RoleBinding", "qwen3-8b-swe-gym-trainer"),
         ("Job", "qwen3-8b-swe-gym-trainer"),
     ]
     # Offline, render shows the trainer as if inference were ready, and says so.
@@ -69,7 +74,7 @@ def test_render_prints_the_children() -> None:
     assert config["spec"]["trainer"]["deepspeed"]["zeroStage"] == 3
     assert docs[0]["metadata"]["namespace"] == "team-repair"
     # The inline pool carries the run's task source and passes validation itself.
-    pool = docs[4]
+    pool = docs[5]
     assert pool["spec"]["tasks"]["format"] == "swe-gym"
     again = crl("validate", "-", stdin=yaml.safe_dump(pool))
     assert again.returncode == 0, again.stdout

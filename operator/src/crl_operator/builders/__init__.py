@@ -30,6 +30,7 @@ from crl_operator.builders.benchmark import (
 )
 from crl_operator.builders.config import CONFIG_KEY, config_map, worker_config
 from crl_operator.builders.inference import (
+    CHECKPOINT_DIR,
     MODEL_DIR,
     ServedModel,
     inference_objects,
@@ -51,6 +52,7 @@ from crl_operator.builders.pool import gateway_objects, inline_pool, network_pol
 from crl_operator.builders.progress import progress_config_map, progress_name
 from crl_operator.builders.trainer import headless_service, job_name, trainer_job, trainer_rbac
 from crl_worker.api import AnyResource, Benchmark, RolloutPool, TrainingRun
+from crl_worker.api.base import VolumeSource
 from crl_worker.train.launch import accelerate_config, deepspeed_config, weight_sync_mode
 
 __all__ = [
@@ -93,7 +95,14 @@ def policy_model(run: TrainingRun) -> ServedModel:
     model = run.spec.model
     sync = weight_sync_mode(run)
     lora = run.spec.algorithm.lora
-    volumes = () if model.volume is None else (("model", model.volume, MODEL_DIR),)
+    volumes: tuple[tuple[str, VolumeSource, str], ...] = (
+        () if model.volume is None else (("model", model.volume, MODEL_DIR),)
+    )
+    checkpoints = run.spec.checkpoints.volume
+    if sync == "lora-adapter" and checkpoints is not None:
+        # The trainer writes each adapter to the checkpoint volume and tells vLLM its path:
+        # the server mounts the same volume at the same place to read it.
+        volumes += (("checkpoints", checkpoints, CHECKPOINT_DIR),)
     return ServedModel(
         model=f"{MODEL_DIR}/{model.name}" if model.volume is not None else model.name,
         served_name=model.name,

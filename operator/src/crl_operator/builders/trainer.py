@@ -147,8 +147,9 @@ def trainer_env(run: TrainingRun) -> list[dict[str, Any]]:
         env(PROGRESS_ENV, progress_name(run)),
         env(METRICS_PORT_ENV, str(METRICS_PORT)),
     ]
-    if weight_sync_mode(run) == "nccl":
-        out.append(env("CRL_INFERENCE_PEERS", peers_service_name(run)))
+    # Every replica gets each weight update (full weights or an adapter), not just the one
+    # the ClusterIP Service would pick.
+    out.append(env("CRL_INFERENCE_PEERS", peers_service_name(run)))
     if spec.model.volume is not None:
         out += [env("CRL_MODEL_PATH", f"{MODEL_DIR}/{spec.model.name}"), env("HF_HUB_OFFLINE", "1")]
     if gpus == 0:
