@@ -93,6 +93,16 @@ def check_checkpoints(settings: TrainSettings, env: dict[str, str] | None = None
             "spec.checkpoints.volume",
             f"cannot write checkpoints to {directory}: {exc}",
         ) from exc
+    if (
+        in_pod
+        and settings.spec.checkpoints.volume is None
+        and settings.weight_sync == "lora-adapter"
+    ):
+        raise TrainConfigError(
+            "spec.checkpoints.volume",
+            "weightSync lora-adapter needs a checkpoint volume: the inference server reads each "
+            "adapter from it (an emptyDir in the trainer pod is invisible to vLLM)",
+        )
     if in_pod and settings.spec.checkpoints.volume is None:
         logger.warning(
             "spec.checkpoints.volume is not set: checkpoints are lost with the pod, and a "
