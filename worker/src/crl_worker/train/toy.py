@@ -292,3 +292,26 @@ def build_toy_suite(dest: Path) -> Path:
     )
     logger.info("wrote the toy suite to %s", dest)
     return tasks
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m crl_worker.train.toy DEST``: write the toy model (``DEST/model``) and the toy
+    suite (``DEST/suite``), what ``examples/local-trainingrun-toy.yaml`` trains on."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m crl_worker.train.toy",
+        description="Write the toy model and the toy repair suite (no downloads).",
+    )
+    parser.add_argument("dest", type=Path, help="folder to write model/ and suite/ into")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    model = build_toy_model(args.dest / "model", seed=args.seed)
+    tasks = build_toy_suite(args.dest / "suite")
+    logger.info("toy model in %s, toy suite in %s", model, tasks)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
