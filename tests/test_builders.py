@@ -969,3 +969,22 @@ def test_a_baseline_on_the_same_results_volume_is_passed_to_the_runner(tmp_path:
         "/results/qwen3-8b-zero-shot/swe-bench-verified"
     )
     assert "CRL_BASELINE_RESULTS" not in runners["qwen3-8b-zero-shot-swe-bench-verified-runner"]
+
+
+@pytest.mark.parametrize(("tasks", "volume", "gateway_path", "path"), TASK_SOURCES)
+def test_the_trainer_reads_a_mounted_task_file(
+    tasks: dict[str, Any], volume: dict[str, Any] | None, gateway_path: str | None, path: str | None
+) -> None:
+    # The trainer loads the tasks it trains on itself, like the runner (same mounted path).
+    run = with_spec(load("trainingrun-qwen3-8b-swe-gym.yaml"), tasks={"format": "swe-gym", **tasks})
+    job = find(render(run, state=STATES["ready"]), "Job")
+    args = container(job)["args"]
+    assert flag(args, "--config") == "/etc/crl/config.yaml"
+    assert flag(args, "--tasks") == path
+    mounts = assert_task_mount(job, volume)
+    if "volume" in tasks:
+        assert mounts[0]["subPath"] == "suites"
+    from crl_worker.train.__main__ import parser
+
+    parsed = parser().parse_args(args[args.index("crl_worker.train") + 1 :])
+    assert (str(parsed.tasks) if parsed.tasks else None) == path

@@ -53,6 +53,7 @@ from crl_operator.builders.pods import (
     scheduling_labels,
     shm_mount,
     shm_volume,
+    task_mount,
     user_env,
     volume_or_scratch,
 )
@@ -164,7 +165,10 @@ def trainer_env(run: TrainingRun) -> list[dict[str, Any]]:
 
 
 def trainer_args(run: TrainingRun) -> list[str]:
-    """`accelerate launch` arguments: machine layout from the env, then the worker module."""
+    """`accelerate launch` arguments: machine layout from the env, then the worker module (with
+    `--tasks` where a ConfigMap or volume task source is mounted)."""
+    tasks = task_mount(run.spec.tasks)
+    mounted = bool(tasks.volumes) and tasks.path is not None
     return [
         "launch",
         "--config_file",
@@ -183,6 +187,7 @@ def trainer_args(run: TrainingRun) -> list[str]:
         "crl_worker.train",
         "--config",
         CONFIG_PATH,
+        *(["--tasks", str(tasks.path)] if mounted else []),
     ]
 
 
@@ -203,6 +208,11 @@ def trainer_job(run: TrainingRun, namespace: str) -> dict[str, Any]:
     ]
     if spec.checkpoints.volume is not None and spec.checkpoints.volume.sub_path:
         mounts[-1]["subPath"] = spec.checkpoints.volume.sub_path
+    tasks = task_mount(spec.tasks)
+    if tasks.volumes and tasks.path is not None:
+        # The trainer reads the tasks it trains on (the pool gateway has its own copy).
+        mounts += tasks.mounts
+        volumes += tasks.volumes
     if spec.model.volume is not None:
         volumes.append(claim_volume("model", spec.model.volume, read_only=True))
         mounts.append(mount("model", MODEL_DIR, spec.model.volume, read_only=True))
