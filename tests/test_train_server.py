@@ -1,0 +1,541 @@
+"""The trainer's vLLM path against a server that serves a real model (tests/fixtures/toy_server.py).
+
+First the server itself, through the agent's own :class:`ChatClient`: token ids and logprobs
+checked against a forward pass of the model (of the base, or of the base with the named PEFT
+adapter), tool calls against the toy's action tokens, vLLM's status codes on the LoRA routes,
+and a restart that forgets adapters. Then whole LoRA training runs on the CPU, the trainer and
+the server each in its own process over real HTTP: every step's adapter is loaded and named in
+the next batch's chat requests, older ones are unloaded, and after a simulated inference pod
+restart the trainer loads its adapter again before the next batch and finishes the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+from crl_worker.agent.client import ChatClient, Completion, ModelServerError  # noqa: E402
+from crl_worker.agent.trajectory import Trajectory  # noqa: E402
+from crl_worker.train import toy  # noqa: E402
+
+from .fixtures.toy_server import ToyServer, ToyServerProcess, read_request_log  # noqa: E402
+from .paths import ROOT  # noqa: E402
+
+RUN = "toyrun"
+BASE = "toy"
+ADAPTER = "toy-lora"
+IM_END = 3
+ADAPTER_FILE = "adapter_model.safetensors"
+ACTION_OF_ID = {token: name for name, token in toy.action_ids().items()}
+CONVERSATION = [
+    {"role": "system", "content": "You repair code."},
+    {"role": "user", "content": "add() subtracts; fix it."},
+]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "submit",
+            "description": "Finish.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+]
+#: Small models on a shared 2-core machine: one thread each is faster than fighting for cores.
+SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+# --- fixtures -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def toy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return toy.build_toy_model(tmp_path_factory.mktemp("toy-model"))
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return toy.build_toy_suite(tmp_path_factory.mktemp("toy-suite"))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(toy_dir: Path) -> Any:
+    return transformers.AutoTokenizer.from_pretrained(toy_dir)
+
+
+@pytest.fixture(scope="module")
+def base_model(toy_dir: Path) -> Any:
+    return transformers.AutoModelForCausalLM.from_pretrained(toy_dir).eval()
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(toy_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A LoRA adapter of the toy model that is not a no-op (PEFT's default leaves B at zero)."""
+    dest = tmp_path_factory.mktemp("adapter")
+    model = transformers.AutoModelForCausalLM.from_pretrained(toy_dir)
+    config = peft.LoraConfig(
+        r=8,
+        lora_alpha=16,
+        target_modules=["q_proj", "v_proj"],
+        init_lora_weights=False,
+        task_type="CAUSAL_LM",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(11)
+        peft.get_peft_model(model, config).save_pretrained(dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def adapted_model(toy_dir: Path, adapter_dir: Path) -> Any:
+    """The toy model with the adapter applied by PEFT itself, as the reference."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(toy_dir)
+    return peft.PeftModel.from_pretrained(model, adapter_dir).eval()
+
+
+@pytest.fixture
+async def server(toy_dir: Path, tmp_path: Path) -> AsyncIterator[ToyServer]:
+    async with ToyServer(toy_dir, served_name=BASE, seed=3, request_log=tmp_path / "log") as s:
+        yield s
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def reference_logprobs(
+    model: Any, prompt: list[int], completion: list[int], temperature: float
+) -> list[float]:
+    """``log_softmax(logits / T)`` of each completion token, from one forward pass."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + completion])).logits[0].float()
+    logprobs = torch.log_softmax(logits / temperature, dim=-1)
+    return [float(logprobs[len(prompt) - 1 + k, t]) for k, t in enumerate(completion)]
+
+
+def ids_of(answer: Completion) -> tuple[list[int], list[int]]:
+    prompt = answer.prompt_ids()
+    assert prompt is not None and answer.completion_token_ids is not None
+    return [int(i) for i in prompt], [int(i) for i in answer.completion_token_ids]
+
+
+def assert_close(got: Any, expected: list[float], tolerance: float = 1e-4) -> None:
+    assert got is not None
+    values = [float(v) for v in got]
+    assert len(values) == len(expected)
+    assert max(abs(a - b) for a, b in zip(values, expected, strict=True)) < tolerance, (
+        values,
+        expected,
+    )
+
+
+async def models(server: ToyServer) -> dict[str, Any]:
+    async with httpx.AsyncClient() as http:
+        response = await http.get(f"{server.base_url}/models")
+    assert response.status_code == 200
+    return {card["id"]: card for card in response.json()["data"]}
+
+
+async def post(server: ToyServer, route: str, body: Any, **kwargs: Any) -> httpx.Response:
+    async with httpx.AsyncClient() as http:
+        if isinstance(body, bytes):
+            return await http.post(f"{server.base_url}/{route}", content=body, **kwargs)
+        return await http.post(f"{server.base_url}/{route}", json=body, **kwargs)
+
+
+# --- the server ---------------------------------------------------------------------------------
+
+
+async def test_answers_like_vllm_token_exact(
+    server: ToyServer, tokenizer: Any, base_model: Any
+) -> None:
+    listed = await models(server)
+    assert list(listed) == [BASE] and listed[BASE]["parent"] is None
+    expected_prompt = tokenizer.apply_chat_template(
+        CONVERSATION, add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
+    with_calls = 0
+    async with ChatClient(server.base_url, BASE, max_retries=0) as client:
+        for _ in range(4):
+            answer = await client.complete(
+                CONVERSATION, tools=TOOLS, max_tokens=6, temperature=0.7, top_p=1.0
+            )
+            prompt, completion = ids_of(answer)
+            assert prompt == expected_prompt
+            assert answer.prompt_tokens == len(prompt)
+            assert answer.completion_tokens == len(completion) >= 1
+            # The sampled tokens' logprobs at the sampling temperature, as vLLM gives them.
+            assert_close(
+                answer.completion_logprobs,
+                reference_logprobs(base_model, prompt, completion, 0.7),
+            )
+            # Every toy token but the end of turn is one whole tool call.
+            actions = [ACTION_OF_ID[t] for t in completion if t != IM_END]
+            calls = answer.message.get("tool_calls") or []
+            assert [
+                (c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls
+            ] == [toy.ACTIONS[a] for a in actions]
+            assert all(c["type"] == "function" and c["id"].startswith("call_") for c in calls)
+            if calls:
+                with_calls += 1
+                assert answer.finish_reason == "tool_calls"
+            else:
+                assert answer.finish_reason == ("stop" if completion[-1] == IM_END else "length")
+            assert answer.message["content"] is None  # the toy has no plain-text tokens
+    assert with_calls >= 2
+    # Without return_token_ids/logprobs the ids and logprobs are absent, as from vLLM.
+    async with ChatClient(server.base_url, BASE, token_ids=False) as plain:
+        answer = await plain.complete(
+            CONVERSATION, tools=[], max_tokens=4, temperature=1.0, top_p=1.0
+        )
+    assert answer.prompt_ids() is None and answer.completion_token_ids is None
+    assert answer.completion_logprobs is None and answer.completion_tokens >= 1
+    raw = await post(
+        server, "chat/completions", {"model": BASE, "messages": CONVERSATION, "max_tokens": 3}
+    )
+    body = raw.json()
+    assert body["object"] == "chat.completion" and body["model"] == BASE
+    assert body["choices"][0]["logprobs"] is None and body["prompt_token_ids"] is None
+    # An unknown model is vLLM's 404, which the client reports and does not retry.
+    async with ChatClient(server.base_url, "no-such-model") as client:
+        with pytest.raises(ModelServerError, match="does not exist") as refused:
+            await client.complete(CONVERSATION, tools=[], max_tokens=4, temperature=1, top_p=1)
+    assert refused.value.status == 404
+
+
+async def test_adapters_load_apply_unload_and_restart(
+    server: ToyServer,
+    adapter_dir: Path,
+    base_model: Any,
+    adapted_model: Any,
+    tmp_path: Path,
+) -> None:
+    body = {"lora_name": ADAPTER, "lora_path": str(adapter_dir)}
+    loaded = await post(server, "load_lora_adapter", body)
+    assert loaded.status_code == 200
+    assert loaded.text == f"Success: LoRA adapter '{ADAPTER}' added successfully."
+    listed = await models(server)
+    assert listed[ADAPTER]["parent"] == BASE and listed[ADAPTER]["root"] == str(adapter_dir)
+
+    # vLLM's refusals.
+    again = await post(server, "load_lora_adapter", body)
+    assert again.status_code == 400 and "already been loaded" in again.json()["error"]["message"]
+    missing = await post(
+        server, "load_lora_adapter", {"lora_name": "x", "lora_path": str(tmp_path / "none")}
+    )
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "NotFoundError"
+    empty = await post(server, "load_lora_adapter", {"lora_name": "", "lora_path": "p"})
+    assert empty.status_code == 400 and empty.json()["error"]["type"] == "InvalidUserInput"
+    unnamed = await post(server, "load_lora_adapter", {"lora_path": str(adapter_dir)})
+    assert unnamed.status_code == 422 and unnamed.json()["detail"][0]["loc"] == [
+        "body",
+        "lora_name",
+    ]
+    not_json = await post(
+        server, "load_lora_adapter", b"lora", headers={"Content-Type": "text/plain"}
+    )
+    assert not_json.status_code == 415
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    (wide / "adapter_config.json").write_text(json.dumps({"r": 64, "peft_type": "LORA"}))
+    too_wide = await post(server, "load_lora_adapter", {"lora_name": "w", "lora_path": str(wide)})
+    assert too_wide.status_code == 400 and "max_lora_rank 16" in too_wide.text
+    assert set(await models(server)) == {BASE, ADAPTER}
+
+    async def ask(name: str) -> tuple[list[int], list[int], Any]:
+        async with ChatClient(server.base_url, name, max_retries=0) as client:
+            answer = await client.complete(
+                CONVERSATION, tools=TOOLS, max_tokens=6, temperature=1.0, top_p=1.0
+            )
+        prompt, completion = ids_of(answer)
+        return prompt, completion, answer.completion_logprobs
+
+    # The adapter's answers are the adapted model's; the base name still gets the base weights.
+    prompt, completion, logprobs = await ask(ADAPTER)
+    assert_close(logprobs, reference_logprobs(adapted_model, prompt, completion, 1.0))
+    unadapted = reference_logprobs(base_model, prompt, completion, 1.0)
+    assert max(abs(a - b) for a, b in zip(logprobs, unadapted, strict=True)) > 1e-2
+    prompt, completion, logprobs = await ask(BASE)
+    assert_close(logprobs, reference_logprobs(base_model, prompt, completion, 1.0))
+
+    # A restart forgets the adapter: it is no longer listed and naming it is a 404.
+    state = (await post(server, "../admin/restart", {})).json()
+    assert state["restarts"] == 1 and state["adapters"] == {}
+    assert set(await models(server)) == {BASE}
+    with pytest.raises(ModelServerError) as gone:
+        await ask(ADAPTER)
+    assert gone.value.status == 404
+    prompt, completion, logprobs = await ask(BASE)
+    assert_close(logprobs, reference_logprobs(base_model, prompt, completion, 1.0))
+
+    # Loaded again under the same name, then unloaded; unloading twice is a 404.
+    assert (await post(server, "load_lora_adapter", body)).status_code == 200
+    prompt, completion, logprobs = await ask(ADAPTER)
+    assert_close(logprobs, reference_logprobs(adapted_model, prompt, completion, 1.0))
+    unloaded = await post(server, "unload_lora_adapter", {"lora_name": ADAPTER})
+    assert unloaded.status_code == 200 and "removed successfully" in unloaded.text
+    twice = await post(server, "unload_lora_adapter", {"lora_name": ADAPTER})
+    assert twice.status_code == 404 and "cannot be found" in twice.json()["error"]["message"]
+    prompt, completion, logprobs = await ask(BASE)
+    assert_close(logprobs, reference_logprobs(base_model, prompt, completion, 1.0))
+
+    log = read_request_log(tmp_path / "log")
+    assert {"event": "restart", "reason": "admin", "restarts": 1}.items() <= next(
+        r for r in log if r.get("event")
+    ).items()
+    assert [r["model"] for r in log if r.get("path") == "/v1/chat/completions"] == [
+        ADAPTER,
+        BASE,
+        ADAPTER,
+        BASE,
+        ADAPTER,
+        BASE,
+    ]
+
+
+# --- LoRA training through the server -----------------------------------------------------------
+
+
+def write_run(
+    dest: Path, model_dir: Path, tasks: Path, *, max_staleness: int, checkpoint_every: int = 10
+) -> Path:
+    """A TrainingRun with LoRA and runtime adapters, sized for a few CPU seconds a step."""
+    manifest = {
+        "apiVersion": "coderepair.io/v1alpha1",
+        "kind": "TrainingRun",
+        "metadata": {"name": RUN},
+        "spec": {
+            "model": {"name": str(model_dir), "dtype": "float32"},
+            "tasks": {"format": "task", "path": str(tasks)},
+            "rollout": {
+                "pool": {"maxSandboxes": 4},
+                "agent": {
+                    "maxTurns": 3,
+                    "maxTokensPerTurn": 16,
+                    "maxTotalTokens": 512,
+                    "temperature": 1.0,
+                },
+                "reward": {"type": "tests"},
+            },
+            "algorithm": {
+                "numGenerations": 4,
+                "tasksPerStep": 1,
+                "steps": 3,
+                "learningRate": 1.0e-3,
+                "maxStaleness": max_staleness,
+                "lora": {"rank": 8, "alpha": 16, "targetModules": ["q_proj", "v_proj"]},
+            },
+            "weightSync": "lora-adapter",
+            "trainer": {
+                "nodes": 1,
+                "gpusPerNode": 0,
+                "deepspeed": {"zeroStage": 0},
+                "gradientCheckpointing": False,
+            },
+            "checkpoints": {"everySteps": checkpoint_every, "keepLast": 3},
+        },
+    }
+    path = dest / "run.yaml"
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def serve(toy_dir: Path, tmp_path: Path) -> Iterator[Any]:
+    """Start the toy server in its own process (``serve(*args)``); stopped after the test."""
+    started: list[ToyServerProcess] = []
+
+    def start(*args: str) -> ToyServerProcess:
+        process = ToyServerProcess(
+            toy_dir,
+            "--served-name",
+            BASE,
+            "--request-log",
+            str(tmp_path / "requests.jsonl"),
+            *args,
+            log_path=tmp_path / "server.log",
+            env=SUBPROCESS_ENV,
+        )
+        started.append(process)
+        return process.start()
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+def train(config: Path, out: Path, server: ToyServerProcess) -> subprocess.CompletedProcess[str]:
+    """``python -m crl_worker.train`` against the server, as the trainer pod runs it."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "crl_worker.train",
+            "--config",
+            str(config),
+            "--output",
+            str(out),
+            "--url",
+            server.base_url,
+            "--model",
+            BASE,
+            "--steps",
+            "3",
+        ],
+        cwd=ROOT,
+        env=SUBPROCESS_ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-6000:]
+    return done
+
+
+def sampled_logprobs(record: dict[str, Any], model: Any) -> tuple[list[float], list[float]]:
+    """A trajectory's logprobs of the sampled tokens as served, and as ``model`` gives them
+    (one forward pass over the whole token-exact sequence, at temperature 1)."""
+    sequence = Trajectory.model_validate(record["trajectory"]).token_sequence()
+    assert sequence is not None and sequence.logprobs is not None
+    ids, mask = sequence.ids.tolist(), sequence.mask.tolist()
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0].float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    sampled = [k for k in range(1, len(ids)) if mask[k]]
+    served = [float(sequence.logprobs[k]) for k in sampled]
+    return served, [float(logprobs[k - 1, ids[k]]) for k in sampled]
+
+
+def trajectories(out: Path, step: int) -> list[dict[str, Any]]:
+    path = out / "trajectories" / f"step-{step:06d}.rank0.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def chats(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in log if r.get("path") == "/v1/chat/completions"]
+
+
+def model_calls(records: list[dict[str, Any]]) -> Counter[str]:
+    """Model calls the trajectories made, by the model they named."""
+    calls: Counter[str] = Counter()
+    for record in records:
+        calls[record["trajectory"]["model"]] += len(record["trajectory"]["turns"])
+    return calls
+
+
+def successful(log: list[dict[str, Any]], path: str) -> list[tuple[int, str]]:
+    return [
+        (i, r["lora_name"])
+        for i, r in enumerate(log)
+        if r.get("path") == f"/v1/{path}" and r["status"] == 200
+    ]
+
+
+def test_lora_training_pushes_each_step_adapter(serve: Any, suite: Path, tmp_path: Path) -> None:
+    server = serve()
+    out = tmp_path / "out"
+    # keep = maxStaleness + 1 = 1; a checkpoint every step to compare the pushed adapters with.
+    config = write_run(tmp_path, Path(server.model_dir), suite, max_staleness=0, checkpoint_every=1)
+    train(config, out, server)
+    log = read_request_log(tmp_path / "requests.jsonl")
+
+    # One adapter per finished step, loaded from the trainer's adapters folder; with keep = 1
+    # (maxStaleness 0) the previous one is unloaded once the new one is live.
+    loads = successful(log, "load_lora_adapter")
+    assert [name for _, name in loads] == [f"{RUN}-v1", f"{RUN}-v2"]
+    for index, name in loads:
+        assert log[index]["lora_path"] == str(out / "adapters" / f"v{name[-1]}")
+        assert (out / "adapters" / f"v{name[-1]}" / "adapter_config.json").is_file()
+    assert [name for _, name in successful(log, "unload_lora_adapter")] == [f"{RUN}-v1"]
+    assert successful(log, "unload_lora_adapter")[0][0] > loads[1][0]
+    assert list(server.state()["adapters"]) == [f"{RUN}-v2"]
+    saved = json.loads((out / "adapters" / "v2" / "adapter_config.json").read_text())
+    assert saved["r"] == 8 and sorted(saved["target_modules"]) == ["q_proj", "v_proj"]
+
+    # Chat requests name the newest adapter loaded before them: the base model for the first
+    # batch, then the adapter of the step before.
+    expected = [BASE, f"{RUN}-v1", f"{RUN}-v2"]
+    bounds = [0, loads[0][0], loads[1][0], len(log)]
+    for version, name in enumerate(expected):
+        window = chats(log[bounds[version] : bounds[version + 1]])
+        assert window and {r["model"] for r in window} == {name}
+        assert {r["status"] for r in window} == {200}
+        # ... as many as the model calls of the step's trajectories, all at that version.
+        records = trajectories(out, version + 1)
+        assert len(records) == 4
+        assert {r["policy_version"] for r in records} == {version}
+        assert model_calls(records) == Counter({name: len(window)})
+        assert all(r["reward"] is not None for r in records)
+
+    # What was pushed is the trained adapter of that step, and what was served is the base
+    # model with exactly that adapter: the sampled tokens' logprobs are its own.
+    for version in (1, 2):
+        pushed = safetensors_torch.load_file(out / "adapters" / f"v{version}" / ADAPTER_FILE)
+        trained = safetensors_torch.load_file(out / f"checkpoint-{version}" / ADAPTER_FILE)
+        assert pushed.keys() == trained.keys() and pushed
+        assert all(torch.equal(pushed[k], trained[k]) for k in pushed)
+        adapted = peft.PeftModel.from_pretrained(
+            transformers.AutoModelForCausalLM.from_pretrained(server.model_dir),
+            out / "adapters" / f"v{version}",
+        ).eval()
+        for record in trajectories(out, version + 1):
+            served, reference = sampled_logprobs(record, adapted)
+            assert_close(served, reference)
+            with adapted.disable_adapter():
+                _, unadapted = sampled_logprobs(record, adapted)
+            assert max(abs(a - b) for a, b in zip(served, unadapted, strict=True)) > 1e-3
+
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["policy_version"] for m in metrics] == [0, 1, 2]
+    status = json.loads((out / "status.json").read_text())
+    assert status["finished"] and status["step"] == 3 and status["policyVersion"] == 2
+
+
+def test_restarted_server_gets_the_adapter_back(serve: Any, suite: Path, tmp_path: Path) -> None:
+    # The pod "restarts" right after its first answer with an adapter: the rest of that batch
+    # meets a server without it (infrastructure failures), and the next batch must not.
+    server = serve("--restart-after", "1")
+    out = tmp_path / "out"
+    config = write_run(tmp_path, Path(server.model_dir), suite, max_staleness=1)  # keep 2
+    done = train(config, out, server)
+    log = read_request_log(tmp_path / "requests.jsonl")
+
+    restart = next(i for i, r in enumerate(log) if r.get("event") == "restart")
+    loads = successful(log, "load_lora_adapter")
+    assert [name for _, name in loads] == [f"{RUN}-v1", f"{RUN}-v1", f"{RUN}-v2"]
+    first, reload, second = (index for index, _ in loads)
+    assert first < restart < reload < second
+    # The trainer noticed by listing the models before the next batch, not by failing in it.
+    assert any(r.get("path") == "/v1/models" for r in log[restart:reload])
+    assert "lost adapter toyrun-v1" in done.stderr
+    refused = [r for r in chats(log[restart:reload]) if r["status"] != 200]
+    assert len(refused) >= 3 and {r["model"] for r in refused} == {f"{RUN}-v1"}
+    after = chats(log[second:])
+    assert after and {(r["model"], r["status"]) for r in after} == {(f"{RUN}-v2", 200)}
+    assert not successful(log, "unload_lora_adapter")  # v1 and v2 fit in keep = 2
+
+    broken = trajectories(out, 2)
+    assert sum(r["reward"] is None for r in broken) >= 3
+    healed = trajectories(out, 3)
+    assert {r["policy_version"] for r in healed} == {2}
+    assert all(r["reward"] is not None for r in healed)
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["infrastructure_failures"] >= 3 for m in metrics] == [False, True, False]
+    status = json.loads((out / "status.json").read_text())
+    assert status["finished"] and status["step"] == 3 and status["policyVersion"] == 2
