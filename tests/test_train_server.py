@@ -312,7 +312,13 @@ async def test_adapters_load_apply_unload_and_restart(
 
 
 def write_run(
-    dest: Path, model_dir: Path, tasks: Path, *, max_staleness: int, checkpoint_every: int = 10
+    dest: Path,
+    model_dir: Path,
+    tasks: Path,
+    *,
+    max_staleness: int,
+    checkpoint_every: int = 10,
+    zero_stage: int = 0,
 ) -> Path:
     """A TrainingRun with LoRA and runtime adapters, sized for a few CPU seconds a step."""
     manifest = {
@@ -344,7 +350,7 @@ def write_run(
             "trainer": {
                 "nodes": 1,
                 "gpusPerNode": 0,
-                "deepspeed": {"zeroStage": 0},
+                "deepspeed": {"zeroStage": zero_stage},
                 "gradientCheckpointing": False,
             },
             "checkpoints": {"everySteps": checkpoint_every, "keepLast": 3},
@@ -379,11 +385,20 @@ def serve(toy_dir: Path, tmp_path: Path) -> Iterator[Any]:
         process.stop()
 
 
-def train(config: Path, out: Path, server: ToyServerProcess) -> subprocess.CompletedProcess[str]:
-    """``python -m crl_worker.train`` against the server, as the trainer pod runs it."""
+def train(
+    config: Path, out: Path, server: ToyServerProcess, *, processes: int = 1
+) -> subprocess.CompletedProcess[str]:
+    """``python -m crl_worker.train`` against the server, as the trainer pod runs it (in
+    ``processes`` ranks, started by torch's launcher, when more than one)."""
+    launcher = (
+        ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+        if processes > 1
+        else []
+    )
     done = subprocess.run(
         [
             sys.executable,
+            *launcher,
             "-m",
             "crl_worker.train",
             "--config",
@@ -423,8 +438,10 @@ def sampled_logprobs(record: dict[str, Any], model: Any) -> tuple[list[float], l
 
 
 def trajectories(out: Path, step: int) -> list[dict[str, Any]]:
-    path = out / "trajectories" / f"step-{step:06d}.rank0.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """The step's trajectory records, of every rank."""
+    paths = sorted((out / "trajectories").glob(f"step-{step:06d}.rank*.jsonl"))
+    assert paths, f"no trajectories for step {step}"
+    return [json.loads(line) for path in paths for line in path.read_text().splitlines()]
 
 
 def chats(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -509,11 +526,14 @@ def test_lora_training_pushes_each_step_adapter(serve: Any, suite: Path, tmp_pat
 
 def test_restarted_server_gets_the_adapter_back(serve: Any, suite: Path, tmp_path: Path) -> None:
     # The pod "restarts" right after its first answer with an adapter: the rest of that batch
-    # meets a server without it (infrastructure failures), and the next batch must not.
+    # meets a server without it (infrastructure failures), and the next batch must not. Two
+    # ranks under ZeRO-3, as in a cluster: rank 0 notices, every rank takes part in the push.
     server = serve("--restart-after", "1")
     out = tmp_path / "out"
-    config = write_run(tmp_path, Path(server.model_dir), suite, max_staleness=1)  # keep 2
-    done = train(config, out, server)
+    config = write_run(
+        tmp_path, Path(server.model_dir), suite, max_staleness=1, zero_stage=3
+    )  # keep 2
+    done = train(config, out, server, processes=2)
     log = read_request_log(tmp_path / "requests.jsonl")
 
     restart = next(i for i, r in enumerate(log) if r.get("event") == "restart")
