@@ -211,6 +211,12 @@ async def test_answers_like_vllm_token_exact(
     body = raw.json()
     assert body["object"] == "chat.completion" and body["model"] == BASE
     assert body["choices"][0]["logprobs"] is None and body["prompt_token_ids"] is None
+    for invalid in ({"max_tokens": 0}, {"top_p": 0}, {"n": 2}, {"stream": True}):
+        refused_body = await post(
+            server, "chat/completions", {"model": BASE, "messages": CONVERSATION, **invalid}
+        )
+        assert refused_body.status_code == 400, invalid
+        assert refused_body.json()["error"]["type"] == "BadRequestError"
     # An unknown model is vLLM's 404, which the client reports and does not retry.
     async with ChatClient(server.base_url, "no-such-model") as client:
         with pytest.raises(ModelServerError, match="does not exist") as refused:
