@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -988,3 +989,29 @@ def test_the_trainer_reads_a_mounted_task_file(
 
     parsed = parser().parse_args(args[args.index("crl_worker.train") + 1 :])
     assert (str(parsed.tasks) if parsed.tasks else None) == path
+
+
+@pytest.mark.parametrize("preflight_status", [0, 2])
+def test_the_trainer_checks_its_config_before_the_launcher(
+    tmp_path: Path, preflight_status: int
+) -> None:
+    # The pod's script, run by a real shell with stand-ins for python and accelerate: a config
+    # error (2) is the container's exit status and nothing is launched; otherwise accelerate
+    # gets the container's args.
+    job = find(render(load("trainingrun-qwen3-8b-swe-gym.yaml"), state=STATES["ready"]), "Job")
+    spec = container(job)
+    assert spec["command"][:2] == ["/bin/sh", "-c"]
+    for name, status in (("python", preflight_status), ("accelerate", 0)):
+        stand_in = tmp_path / name
+        stand_in.write_text(f'#!/bin/sh\necho "{name} $*" >> {tmp_path}/calls\nexit {status}\n')
+        stand_in.chmod(0o755)
+    args = ["launch", "--config_file", "/etc/crl/accelerate.yaml", "--module", "crl_worker.train"]
+    done = subprocess.run(
+        [*spec["command"], *args], env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, check=False
+    )
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert done.returncode == preflight_status
+    assert calls[0] == "python -m crl_worker.train --preflight-only --config /etc/crl/config.yaml"
+    assert calls[1:] == ([] if preflight_status else ["accelerate " + " ".join(args)])
+    env_names = {e["name"]: e.get("value") for e in spec["env"]}
+    assert env_names["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "270"

@@ -10,8 +10,10 @@ processes, and configs the trainer cannot honour fail before any training with t
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -204,15 +206,7 @@ def test_resume_continues_from_the_last_checkpoint(toy_files: Path, tmp_path: Pa
     config = manifest(toy_files, tmp_path, algorithm={"numGenerations": 4})
     out = tmp_path / "out"
     first = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "crl"),
-            "train",
-            str(config),
-            "-o",
-            str(out),
-            "--steps",
-            "2",
-        ],
+        [str(Path(sys.executable).parent / "crl"), "train", str(config), "-o", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -220,13 +214,17 @@ def test_resume_continues_from_the_last_checkpoint(toy_files: Path, tmp_path: Pa
     )
     assert first.returncode == 0, first.stderr[-4000:]
     assert checkpoints(out) == ["checkpoint-1", "checkpoint-2"], first.stderr[-3000:]
+    # A crash after step 2 was logged but before its checkpoint was written.
+    shutil.rmtree(out / "checkpoint-2")
     done = train(config, out, "--steps", "3")
     assert done.returncode == 0, done.stderr[-4000:]
-    assert "resuming from" in done.stderr and "checkpoint-2" in done.stderr
+    assert "resuming from" in done.stderr and "checkpoint-1" in done.stderr
+    # Step 2 was run again and logged once; the run went on to step 3.
     assert [r["step"] for r in metrics(out)] == [1, 2, 3]
     state = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())
     assert state["global_step"] == 3
     assert checkpoints(out) == ["checkpoint-2", "checkpoint-3"]
+    assert (out / "latest").resolve().name == "checkpoint-3"
 
 
 def test_sigterm_writes_a_checkpoint_and_the_run_resumes(toy_files: Path, tmp_path: Path) -> None:
@@ -322,6 +320,35 @@ def test_an_infrastructure_failure_is_left_out_not_scored_zero(
     assert record["trl"]["reward"] == pytest.approx(sum(scored) / 4)
 
 
+def test_a_step_whose_every_rollout_failed_is_retried_then_fails_the_run(
+    toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The infrastructure is down: nothing to learn from, so no optimizer step may happen (its
+    # momentum would still move the weights); the batch is tried again, then the run fails.
+    from crl_worker.errors import InfrastructureError
+    from crl_worker.train.__main__ import load_tasks
+    from crl_worker.train.trainer import BATCH_ATTEMPTS, TrainingJob
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    config = manifest(toy_files, tmp_path, algorithm={"steps": 2, "numGenerations": 4})
+    settings = resolve_settings(config, output=tmp_path / "out")
+
+    class Job(TrainingJob):
+        async def _start_services(self) -> None:
+            await super()._start_services()
+            assert self.runner is not None
+            self.runner.sandbox_factory = _FailingStart
+
+    with pytest.raises(InfrastructureError, match="every rollout failed"):
+        Job(settings, load_tasks(settings)).run()
+    out = settings.run_dir
+    assert metrics(out) == [] and checkpoints(out) == []
+    failed = sorted(p.name for p in (out / "trajectories").glob("step-000001.failed*"))
+    assert len(failed) == BATCH_ATTEMPTS
+    status = json.loads((out / "status.json").read_text())
+    assert status["phase"] == "Failed" and "every rollout failed" in status["message"]
+
+
 # --- DeepSpeed ZeRO-3 across two processes ------------------------------------------------------
 
 
@@ -378,6 +405,24 @@ def test_a_lora_rank_above_the_hidden_size_fails_before_training(
     assert "rank 0 of" not in done.stderr  # the model was never loaded for training
 
 
+def test_crl_train_with_several_processes_still_exits_2_on_a_config_error(
+    toy_files: Path, tmp_path: Path
+) -> None:
+    # torchrun would turn a worker's 2 into 1: crl train checks the config before launching.
+    config = manifest(toy_files, tmp_path, algorithm={"numGenerations": 3})
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "crl"), "train", str(config), "--nproc", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env(),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "spec.algorithm.tasksPerStep" in done.stderr
+    assert "torch.distributed" not in done.stderr
+
+
 def check(config: Path, **kwargs: Any) -> TrainConfigError:
     from crl_worker.train.__main__ import load_tasks
     from crl_worker.train.preflight import preflight
@@ -405,10 +450,29 @@ def test_preflight_names_the_field(
     assert split.field == "spec.algorithm.tasksPerStep" and "2 process" in str(split)
 
     down = check(
-        manifest(toy_files, tmp_path / "down"),
+        manifest(toy_files, tmp_path / "down", algorithm={"lora": {"rank": 8, "alpha": 16}}),
         resolve={"output": tmp_path / "down" / "out", "url": f"http://127.0.0.1:{free_port()}/v1"},
     )
     assert down.field == "spec.inference" and "does not answer" in str(down)
+
+    cold = check(
+        manifest(toy_files, tmp_path / "cold", rollout={"agent": {"temperature": 0.0}}),
+        resolve={"output": tmp_path / "cold" / "out"},
+    )
+    assert cold.field == "spec.rollout.agent.temperature"
+
+    few = check(
+        manifest(toy_files, tmp_path / "few", algorithm={"tasksPerStep": 2}),
+        resolve={"output": tmp_path / "few" / "out"},
+    )
+    assert few.field == "spec.algorithm.tasksPerStep" and "only 1" in str(few)
+
+    if importlib.util.find_spec("vllm") is None:
+        nccl = check(
+            manifest(toy_files, tmp_path / "nccl"),
+            resolve={"output": tmp_path / "nccl" / "out", "url": "http://127.0.0.1:1/v1"},
+        )
+        assert nccl.field == "spec.weightSync" and "vllm" in str(nccl)
 
     monkeypatch.setenv("CRL_CHECKPOINT_DIR", str(tmp_path / "no-volume" / "checkpoints"))
     volume = check(manifest(toy_files, tmp_path / "volume"))

@@ -96,20 +96,51 @@ def train(
             args += [flag, str(value)]
     # A child process (never an import): the CLI stays free of torch, and the trainer owns its
     # signal handling (SIGTERM/SIGINT checkpoint, then exit 143/130).
-    launcher = (
-        []
-        if nproc == 1
-        else ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    )
-    command = [sys.executable, *launcher, "-m", "crl_worker.train", *args]
-    child = subprocess.Popen(command, env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"})
+    env = {**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"}
+    trainer = [sys.executable, "-m", "crl_worker.train", *args]
+    if nproc > 1:
+        # torchrun turns a worker's exit status into 1: check the config first, so a config
+        # error still exits 2 (with the field named), and set the workers' grace after SIGTERM.
+        checked = subprocess.run(
+            [*trainer, "--preflight-only"], env={**env, "WORLD_SIZE": str(nproc)}, check=False
+        )
+        if checked.returncode != 0:
+            raise typer.Exit(checked.returncode)
+        env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "270")
+        trainer = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            *trainer[1:],
+        ]
+    raise typer.Exit(_run_forwarding_signals(trainer, env))
+
+
+def _run_forwarding_signals(command: list[str], env: dict[str, str]) -> int:
+    """Run ``command`` in its own session and pass SIGINT/SIGTERM on to it, once each (a
+    terminal's Ctrl-C would otherwise reach it twice: directly and forwarded). After a stop,
+    the exit status is 128 + the signal, whatever the launcher made of it."""
+    received: list[int] = []
 
     def forward(number: int, _frame: object) -> None:
-        child.send_signal(number)
+        if number not in received:
+            received.append(number)
+            child.send_signal(number)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    raise typer.Exit(child.wait() if child.returncode is None else child.returncode)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    child = subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        for sig in previous:
+            signal.signal(sig, forward)
+        status = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received and status != 0:
+        return 128 + received[0]
+    return status
 
 
 def register(app: typer.Typer) -> None:

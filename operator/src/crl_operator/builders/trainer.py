@@ -70,6 +70,8 @@ METRICS_PORT = 9400
 METRICS_PORT_ENV = "CRL_METRICS_PORT"
 #: Where the Job controller writes an indexed pod's index.
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+#: Seconds a trainer pod gets after SIGTERM (suspend, preemption) to write a last checkpoint.
+GRACE_SECONDS = 300
 #: Exit code with which the trainer says its config cannot work: retrying will not help.
 CONFIG_ERROR_EXIT_CODE = 2
 
@@ -147,6 +149,9 @@ def trainer_env(run: TrainingRun) -> list[dict[str, Any]]:
         env("CRL_CHECKPOINT_DIR", CHECKPOINT_DIR),
         env(PROGRESS_ENV, progress_name(run)),
         env(METRICS_PORT_ENV, str(METRICS_PORT)),
+        # torchrun's agent gives workers this long after forwarding SIGTERM (its default is
+        # 30 s): time to finish a step and write a checkpoint within the pod's grace period.
+        env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(GRACE_SECONDS - 30)),
     ]
     # Every replica gets each weight update (full weights or an adapter), not just the one
     # the ClusterIP Service would pick.
@@ -191,6 +196,17 @@ def trainer_args(run: TrainingRun) -> list[str]:
     ]
 
 
+def preflight_script(run: TrainingRun) -> str:
+    """The container's shell script: the trainer's preflight, then `accelerate` with the
+    container's args (`$@`)."""
+    tasks = task_mount(run.spec.tasks)
+    mounted = bool(tasks.volumes) and tasks.path is not None
+    check = ["python", "-m", "crl_worker.train", "--preflight-only", "--config", CONFIG_PATH]
+    if mounted:
+        check += ["--tasks", str(tasks.path)]
+    return " ".join(check) + ' || exit $?\nexec accelerate "$@"'
+
+
 def trainer_job(run: TrainingRun, namespace: str) -> dict[str, Any]:
     """The indexed trainer Job: `nodes` pods started together, each with its node rank.
 
@@ -219,7 +235,9 @@ def trainer_job(run: TrainingRun, namespace: str) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "trainer",
         "image": spec.trainer.image,
-        "command": ["accelerate"],
+        # The config is checked once, before the launcher: a launcher turns a worker's exit
+        # status 2 (a config that cannot work) into 1, and the failure policy keys on 2.
+        "command": ["/bin/sh", "-c", preflight_script(run), "accelerate"],
         "args": trainer_args(run),
         "env": trainer_env(run),
         "ports": [
@@ -261,7 +279,7 @@ def trainer_job(run: TrainingRun, namespace: str) -> dict[str, Any]:
                 "serviceAccountName": job_name(run),
                 "automountServiceAccountToken": True,
                 # Time to write a last checkpoint on SIGTERM (suspend, preemption).
-                "terminationGracePeriodSeconds": 300,
+                "terminationGracePeriodSeconds": GRACE_SECONDS,
                 **priority(spec.scheduling),
                 **placement(spec.trainer.placement),
                 "containers": [container],

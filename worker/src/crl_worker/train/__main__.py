@@ -49,6 +49,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=Path, help="task file where the operator mounted the source")
     p.add_argument("--steps", type=int, help="optimizer steps (default: spec.algorithm.steps)")
     p.add_argument("--metrics-port", type=int, help="Prometheus port (default: $CRL_METRICS_PORT)")
+    p.add_argument(
+        "--preflight-only",
+        action="store_true",
+        help="check the config (exit 0, or 2 naming the field) and start nothing; run once "
+        "before a launcher, which turns a worker's exit status 2 into 1",
+    )
     return p
 
 
@@ -107,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     except TrainConfigError as exc:
         logger.error("the run cannot start: %s", exc)
         return CONFIG_ERROR
+    if args.preflight_only:
+        logger.info("the config of %s can be trained", settings.name)
+        return 0
     from crl_worker.train.trainer import TrainingJob
 
     logger.info(

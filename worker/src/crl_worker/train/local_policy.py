@@ -169,6 +169,12 @@ class TransformersPolicy:
 
     # --- token sets ------------------------------------------------------------------------
 
+    def wait_idle(self) -> None:
+        """Block until no generation runs on the worker thread (one that was cancelled stops
+        at its next token)."""
+        with self._busy:
+            pass
+
     def _eos_ids(self) -> frozenset[int]:
         found: set[int] = set()
         candidates: list[Any] = [getattr(self.tokenizer, "eos_token_id", None)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,26 @@ def check_parallelism(settings: TrainSettings, *, world: int, gpus_visible: int 
             f"{wanted} GPUs per node asked for, {gpus_visible} visible to this process",
         )
     batch_layout(settings, world)
+
+
+def check_sampling(settings: TrainSettings) -> None:
+    """GRPO needs sampled rollouts; full-weight sync needs vLLM's transfer code."""
+    if settings.spec.rollout.agent.temperature <= 0:
+        raise TrainConfigError(
+            "spec.rollout.agent.temperature",
+            "must be above 0 for training: GRPO compares sampled rollouts of a task, and the "
+            "loss divides by the temperature",
+        )
+    if settings.weight_sync == "nccl":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise TrainConfigError(
+                "spec.weightSync",
+                "nccl weight sync needs the vllm package in the trainer image (its NCCL "
+                "rendezvous and communicator are vLLM's own); install it, or use LoRA with "
+                "lora-adapter",
+            )
 
 
 def check_model(settings: TrainSettings) -> None:
@@ -85,7 +106,7 @@ def check_checkpoints(settings: TrainSettings, env: dict[str, str] | None = None
         )
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / f".write-test-{os.getpid()}"
+        probe = directory / f".write-test-{socket.gethostname()}-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
@@ -148,9 +169,15 @@ def check_server(settings: TrainSettings, *, timeout: float = 10.0) -> None:
 
 
 def check_tasks(settings: TrainSettings, tasks: list[Task]) -> None:
-    """There are tasks, and the reward can be computed for them."""
+    """There are enough tasks for a step, and the reward can be computed for them."""
     if not tasks:
         raise TrainConfigError("spec.tasks", "the task source selects no instance")
+    per_step = settings.spec.algorithm.tasks_per_step
+    if len(tasks) < per_step:
+        raise TrainConfigError(
+            "spec.algorithm.tasksPerStep",
+            f"{per_step} tasks per step, but the task source selects only {len(tasks)}",
+        )
     reward = settings.spec.rollout.reward
     if reward.type != "tests":
         missing = [t.instance_id for t in tasks if not t.patch]
@@ -174,6 +201,7 @@ def gpus_visible() -> int | None:
 def preflight(settings: TrainSettings, tasks: list[Task], *, world: int) -> None:
     """Every check, cheapest first."""
     check_parallelism(settings, world=world, gpus_visible=gpus_visible())
+    check_sampling(settings)
     check_tasks(settings, tasks)
     check_checkpoints(settings)
     check_model(settings)

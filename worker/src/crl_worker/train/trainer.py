@@ -33,6 +33,8 @@ import contextlib
 import json
 import logging
 import os
+import queue
+import shutil
 import signal
 import threading
 import time
@@ -58,6 +60,10 @@ T = TypeVar("T")
 
 #: Exit status after a stop by SIGTERM / SIGINT (128 + the signal's number).
 PREEMPTED_EXIT = {signal.SIGTERM: 143, signal.SIGINT: 130}
+#: Tries of a weight push before the run gives up (the Job restarts it from a checkpoint).
+PUSH_ATTEMPTS = 3
+#: Tries of a batch whose every rollout failed for infrastructure reasons.
+BATCH_ATTEMPTS = 3
 #: The headless Service listing every inference replica (set by the operator).
 PEERS_ENV = "CRL_INFERENCE_PEERS"
 #: Name of the extra column carrying each rollout's reward to the reward function.
@@ -138,7 +144,6 @@ class TrainingJob:
             metrics_port=settings.metrics_port,
             enabled=self.rank == 0,
         )
-        self.monitor.restore(read_status(settings.run_dir))
         self.reporter: Any = None
         self.gateway: Gateway | None = None
         self.sandboxes: Sandboxes | None = None
@@ -151,6 +156,8 @@ class TrainingJob:
         self._step_stats: RolloutStats | None = None
         self._step_started = time.monotonic()
         self._attempts = 0
+        self._stopping = False
+        """Every rank agreed to stop (a signal reached at least one of them)."""
 
     # --- setup ------------------------------------------------------------------------------
 
@@ -180,7 +187,8 @@ class TrainingJob:
             agent=self.spec.rollout.agent,
             reward_spec=self.spec.rollout.reward,
             sandbox_factory=self.sandboxes.factory,
-            concurrency=pool.max_sandboxes if pool is not None else 8,
+            # The pool's capacity is shared by every rank.
+            concurrency=max(1, (pool.max_sandboxes if pool is not None else 8) // self.world),
         )
         if s.inference_url is not None:
             from crl_worker.agent.client import ChatClient
@@ -266,56 +274,119 @@ class TrainingJob:
 
     # --- weights --------------------------------------------------------------------------------
 
-    def _push_weights(self, version: int) -> None:
-        """Bring the inference server to ``version`` (every rank takes part in the gathering)."""
-        trainer = self.trainer
-        error: str | None = None
+    def _push_weights(self, version: int) -> bool:
+        """Bring the inference server to ``version``; whether it worked (every rank takes part
+        in the gathering and learns the outcome)."""
+        error: str | None
         if self.settings.weight_sync == "lora-adapter":
-            directory = self.settings.adapters_dir / f"v{version}"
-            state = trainer.accelerator.get_state_dict(trainer.model_wrapped)
-            if self.rank == 0:
-                model = trainer.accelerator.unwrap_model(trainer.model_wrapped)
-                model.save_pretrained(str(directory), state_dict=state)
-                try:
-                    self.engine.call(self.sync.push(version, adapter_dir=directory))
-                except Exception as exc:
-                    error = str(exc)
+            error = self._push_adapter(version)
         else:
-            named = self._named_full_weights()
-            if self.rank == 0:
-                try:
-                    self.engine.call(self.sync.push(version, named_tensors=named))
-                except Exception as exc:
-                    error = str(exc)
-            else:
-                for _ in named:
-                    pass
+            error = self._push_full(version)
         error = self._broadcast(error)
         if error is not None:
             logger.warning("pushing weights version %d failed: %s", version, error)
-            return
+            return False
         self.policy_version = version
         if self.sync is not None:
             self.sync.version = version
+        return True
 
-    def _named_full_weights(self) -> Iterator[tuple[str, Any]]:
-        """Each parameter whole, one at a time (ZeRO-3 shards gathered on every rank)."""
+    def _push_adapter(self, version: int) -> str | None:
+        """Save the adapter (only its own weights gathered) and load it into the server."""
+        trainer = self.trainer
+        model = trainer.accelerator.unwrap_model(trainer.model_wrapped)
+        trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        state: dict[str, Any] = {}
+        if self._zero3(model):
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters([p for _, p in trained]):
+                if self.rank == 0:
+                    state = {n: p.data.detach().cpu().clone() for n, p in trained}
+        elif self.rank == 0:
+            state = {n: p.data.detach().cpu().clone() for n, p in trained}
+        if self.rank != 0:
+            return None
+        directory = self.settings.adapters_dir / f"v{version}"
+        try:
+            model.save_pretrained(str(directory), state_dict=state)
+            self.engine.call(self.sync.push(version, adapter_dir=directory))
+        except Exception as exc:
+            return str(exc)
+        self._prune_adapters(version)
+        return None
+
+    def _prune_adapters(self, version: int) -> None:
+        """Delete adapter folders the server no longer holds (it keeps the newest ``keep``)."""
+        keep = self.spec.algorithm.max_staleness + 1
+        for path in self.settings.adapters_dir.glob("v*"):
+            try:
+                old = int(path.name[1:])
+            except ValueError:
+                continue
+            if old <= version - keep:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _push_full(self, version: int) -> str | None:
+        """Stream every parameter to the server. All ranks gather in lockstep in this thread;
+        rank 0 hands copies to the transport through a small queue and, if the transport fails,
+        keeps gathering (and discarding) to the end so no rank is left in a collective."""
         model = self.trainer.accelerator.unwrap_model(self.trainer.model_wrapped)
-        zero3 = self.trainer.is_deepspeed_enabled and any(
+        zero3 = self._zero3(model)
+        if self.rank != 0:
+            for _ in self._gathered(model, zero3):
+                pass
+            return None
+        handoff: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=2)
+
+        def stream() -> Iterator[tuple[str, Any]]:
+            while (item := handoff.get()) is not None:
+                yield item
+
+        future = asyncio.run_coroutine_threadsafe(
+            self.sync.push(version, named_tensors=stream()), self.engine.loop
+        )
+        for item in self._gathered(model, zero3):
+            while not future.done():
+                try:
+                    handoff.put(item, timeout=0.5)
+                    break
+                except queue.Full:
+                    continue
+        while not future.done():
+            try:
+                handoff.put(None, timeout=0.5)
+                break
+            except queue.Full:
+                continue
+        try:
+            future.result()
+        except Exception as exc:
+            return str(exc)
+        return None
+
+    def _zero3(self, model: Any) -> bool:
+        return bool(self.trainer.is_deepspeed_enabled) and any(
             hasattr(p, "ds_id") for p in model.parameters()
         )
+
+    def _gathered(self, model: Any, zero3: bool) -> Iterator[tuple[str, Any]]:
+        """Each parameter whole, one at a time (ZeRO-3 shards gathered on every rank); copies,
+        because the transport reads them after the gathered storage is freed."""
         for name, param in model.named_parameters():
             if zero3:
                 import deepspeed
 
                 with deepspeed.zero.GatheredParameters([param]):
-                    # A copy: the transport reads it after the gathered storage is freed.
-                    yield name, param.data.clone()
+                    yield name, param.data.detach().clone()
             else:
                 yield name, param.data
 
     def _ensure_server_weights(self, step: int) -> None:
-        """Before a batch: the server must hold the current weights (reloaded after a restart)."""
+        """Before a batch: the server must hold the current weights (pushed again after a
+        restart). A push that keeps failing ends the run (the Job restarts from the last
+        checkpoint): rolling out from weights older than ``maxStaleness`` versions, or from a
+        server a failed full-weight transfer left paused, would train on the wrong policy."""
         if self.sync is None:
             self.policy_version = step
             return
@@ -328,17 +399,23 @@ class TrainingJob:
         lost = self._broadcast(lost)
         if lost:
             logger.warning("the inference server lost its weights (restarted?); pushing again")
-        if step > 0 and (self.policy_version != step or lost):
-            self._push_weights(step)
-        lag = step - self.policy_version
-        if lag > self.spec.algorithm.max_staleness:
-            from crl_worker.errors import InfrastructureError
+        if step == 0 or (self.policy_version == step and not lost):
+            return
+        full = self.settings.weight_sync == "nccl"
+        for attempt in range(PUSH_ATTEMPTS):
+            if self._push_weights(step):
+                return
+            lag = step - self.policy_version
+            if not full and lag <= self.spec.algorithm.max_staleness:
+                return  # the adapter of an earlier version is still served: use it
+            time.sleep(min(30.0, 2.0 * 2**attempt))
+        from crl_worker.errors import InfrastructureError
 
-            raise InfrastructureError(
-                f"the inference server holds weights version {self.policy_version}, {lag} behind "
-                f"step {step} (spec.algorithm.maxStaleness is {self.spec.algorithm.max_staleness})"
-                "; pushing them failed"
-            )
+        raise InfrastructureError(
+            f"pushing weights version {step} to the inference server failed {PUSH_ATTEMPTS} "
+            f"times; it holds version {self.policy_version} (spec.algorithm.maxStaleness is "
+            f"{self.spec.algorithm.max_staleness})"
+        )
 
     # --- rollouts -------------------------------------------------------------------------------
 
@@ -362,26 +439,49 @@ class TrainingJob:
         return work.result()
 
     def rollout_func(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        """TRL's rollout function: one whole episode per prompt (an instance id)."""
+        """TRL's rollout function: one whole episode per prompt (an instance id).
+
+        A batch in which no rollout of any rank got a reward (the infrastructure is down) is
+        run again, up to :data:`BATCH_ATTEMPTS` times, then the run fails: handing TRL a batch
+        with nothing to learn would still move the weights (the optimizer's momentum) and
+        advance the schedule.
+        """
         self.trainer = trainer
         step = int(trainer.state.global_step)
-        if self._any_rank(self.stop.set):
-            raise Preempted
-        self._step_started = time.monotonic()
-        self._ensure_server_weights(step)
         tasks = [self.tasks[str(p)] for p in prompts]
-        if self.client is not None:
-            self.client.model = self.sync.model_name()
-            rollouts = self.engine.call(
-                self._rollouts_until_stopped(tasks, self.client, self.policy_version)
+        for attempt in range(BATCH_ATTEMPTS):
+            if self._any_rank(self.stop.set):
+                self._stopping = True
+                raise Preempted
+            self._step_started = time.monotonic()
+            self._ensure_server_weights(step)
+            if self.client is not None:
+                self.client.model = self.sync.model_name()
+                rollouts = self.engine.call(
+                    self._rollouts_until_stopped(tasks, self.client, self.policy_version)
+                )
+            else:
+                rollouts = self._rollouts_in_process(tasks, step)
+            self._write_cancelled(step + 1)
+            if self._any_rank(rollouts is None):
+                self._stopping = True
+                raise Preempted
+            assert rollouts is not None
+            if self._any_rank(any(r.reward is not None for r in rollouts)):
+                return self._batch(rollouts, step)
+            self._write_trajectories(step + 1, rollouts, attempt=attempt)
+            logger.warning(
+                "step %d: every rollout failed for infrastructure reasons (try %d of %d)",
+                step + 1,
+                attempt + 1,
+                BATCH_ATTEMPTS,
             )
-        else:
-            rollouts = self._rollouts_in_process(tasks, step)
-        self._write_cancelled(step + 1)
-        if self._any_rank(rollouts is None):
-            raise Preempted
-        assert rollouts is not None
-        return self._batch(rollouts, step)
+        from crl_worker.errors import InfrastructureError
+
+        raise InfrastructureError(
+            f"step {step + 1}: every rollout failed for infrastructure reasons "
+            f"{BATCH_ATTEMPTS} times in a row (see the trajectories' errors)"
+        )
 
     def _rollouts_in_process(self, tasks: list[Task], step: int) -> list[Rollout] | None:
         """Generate with the model being trained (gathered whole for the batch)."""
@@ -395,10 +495,14 @@ class TrainingJob:
         ) as model:
             was_training = model.training
             model.eval()
+            seed = (self.spec.algorithm.seed * 1_000_003 + step) * 1_009 + self.rank
+            policy = TransformersPolicy(model, self.tokenizer, name=self.settings.name, seed=seed)
             try:
-                policy = TransformersPolicy(model, self.tokenizer, name=self.settings.name)
                 return self.engine.call(self._rollouts_until_stopped(tasks, policy, step))
             finally:
+                # A cancelled generation finishes its current token on its thread: wait for it
+                # before the ZeRO-3 shards are taken back.
+                policy.wait_idle()
                 model.train(was_training)
 
     def _batch(self, rollouts: list[Rollout], step: int) -> dict[str, list[Any]]:
@@ -434,17 +538,25 @@ class TrainingJob:
             out["prompt_ids"].append(sample.prompt_ids)
             out["completion_ids"].append(sample.completion_ids)
             out["logprobs"].append(sample.logprobs)
-            out["env_mask"].append(sample.env_mask)
+            # A rollout left out of the update contributes no token either (its tokens would
+            # still count in the loss's normalization and in a KL or entropy term).
+            out["env_mask"].append(
+                sample.env_mask if reward is not None else [0] * len(sample.env_mask)
+            )
             out[REWARD_COLUMN].append(reward)
         self._step_stats = stats
         self._write_trajectories(step + 1, rollouts)
         return out
 
-    def _write_trajectories(self, step: int, rollouts: Sequence[Rollout]) -> None:
-        """``trajectories/step-NNNNNN.rankR.jsonl``: every rollout of the step, whole."""
+    def _write_trajectories(
+        self, step: int, rollouts: Sequence[Rollout], *, attempt: int | None = None
+    ) -> None:
+        """``trajectories/step-NNNNNN.rankR.jsonl``: every rollout of the step, whole (a batch
+        run again because all of it failed: ``step-NNNNNN.failedK.rankR.jsonl``)."""
         directory = self.settings.trajectories_dir
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / f"step-{step:06d}.rank{self.rank}.jsonl"
+        tag = "" if attempt is None else f".failed{attempt}"
+        path = directory / f"step-{step:06d}{tag}.rank{self.rank}.jsonl"
         with path.open("w") as out:
             for rollout in rollouts:
                 head = json.dumps(
@@ -502,7 +614,8 @@ class TrainingJob:
 
     def on_step_end(self, step: int) -> bool:
         """Whether to stop after this step (every rank agrees)."""
-        return self._any_rank(self.stop.set)
+        self._stopping = self._any_rank(self.stop.set)
+        return self._stopping
 
     def on_save(self, step: int) -> None:
         """A checkpoint of ``step`` was written: name it ``step-N`` and point ``latest`` at it
@@ -544,31 +657,77 @@ class TrainingJob:
         """Train to the end (or to a stop); the process's exit status."""
         from crl_worker.train.build import build_trainer, resume_checkpoint
 
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
         self.stop.install()
+        step = 0
         try:
             self.engine.call(self._start_services())
             self.trainer, self.tokenizer = build_trainer(self)
             self._log_sharding()
             self._make_sync()
             resume = resume_checkpoint(self.settings)
+            step = _step_of(resume)
+            self._resume_records(step if resume is not None else None)
             if resume is not None:
                 logger.info("resuming from %s", resume)
-            self.publish(_step_of(resume), phase="Training")
+            self.publish(step, phase="Training")
             try:
                 self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
             except Preempted:
                 self._save_after_stop()
                 return self._stopped()
             step = int(self.trainer.state.global_step)
-            if self.stop.set and step < self.settings.total_steps:
+            if self._stopping:
                 return self._stopped()
+            if step < self.settings.total_steps:
+                message = (
+                    f"training ended at step {step} of {self.settings.total_steps}: the data ran "
+                    "out (fewer tasks than spec.algorithm.tasksPerStep?)"
+                )
+                logger.error("%s", message)
+                self.publish(step, phase="Failed", message=message)
+                return 1
             self.trainer.save_model(str(self.settings.run_dir / "final"))
             self.publish(step, finished=True, phase="Succeeded")
             logger.info("training finished at step %d", step)
             return 0
+        except Exception as exc:
+            if self.trainer is not None:
+                step = int(self.trainer.state.global_step)
+            self.publish(step, phase="Failed", message=f"{type(exc).__name__}: {exc}"[:500])
+            raise
         finally:
             self.engine.call(self._stop_services())
             self.engine.close()
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+
+    def _resume_records(self, step: int | None) -> None:
+        """Keep the metrics log and the failure count consistent with the checkpoint resumed
+        from: steps after it (run again now) are dropped; nothing is carried over on a fresh
+        start."""
+        if self.rank != 0:
+            return
+        path = self.settings.run_dir / "metrics.jsonl"
+        if step is None:
+            self.monitor.restore(None)
+            return
+        self.monitor.restore(read_status(self.settings.run_dir))
+        kept: list[str] = []
+        failures = 0
+        if path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and int(record.get("step", 0)) <= step:
+                    kept.append(line)
+                    failures += int(record.get("infrastructure_failures") or 0)
+            partial = path.with_name(path.name + ".partial")
+            partial.write_text("".join(f"{line}\n" for line in kept))
+            partial.replace(path)
+        self.monitor.infrastructure_failures_total = failures
 
     def _log_sharding(self) -> None:
         """Say how much of the model this rank holds (a ZeRO-3 shard, or all of it)."""
@@ -592,7 +751,10 @@ class TrainingJob:
         """After a stop inside a step: checkpoint the last finished step unless it has one."""
         trainer = self.trainer
         step = int(trainer.state.global_step)
-        if step == 0 or (self.settings.checkpoint_dir / f"checkpoint-{step}").exists():
+        # Rank 0 decides (ranks on other nodes may not see the same folder): the save is a
+        # collective, every rank must take the same branch.
+        exists = (self.settings.checkpoint_dir / f"checkpoint-{step}").exists()
+        if step == 0 or self._broadcast(exists):
             return
         logger.info("writing a checkpoint of step %d before stopping", step)
         trainer._save_checkpoint(trainer.model_wrapped, trial=None)
