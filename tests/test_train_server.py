@@ -484,7 +484,8 @@ def test_lora_training_pushes_each_step_adapter(serve: Any, suite: Path, tmp_pat
     assert [name for _, name in loads] == [f"{RUN}-v1", f"{RUN}-v2"]
     for index, name in loads:
         assert log[index]["lora_path"] == str(out / "adapters" / f"v{name[-1]}")
-        assert (out / "adapters" / f"v{name[-1]}" / "adapter_config.json").is_file()
+    # The folder of an adapter the server no longer holds is deleted (only v2 is left).
+    assert sorted(p.name for p in (out / "adapters").iterdir()) == ["v2"]
     assert [name for _, name in successful(log, "unload_lora_adapter")] == [f"{RUN}-v1"]
     assert successful(log, "unload_lora_adapter")[0][0] > loads[1][0]
     assert list(server.state()["adapters"]) == [f"{RUN}-v2"]
@@ -508,14 +509,15 @@ def test_lora_training_pushes_each_step_adapter(serve: Any, suite: Path, tmp_pat
 
     # What was pushed is the trained adapter of that step, and what was served is the base
     # model with exactly that adapter: the sampled tokens' logprobs are its own.
+    pushed = safetensors_torch.load_file(out / "adapters" / "v2" / ADAPTER_FILE)
+    trained = safetensors_torch.load_file(out / "checkpoint-2" / ADAPTER_FILE)
+    assert pushed.keys() == trained.keys() and pushed
+    assert all(torch.equal(pushed[k], trained[k]) for k in pushed)
     for version in (1, 2):
-        pushed = safetensors_torch.load_file(out / "adapters" / f"v{version}" / ADAPTER_FILE)
-        trained = safetensors_torch.load_file(out / f"checkpoint-{version}" / ADAPTER_FILE)
-        assert pushed.keys() == trained.keys() and pushed
-        assert all(torch.equal(pushed[k], trained[k]) for k in pushed)
+        # v1's pushed folder is gone; the checkpoint holds the same adapter (as v2 shows).
         adapted = peft.PeftModel.from_pretrained(
             transformers.AutoModelForCausalLM.from_pretrained(server.model_dir),
-            out / "adapters" / f"v{version}",
+            out / f"checkpoint-{version}",
         ).eval()
         for record in trajectories(out, version + 1):
             served, reference = sampled_logprobs(record, adapted)

@@ -28,9 +28,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from crl_cli.common import INVALID, USAGE, Output, err, out
+from crl_cli.common import INVALID, Output, err, out, single_resource, usage_error
 from crl_worker.api import Benchmark
-from crl_worker.api.validation import ManifestError, load_resources
 
 if TYPE_CHECKING:
     # The runner pulls in the agent's HTTP client and the sandboxes: imported when a command
@@ -51,27 +50,11 @@ class Agent(StrEnum):
 ERRORED = 1
 
 
-def _usage(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/] {escape(message)}", highlight=False)
-    return typer.Exit(USAGE)
-
-
 def _benchmark(file: Path) -> BenchmarkConfig:
     """The one Benchmark of a manifest, validated as the API server would."""
     from crl_worker.bench.config import BenchmarkConfig
 
-    if not file.is_file():
-        raise _usage(f"{file} is not a file")
-    try:
-        resources = load_resources(file)
-    except ManifestError as exc:
-        for problem in exc.problems:
-            err.print(str(problem), highlight=False, markup=False)
-        raise typer.Exit(USAGE) from None
-    benchmarks = [r for r in resources if isinstance(r, Benchmark)]
-    if len(benchmarks) != 1:
-        raise _usage(f"{file} holds {len(benchmarks)} Benchmarks; crl bench runs a file with one")
-    found = benchmarks[0]
+    found = single_resource(file, Benchmark, "crl bench")
     return BenchmarkConfig(name=found.metadata.name or file.stem, spec=found.spec, path=file)
 
 
@@ -238,7 +221,7 @@ def bench(
         endpoint = None if kind == "gold" else resolve_endpoint(spec, url=url, model=model)
         check_agent(spec.agent)
     except BenchConfigError as exc:
-        raise _usage(str(exc)) from None
+        raise usage_error(str(exc)) from None
     try:
         selected = load_benchmark_tasks(
             config, tasks_file=tasks, instance_ids=instance or None, limit=limit
@@ -252,16 +235,16 @@ def bench(
     try:
         store.open(run_identity(config, agent=kind, model=policies.model), restart=restart)
     except ResultsError as exc:
-        raise _usage(str(exc)) from None
+        raise usage_error(str(exc)) from None
     if endpoint is not None:
         try:
             asyncio.run(check_endpoint(endpoint))
         except BenchConfigError as exc:
-            raise _usage(str(exc)) from None
+            raise usage_error(str(exc)) from None
     try:
         sandboxes = Sandboxes.make(None)
     except SandboxError as exc:
-        raise _usage(str(exc)) from None
+        raise usage_error(str(exc)) from None
     comparison = None
     if baseline is not None:
         minimum = spec.baseline.minimum_improvement if spec.baseline else None
@@ -368,7 +351,7 @@ def compare(
     from crl_worker.bench.summary import comparison_line, comparison_wire
 
     if not 0.5 < confidence < 1.0:
-        raise _usage("--confidence must be between 0.5 and 1")
+        raise usage_error("--confidence must be between 0.5 and 1")
     try:
         found = compare_results(
             results,
@@ -379,7 +362,7 @@ def compare(
             minimum_improvement=min_improvement,
         )
     except (ResultsError, ComparisonError, OSError) as exc:
-        raise _usage(str(exc)) from None
+        raise usage_error(str(exc)) from None
     wire = comparison_wire(found, str(baseline))
     if output is Output.json:
         sys.stdout.write(json.dumps(wire) + "\n")

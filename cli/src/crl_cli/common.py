@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
+from typing import TypeVar
 
+import typer
 from rich.console import Console
+from rich.markup import escape
+
+from crl_worker.api.resources import Resource
+from crl_worker.api.validation import ManifestError, load_resources
+
+R = TypeVar("R", bound=Resource)
 
 #: Output for people and machine-readable output (YAML, JSON lines) go to standard output.
 out = Console(soft_wrap=True)
@@ -22,3 +31,28 @@ class Output(StrEnum):
 
     text = "text"
     json = "json"
+
+
+def usage_error(message: str) -> typer.Exit:
+    """Print ``message`` as an error and return the exit for wrong usage (raise it)."""
+    err.print(f"[red]error:[/] {escape(message)}", highlight=False)
+    return typer.Exit(USAGE)
+
+
+def single_resource(file: Path, kind: type[R], command: str) -> R:
+    """The one ``kind`` resource of the manifest ``file``, validated as the API server would;
+    every problem printed, then a usage exit."""
+    if not file.is_file():
+        raise usage_error(f"{file} is not a file")
+    try:
+        resources = load_resources(file)
+    except ManifestError as exc:
+        for problem in exc.problems:
+            err.print(str(problem), highlight=False, markup=False)
+        raise typer.Exit(USAGE) from None
+    found = [r for r in resources if isinstance(r, kind)]
+    if len(found) != 1:
+        raise usage_error(
+            f"{file} holds {len(found)} {kind.__name__}s; {command} runs a file with one"
+        )
+    return found[0]

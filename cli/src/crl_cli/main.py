@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from crl_cli.bench import register as register_bench
-from crl_cli.common import INVALID, USAGE, Output, err, out
+from crl_cli.common import INVALID, Output, err, out, usage_error
 from crl_cli.tasks import app as tasks_app
 from crl_cli.train import register as register_train
 from crl_worker.api import API_VERSION, KINDS
@@ -54,22 +54,17 @@ def _main(
     )
 
 
-def _usage(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/] {escape(message)}", highlight=False)
-    return typer.Exit(USAGE)
-
-
 def _expand(files: list[str]) -> list[str]:
     """Directories stand for the YAML files directly inside them; `-` may come once."""
     if files.count("-") > 1:
-        raise _usage("standard input (-) can be read only once")
+        raise usage_error("standard input (-) can be read only once")
     expanded: list[str] = []
     for f in files:
         p = Path(f)
         if f != "-" and p.is_dir():
             found = [str(x) for x in sorted(p.iterdir()) if x.suffix in (".yaml", ".yml")]
             if not found:
-                raise _usage(f"{f} holds no .yaml or .yml files")
+                raise usage_error(f"{f} holds no .yaml or .yml files")
             expanded.extend(found)
         else:
             expanded.append(f)

@@ -19,31 +19,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from crl_cli.common import USAGE, err
+from crl_cli.common import single_resource, usage_error
 from crl_worker.api import TrainingRun
-from crl_worker.api.validation import ManifestError, load_resources
-
-
-def _usage(message: str) -> typer.Exit:
-    err.print(f"[red]error:[/] {escape(message)}", highlight=False)
-    return typer.Exit(USAGE)
-
-
-def _check_manifest(file: Path) -> None:
-    """The file holds exactly one TrainingRun, valid as the API server would see it."""
-    if not file.is_file():
-        raise _usage(f"{file} is not a file")
-    try:
-        resources = load_resources(file)
-    except ManifestError as exc:
-        for problem in exc.problems:
-            err.print(str(problem), highlight=False, markup=False)
-        raise typer.Exit(USAGE) from None
-    runs = [r for r in resources if isinstance(r, TrainingRun)]
-    if len(runs) != 1:
-        raise _usage(f"{file} holds {len(runs)} TrainingRuns; crl train runs a file with one")
 
 
 def train(
@@ -78,9 +56,9 @@ def train(
     ] = None,
 ) -> None:
     """Train a TrainingRun on this machine (local sandboxes; resumes from the run folder)."""
-    _check_manifest(file)
+    single_resource(file, TrainingRun, "crl train")
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("trl") is None:
-        raise _usage(
+        raise usage_error(
             "crl train needs the trainer's dependencies: pip install -e '.[train]' (then "
             "pip install --no-build-isolation deepspeed for ZeRO)"
         )

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from crl_worker.agent.client import Policy
@@ -120,6 +120,45 @@ async def agent_then_evaluate(
         )
     trajectory.evaluation = evaluation
     return trajectory
+
+
+async def run_episode(
+    task: Task,
+    attempt: int,
+    sandbox_factory: Callable[[Task], Sandbox],
+    policy: Policy,
+    agent: AgentSpec,
+    *,
+    keep_cancelled: KeepCancelled,
+) -> tuple[Trajectory, bool]:
+    """A whole episode: start a sandbox, :func:`agent_then_evaluate` in it, close it (to the end,
+    even when cancelled). Returns the trajectory and whether the sandbox started; a sandbox that
+    does not start is an infrastructure failure of this episode only."""
+    started_at = datetime.now(UTC)
+    t0 = time.monotonic()
+    label = f"{task.instance_id}#{attempt}"
+    sandbox: Sandbox | None = None
+    try:
+        try:
+            sandbox = sandbox_factory(task)
+            await sandbox.start()
+        except Exception as exc:
+            logger.warning("%s: the sandbox did not start: %s", label, exc)
+            error = f"the sandbox did not start: {exc}"
+            return failed_trajectory(task, attempt, policy.model, started_at, t0, error), False
+        trajectory = await agent_then_evaluate(
+            task,
+            attempt,
+            sandbox,
+            policy,
+            agent,
+            started_at=started_at,
+            keep_cancelled=keep_cancelled,
+        )
+        return trajectory, True
+    finally:
+        if sandbox is not None:
+            await close_sandbox(sandbox, label)
 
 
 async def to_the_end(awaitable: Awaitable[T], label: str, what: str) -> T:

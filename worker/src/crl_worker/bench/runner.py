@@ -33,17 +33,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from crl_worker.agent.client import Policy
-from crl_worker.agent.episode import (
-    agent_then_evaluate,
-    close_sandbox,
-    failed_trajectory,
-    to_the_end,
-)
+from crl_worker.agent.episode import run_episode, to_the_end
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec
 from crl_worker.bench.compare import instance_attempts
@@ -377,29 +371,29 @@ class BenchmarkRunner:
     async def _attempt(self, task: Task, attempt: int) -> AttemptResult:
         """Run one attempt and write it. When cancelled, the agent's trajectory so far goes to
         ``cancelled.jsonl`` and the cancellation goes on (nothing in ``results.jsonl``)."""
-        started_at = datetime.now(UTC)
         t0 = time.monotonic()
         label = f"{task.instance_id}#{attempt}"
-        sandbox: Sandbox | None = None
-        agent_seconds = eval_seconds = 0.0
-        trajectory: Trajectory
-        try:
-            try:
-                sandbox = self.sandbox_factory(task)
-                await sandbox.start()
-            except Exception as exc:
-                logger.warning("%s: the sandbox did not start: %s", label, exc)
-                trajectory = failed_trajectory(
-                    task, attempt, self.model, started_at, t0, f"the sandbox did not start: {exc}"
-                )
-            else:
-                trajectory = await self._agent_and_evaluation(task, attempt, sandbox, started_at)
-                agent_seconds = trajectory.duration
-                if trajectory.evaluation is not None:
-                    eval_seconds = trajectory.evaluation.duration
-        finally:
-            if sandbox is not None:
-                await close_sandbox(sandbox, label)
+
+        async def keep(trajectory: Trajectory) -> None:
+            await self._keep_cancelled(trajectory, label)
+
+        trajectory, started = await run_episode(
+            task,
+            attempt,
+            self.sandbox_factory,
+            self.policy_factory(task),
+            self.agent,
+            keep_cancelled=keep,
+        )
+        evaluation = trajectory.evaluation
+        agent_seconds = trajectory.duration if started else 0.0
+        eval_seconds = evaluation.duration if evaluation is not None else 0.0
+        if evaluation is not None:
+            # SWE-bench's rule: tests that outlive their time are not resolved (a patch that
+            # makes them hang must not drop out of the rate as "errored").
+            trajectory.reward = (
+                0.0 if evaluation.tests_timed_out else tests_score(evaluation, "binary")
+            )
         result = _result(trajectory, agent_seconds, eval_seconds, time.monotonic() - t0)
         # Once the write started, the attempt is done even if the run is cancelled meanwhile.
         await to_the_end(
@@ -425,32 +419,6 @@ class BenchmarkRunner:
             )
         except Exception as exc:
             logger.warning("%s: saving its cancelled trajectory failed: %s", label, exc)
-
-    async def _agent_and_evaluation(
-        self, task: Task, attempt: int, sandbox: Sandbox, started_at: datetime
-    ) -> Trajectory:
-        label = f"{task.instance_id}#{attempt}"
-
-        async def keep(trajectory: Trajectory) -> None:
-            await self._keep_cancelled(trajectory, label)
-
-        trajectory = await agent_then_evaluate(
-            task,
-            attempt,
-            sandbox,
-            self.policy_factory(task),
-            self.agent,
-            started_at=started_at,
-            keep_cancelled=keep,
-        )
-        evaluation = trajectory.evaluation
-        if evaluation is not None:
-            # SWE-bench's rule: tests that outlive their time are not resolved (a patch that
-            # makes them hang must not drop out of the rate as "errored").
-            trajectory.reward = (
-                0.0 if evaluation.tests_timed_out else tests_score(evaluation, "binary")
-            )
-        return trajectory
 
 
 def _result(

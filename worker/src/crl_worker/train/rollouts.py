@@ -17,10 +17,9 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from crl_worker.agent.client import Policy
-from crl_worker.agent.episode import agent_then_evaluate, close_sandbox, failed_trajectory
+from crl_worker.agent.episode import run_episode
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec, RewardSpec
 from crl_worker.rewards import RewardFunc, make_reward
@@ -98,36 +97,14 @@ class RolloutRunner:
 
     async def one(self, task: Task, policy: Policy, *, version: int, attempt: int) -> Rollout:
         """Lease (or start) a sandbox, run the episode in it, score it, release it."""
-        started_at = datetime.now(UTC)
         t0 = time.monotonic()
-        label = f"{task.instance_id}#{attempt}"
-        sandbox: Sandbox | None = None
 
         async def keep(trajectory: Trajectory) -> None:
             self.cancelled.append(trajectory)
 
-        try:
-            try:
-                sandbox = self.sandbox_factory(task)
-                await sandbox.start()
-            except Exception as exc:
-                logger.warning("%s: the sandbox did not start: %s", label, exc)
-                trajectory = failed_trajectory(
-                    task, attempt, policy.model, started_at, t0, f"the sandbox did not start: {exc}"
-                )
-            else:
-                trajectory = await agent_then_evaluate(
-                    task,
-                    attempt,
-                    sandbox,
-                    policy,
-                    self.agent,
-                    started_at=started_at,
-                    keep_cancelled=keep,
-                )
-        finally:
-            if sandbox is not None:
-                await close_sandbox(sandbox, label)
+        trajectory, _ = await run_episode(
+            task, attempt, self.sandbox_factory, policy, self.agent, keep_cancelled=keep
+        )
         reward = score(trajectory, task, self._reward)
         trajectory.reward = reward
         return Rollout(
