@@ -248,6 +248,8 @@ def test_vllm_server_of_a_full_fine_tuning_run() -> None:
     assert flag(args, "--max-model-len") == "40960"
     assert flag(args, "--gpu-memory-utilization") == "0.85"
     assert flag(args, "--dtype") == "bfloat16"
+    # The trainer's importance-sampling correction compares with processed logprobs.
+    assert flag(args, "--logprobs-mode") == "processed_logprobs"
     assert "--data-parallel-size" not in args  # gpus == tensorParallelSize
     # vLLM's own weight-transfer engine receives the weights: no worker extension, no TRL.
     assert json.loads(flag(args, "--weight-transfer-config")) == {"backend": "nccl"}

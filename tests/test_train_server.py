@@ -528,6 +528,11 @@ def test_lora_training_pushes_each_step_adapter(serve: Any, suite: Path, tmp_pat
 
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["policy_version"] for m in metrics] == [0, 1, 2]
+    # TRL's importance-sampling correction ran against the server's logprobs (served by the
+    # same weights here, so they agree with the trainer's to float noise).
+    for record in metrics:
+        assert record["trl"]["sampling/sampling_logp_difference/mean"] < 1e-3
+        assert "sampling/importance_sampling_ratio/mean" in record["trl"]
     status = json.loads((out / "status.json").read_text())
     assert status["finished"] and status["step"] == 3 and status["policyVersion"] == 2
 

@@ -115,6 +115,7 @@ def policy_model(run: TrainingRun) -> ServedModel:
         max_loras=run.spec.algorithm.max_staleness + 1,
         runtime_lora_updates=sync == "lora-adapter",
         nccl_weight_sync=sync == "nccl",
+        training_rollouts=True,
     )
 
 

@@ -83,6 +83,9 @@ class ServedModel:
     """Let the trainer load adapters at runtime."""
     nccl_weight_sync: bool = False
     """Receive full weights from the trainer over NCCL."""
+    training_rollouts: bool = False
+    """Serve a trainer's rollouts: logprobs after temperature and logit processing, what the
+    trainer's importance-sampling correction compares with its own."""
     extra_env: tuple[tuple[str, str], ...] = field(default=())
 
 
@@ -147,6 +150,8 @@ def vllm_args(served: ServedModel, spec: InferenceSpec) -> list[str]:
             args += ["--lora-modules", *served.lora_modules]
     if served.nccl_weight_sync:
         args += ["--weight-transfer-config", WEIGHT_TRANSFER_CONFIG]
+    if served.training_rollouts:
+        args += ["--logprobs-mode", "processed_logprobs"]
     return args + list(spec.extra_args or [])
 
 

@@ -238,4 +238,29 @@ def build_trainer(job: TrainingJob) -> tuple[Any, Any]:
         rollout_func=job.rollout_func,
         callbacks=[Hooks()],
     )
+    if settings.inference_url is not None:
+        correct_for_sampling(trainer)
     return trainer, tokenizer
+
+
+class _WeightsPushedElsewhere:
+    """Stands in for TRL's vLLM backend: our job pushes the weights before each batch."""
+
+    def sync_weights(self) -> None:
+        """Nothing to do here (see :meth:`TrainingJob._ensure_server_weights`)."""
+
+
+def correct_for_sampling(trainer: Any) -> None:
+    """Turn on TRL's importance-sampling correction for rollouts sampled by a vLLM server.
+
+    The server's sampling logprobs differ from the trainer's (other kernels, bf16, and a
+    rollout from an earlier version when a weight push lagged); TRL corrects for that with a
+    truncated importance ratio against the logprobs the rollout function returns, but only when
+    it drives vLLM itself. We flag the trainer as vLLM-backed after construction and give it a
+    backend whose weight sync is a no-op, since our job pushes weights (adapters or NCCL)
+    before each batch. The server must return processed logprobs (`--logprobs-mode
+    processed_logprobs`, which the operator sets).
+    """
+    trainer.use_vllm = True
+    trainer.vllm_generation = _WeightsPushedElsewhere()
+    trainer._last_loaded_step = -1
