@@ -91,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     # One line per sandbox request (hundreds per step) would bury the step lines.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # TRL warns with the whole sample for every rollout left out (reward None): ours are
+    # counted and kept with their trajectories instead.
+    logging.getLogger("trl.trainer.grpo_trainer").addFilter(
+        lambda record: "All reward functions returned None" not in record.getMessage()
+    )
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     if args.config is None:
         logger.error("no config: give --config or set %s", CONFIG_ENV)

@@ -93,7 +93,11 @@ class RolloutRunner:
             async with limit:
                 return await self.one(task, policy, version=version, attempt=first_attempt + index)
 
-        return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks))))
+        # A task group: an unexpected error in one episode cancels its siblings (their
+        # sandboxes are closed) instead of leaving them running.
+        async with asyncio.TaskGroup() as group:
+            running = [group.create_task(one(i, t)) for i, t in enumerate(tasks)]
+        return [task.result() for task in running]
 
     async def one(self, task: Task, policy: Policy, *, version: int, attempt: int) -> Rollout:
         """Lease (or start) a sandbox, run the episode in it, score it, release it."""

@@ -621,8 +621,13 @@ class TrainingJob:
         """A checkpoint of ``step`` was written: name it ``step-N`` and point ``latest`` at it
         (the names Benchmarks and ``resumeFrom`` use), then report it."""
         if self.rank == 0:
-            link_checkpoint(self.settings.checkpoint_dir, step)
-            self.monitor.checkpoint_saved(step, Path(f"step-{step}"))
+            name = f"checkpoint-{step}"
+            try:
+                link_checkpoint(self.settings.checkpoint_dir, step)
+                name = f"step-{step}"
+            except OSError as exc:  # a volume without symbolic links
+                logger.warning("cannot link step-%d to its checkpoint: %s", step, exc)
+            self.monitor.checkpoint_saved(step, Path(name))
             self.publish(step, phase="Training")
 
     def publish(
