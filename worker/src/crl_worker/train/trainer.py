@@ -397,16 +397,18 @@ class TrainingJob:
             except Exception as exc:
                 logger.warning("checking the server's weights failed: %s", exc)
         lost = self._broadcast(lost)
+        full_weights = self.settings.weight_sync == "nccl"
         if lost:
-            logger.warning("the inference server lost its weights (restarted?); pushing again")
-        if step == 0 or (self.policy_version == step and not lost):
+            logger.warning("the inference server had lost its weights (restarted?)")
+        if step == 0 or (self.policy_version == step and not (lost and full_weights)):
+            # Up to date; a lost adapter was loaded again by ensure_loaded itself (full
+            # weights cannot be: every rank has to gather them, so they are pushed here).
             return
-        full = self.settings.weight_sync == "nccl"
         for attempt in range(PUSH_ATTEMPTS):
             if self._push_weights(step):
                 return
             lag = step - self.policy_version
-            if not full and lag <= self.spec.algorithm.max_staleness:
+            if not full_weights and lag <= self.spec.algorithm.max_staleness:
                 return  # the adapter of an earlier version is still served: use it
             time.sleep(min(30.0, 2.0 * 2**attempt))
         from crl_worker.errors import InfrastructureError
