@@ -84,14 +84,26 @@ class RolloutRunner:
         self._reward = make_reward(self.reward_spec)
 
     async def run(
-        self, tasks: Sequence[Task], policy: Policy, *, version: int, first_attempt: int = 0
+        self,
+        tasks: Sequence[Task],
+        policy: Policy | Callable[[int], Policy],
+        *,
+        version: int,
+        first_attempt: int = 0,
     ) -> list[Rollout]:
-        """One rollout per entry of ``tasks`` (repeat a task for a group), in that order."""
+        """One rollout per entry of ``tasks`` (repeat a task for a group), in that order.
+
+        ``policy`` answers every rollout, or makes the policy of rollout ``i`` (a sampler of
+        its own per rollout keeps sampling reproducible however the episodes interleave).
+        """
         limit = asyncio.Semaphore(max(1, self.concurrency))
 
         async def one(index: int, task: Task) -> Rollout:
+            answering = policy(index) if callable(policy) else policy
             async with limit:
-                return await self.one(task, policy, version=version, attempt=first_attempt + index)
+                return await self.one(
+                    task, answering, version=version, attempt=first_attempt + index
+                )
 
         # A task group: an unexpected error in one episode cancels its siblings (their
         # sandboxes are closed) instead of leaving them running.

@@ -38,7 +38,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -422,7 +422,7 @@ class TrainingJob:
     # --- rollouts -------------------------------------------------------------------------------
 
     async def _rollouts_until_stopped(
-        self, tasks: list[Task], policy: Policy, version: int
+        self, tasks: list[Task], policy: Policy | Callable[[int], Policy], version: int
     ) -> list[Rollout] | None:
         """The batch's rollouts, or ``None`` when a stop came first (they are cancelled)."""
         assert self.runner is not None
@@ -497,14 +497,26 @@ class TrainingJob:
         ) as model:
             was_training = model.training
             model.eval()
-            seed = (self.spec.algorithm.seed * 1_000_003 + step) * 1_009 + self.rank
-            policy = TransformersPolicy(model, self.tokenizer, name=self.settings.name, seed=seed)
+            lock = asyncio.Lock()  # one generation at a time on the shared model
+            policies: list[TransformersPolicy] = []
+            base = ((self.spec.algorithm.seed * 1_000_003 + step) * 1_009 + self.rank) * 65_537
+
+            def policy_of(index: int) -> TransformersPolicy:
+                # A sampler per rollout: the same seed gives the same rollouts, however the
+                # episodes interleave.
+                made = TransformersPolicy(
+                    model, self.tokenizer, name=self.settings.name, seed=base + index, lock=lock
+                )
+                policies.append(made)
+                return made
+
             try:
-                return self.engine.call(self._rollouts_until_stopped(tasks, policy, step))
+                return self.engine.call(self._rollouts_until_stopped(tasks, policy_of, step))
             finally:
                 # A cancelled generation finishes its current token on its thread: wait for it
                 # before the ZeRO-3 shards are taken back.
-                policy.wait_idle()
+                for made in policies:
+                    made.wait_idle()
                 model.train(was_training)
 
     def _batch(self, rollouts: list[Rollout], step: int) -> dict[str, list[Any]]:
