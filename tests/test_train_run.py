@@ -156,18 +156,20 @@ def test_grpo_learns_the_toy_repair_and_records_every_step(toy_files: Path, tmp_
     config = manifest(
         toy_files,
         tmp_path,
-        algorithm={"steps": 14},
+        # 16 rollouts a step: with 8, an unlucky run can collapse onto a wrong action (every
+        # group all-zero, so no gradient) — seeds 1-3 all reach >= 0.94 with 16.
+        algorithm={"steps": 12, "learningRate": 0.02, "numGenerations": 16},
         checkpoints={"everySteps": 4, "keepLast": 2},
     )
     out = tmp_path / "out"
     done = train(config, out)
     assert done.returncode == 0, done.stderr[-4000:]
     records = metrics(out)
-    assert [r["step"] for r in records] == list(range(1, 15))
+    assert [r["step"] for r in records] == list(range(1, 13))
     rewards = [r["reward_mean"] for r in records]
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
     # Untrained, the toy model resolves about one rollout in four; GRPO drives it up.
-    assert last >= first + 0.3, rewards
+    assert last >= first + 0.4 and last >= 0.75, rewards
 
     # Parameters changed.
     before, after = weights(toy_files / "model"), weights(out / "final")
@@ -178,7 +180,7 @@ def test_grpo_learns_the_toy_repair_and_records_every_step(toy_files: Path, tmp_
     # mask keeps) is exactly the model-sampled tokens, fewer than the completion holds.
     for record in records[:3]:
         lines = trajectories(out, record["step"])
-        assert len(lines) == 8
+        assert len(lines) == 16
         sampled = [
             sum(len(t["completion_token_ids"]) for t in line["trajectory"]["turns"])
             for line in lines
@@ -192,14 +194,43 @@ def test_grpo_learns_the_toy_repair_and_records_every_step(toy_files: Path, tmp_
         assert sum(whole) > sum(sampled)  # there were environment tokens in between
 
     # Checkpoints every 4 steps, the last 2 kept; the status says where the run is.
-    assert checkpoints(out) == ["checkpoint-12", "checkpoint-14"]
+    assert checkpoints(out) == ["checkpoint-12", "checkpoint-8"]
     # ... under the names Benchmarks and resumeFrom use.
-    assert (out / "latest").resolve() == (out / "checkpoint-14").resolve()
-    assert sorted(p.name for p in out.glob("step-*")) == ["step-12", "step-14"]
+    assert (out / "latest").resolve() == (out / "checkpoint-12").resolve()
+    assert sorted(p.name for p in out.glob("step-*")) == ["step-12", "step-8"]
     status = json.loads((out / "status.json").read_text())
-    assert status["step"] == 14 and status["finished"] and status["phase"] == "Succeeded"
-    assert status["lastCheckpoint"]["step"] == 14 and status["lastCheckpoint"]["path"] == "step-14"
+    assert status["step"] == 12 and status["finished"] and status["phase"] == "Succeeded"
+    assert status["lastCheckpoint"]["step"] == 12 and status["lastCheckpoint"]["path"] == "step-12"
     assert status["metrics"]["rewardMean"] == rewards[-1]
+
+
+def test_the_same_seed_gives_the_same_run(toy_files: Path, tmp_path: Path) -> None:
+    # In-process sampling has a generator per rollout, seeded from the spec's seed, the step,
+    # the rank and the rollout: the episodes may interleave differently, the run does not.
+    config = manifest(toy_files, tmp_path, algorithm={"numGenerations": 4})
+    runs = []
+    for name in ("a", "b"):
+        done = train(config, tmp_path / name)
+        assert done.returncode == 0, done.stderr[-4000:]
+        runs.append(
+            [
+                sorted(
+                    (
+                        line["trajectory"]["attempt"],
+                        [
+                            t
+                            for turn in line["trajectory"]["turns"]
+                            for t in turn["completion_token_ids"]
+                        ],
+                        line["reward"],
+                    )
+                    for line in trajectories(tmp_path / name, step)
+                )
+                for step in (1, 2)
+            ]
+            + [[r["loss"] for r in metrics(tmp_path / name)]]
+        )
+    assert runs[0] == runs[1]
 
 
 def test_resume_continues_from_the_last_checkpoint(toy_files: Path, tmp_path: Path) -> None:
