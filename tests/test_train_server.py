@@ -563,7 +563,13 @@ def test_restarted_server_gets_the_adapter_back(serve: Any, suite: Path, tmp_pat
     assert after and {(r["model"], r["status"]) for r in after} == {(f"{RUN}-v2", 200)}
     assert not successful(log, "unload_lora_adapter")  # v1 and v2 fit in keep = 2
 
-    broken = trajectories(out, 2)
+    # Step 2's rollouts after the restart failed (left out); if all of them did, the batch was
+    # run again after the reload and the failed try is kept beside it.
+    broken = [
+        json.loads(line)
+        for path in sorted((out / "trajectories").glob("step-000002*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
     assert sum(r["reward"] is None for r in broken) >= 3
     healed = trajectories(out, 3)
     assert {r["policy_version"] for r in healed} == {2}

@@ -158,6 +158,8 @@ class TrainingJob:
         self._attempts = 0
         self._stopping = False
         """Every rank agreed to stop (a signal reached at least one of them)."""
+        self._discarded_failures = 0
+        """Rollouts of batches run again because all of them failed (this step)."""
 
     # --- setup ------------------------------------------------------------------------------
 
@@ -472,6 +474,8 @@ class TrainingJob:
             if self._any_rank(any(r.reward is not None for r in rollouts)):
                 return self._batch(rollouts, step)
             self._write_trajectories(step + 1, rollouts, attempt=attempt)
+            # Counted with the step that finally trains (metrics, status), not lost with it.
+            self._discarded_failures += len(rollouts)
             logger.warning(
                 "step %d: every rollout failed for infrastructure reasons (try %d of %d)",
                 step + 1,
@@ -525,7 +529,10 @@ class TrainingJob:
         if pad_id is None:
             pad_id = self.tokenizer.eos_token_id
         max_length = self.spec.rollout.agent.max_total_tokens
-        stats = RolloutStats()
+        stats = RolloutStats(
+            rollouts=self._discarded_failures, infrastructure_failures=self._discarded_failures
+        )
+        self._discarded_failures = 0
         out: dict[str, list[Any]] = {
             "prompt_ids": [],
             "completion_ids": [],
