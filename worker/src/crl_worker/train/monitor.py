@@ -189,12 +189,10 @@ class Monitor:
             logger.info("Prometheus metrics on :%d/metrics", metrics_port)
 
     def restore(self, status: Mapping[str, Any] | None) -> None:
-        """Carry totals over from the status a previous process wrote (resume)."""
-        if not status:
-            return
-        metrics = status.get("metrics") or {}
-        self.infrastructure_failures_total = int(metrics.get("infrastructureFailures") or 0)
-        self.last_checkpoint = status.get("lastCheckpoint")
+        """Carry the last checkpoint over from the status a previous process wrote (resume;
+        the failure total is recounted from the metrics log the resume keeps)."""
+        if status:
+            self.last_checkpoint = status.get("lastCheckpoint")
 
     def record_step(
         self,

@@ -16,6 +16,7 @@ from typing import Literal
 
 from crl_worker.api import API_VERSION, TrainingRun
 from crl_worker.api.trainingrun import TrainingRunSpec
+from crl_worker.bench.config import API_KEY_ENVS, POOL_URL_ENV
 from crl_worker.configfile import read_resource_file
 from crl_worker.train.errors import TrainConfigError
 from crl_worker.train.launch import weight_sync_mode
@@ -26,11 +27,9 @@ CHECKPOINT_DIR_ENV = "CRL_CHECKPOINT_DIR"
 INFERENCE_URL_ENV = "CRL_INFERENCE_URL"
 INFERENCE_MODEL_ENV = "CRL_INFERENCE_MODEL"
 WEIGHT_SYNC_ENV = "CRL_WEIGHT_SYNC"
-POOL_URL_ENV = "CRL_POOL_URL"
 MODEL_PATH_ENV = "CRL_MODEL_PATH"
 METRICS_PORT_ENV = "CRL_METRICS_PORT"
 RUN_NAME_ENV = "CRL_RUN_NAME"
-API_KEY_ENVS = ("CRL_API_KEY", "OPENAI_API_KEY")
 
 WeightSyncMode = Literal["nccl", "lora-adapter", "none"]
 

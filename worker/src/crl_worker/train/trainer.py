@@ -466,7 +466,7 @@ class TrainingJob:
                 )
             else:
                 rollouts = self._rollouts_in_process(tasks, step)
-            self._write_cancelled(step + 1)
+            self._write_cancelled()
             if self._any_rank(rollouts is None):
                 self._stopping = True
                 raise Preempted
@@ -592,7 +592,8 @@ class TrainingJob:
                 )
                 out.write(f'{head[:-1]}, "trajectory": {rollout.trajectory.model_dump_json()}}}\n')
 
-    def _write_cancelled(self, step: int) -> None:
+    def _write_cancelled(self) -> None:
+        """Append the trajectories of episodes a stop cancelled to ``cancelled.rankR.jsonl``."""
         if self.runner is None or not self.runner.cancelled:
             return
         directory = self.settings.trajectories_dir
@@ -734,11 +735,10 @@ class TrainingJob:
         start."""
         if self.rank != 0:
             return
-        path = self.settings.run_dir / "metrics.jsonl"
         if step is None:
-            self.monitor.restore(None)
             return
         self.monitor.restore(read_status(self.settings.run_dir))
+        path = self.settings.run_dir / "metrics.jsonl"
         kept: list[str] = []
         failures = 0
         if path.exists():
