@@ -20,6 +20,22 @@ from crl_worker.train.settings import CHECKPOINT_DIR_ENV, TrainSettings
 logger = logging.getLogger(__name__)
 
 
+def check_packages() -> None:
+    """The installed torch, transformers, TRL, PEFT, accelerate and DeepSpeed work together.
+
+    A known-broken combination otherwise fails in the middle of a step (transformers refusing the
+    installed PEFT when the first adapter loads); here it is one sentence before anything starts.
+    """
+    from crl_worker.train.packages import check_installed, describe
+
+    conflicts = check_installed()
+    if conflicts:
+        raise TrainConfigError(
+            "spec.trainer.image",
+            "the installed training libraries do not work together: " + describe(conflicts),
+        )
+
+
 def check_parallelism(settings: TrainSettings, *, world: int, gpus_visible: int | None) -> None:
     """Tensor parallelism, GPUs and the batch split."""
     from crl_worker.train.build import batch_layout
@@ -199,7 +215,8 @@ def gpus_visible() -> int | None:
 
 
 def preflight(settings: TrainSettings, tasks: list[Task], *, world: int) -> None:
-    """Every check, cheapest first."""
+    """Every check, cheapest first (after the installed libraries, which every other relies on)."""
+    check_packages()
     check_parallelism(settings, world=world, gpus_visible=gpus_visible())
     check_sampling(settings)
     check_tasks(settings, tasks)
