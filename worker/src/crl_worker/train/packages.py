@@ -162,16 +162,25 @@ def _applies(requirement: Requirement, extra: str) -> bool:
 def transformers_minimums(within: Iterable[str] = STACK) -> Iterator[tuple[str, Requirement]]:
     """The versions transformers checks at call time for the libraries it integrates with.
 
-    They live in ``transformers.dependency_versions_table`` and are not in its package metadata
-    (PEFT, DeepSpeed and accelerate are optional there), so an installer never sees them.
+    They live in ``transformers.dependency_versions_table`` and, for PEFT, in
+    ``transformers.integrations.peft.MIN_PEFT_VERSION`` (the value its adapter methods check),
+    not in its package metadata (PEFT, DeepSpeed and accelerate are optional there), so an
+    installer never sees them.
     """
     try:
         version = importlib.metadata.version("transformers")
         from transformers.dependency_versions_table import deps
     except (importlib.metadata.PackageNotFoundError, ImportError):
         return
+    lines = list(deps.values())
+    try:
+        from transformers.integrations.peft import MIN_PEFT_VERSION
+    except ImportError:
+        pass
+    else:
+        lines.append(f"peft>={MIN_PEFT_VERSION}")
     wanted = {canonicalize_name(n) for n in within}
-    for line in deps.values():
+    for line in lines:
         try:
             requirement = Requirement(line)
         except InvalidRequirement:
