@@ -8,7 +8,8 @@ trainer's preflight asks three sources instead, before any model is loaded:
 - the ranges coderepairrl declares for what the trainer imports (the ones its tests passed with;
   ``requirements/lock.txt`` pins a set inside them);
 - the minimum versions transformers enforces at call time for the libraries it integrates with
-  (its ``dependency_versions_table``, which is where the PEFT minimum above lives);
+  (its ``dependency_versions_table`` and ``MIN_PEFT_VERSION``, where the PEFT minimum above
+  lives);
 - the requirements TRL, PEFT, accelerate, DeepSpeed and datasets declare in their own metadata,
   for the extras of theirs the trainer uses.
 
@@ -16,7 +17,7 @@ Only libraries of the training stack are compared, and only when both sides are 
 library that is absent is the import's business, not this check's.
 
 ``python -m crl_worker.train.packages`` prints the verdict for the current environment (exit 1 on
-a conflict); ``.ci/latest`` runs it against the newest releases.
+a conflict); ``bash .ci/compat latest`` and ``lowest`` run it on other releases.
 """
 
 from __future__ import annotations
@@ -136,15 +137,8 @@ def declared_requirements(
         lines = importlib.metadata.requires(distribution) or []
     except importlib.metadata.PackageNotFoundError:
         return
-    wanted = {canonicalize_name(n) for n in within}
     chosen = tuple(extras)
-    for line in lines:
-        try:
-            requirement = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if canonicalize_name(requirement.name) not in wanted:
-            continue
+    for requirement in _on(within, lines):
         if _applies(requirement, ""):
             label = distribution
         else:
@@ -153,6 +147,18 @@ def declared_requirements(
                 continue
             label = f"{distribution}[{extra}]"
         yield f"{label} {version}", requirement
+
+
+def _on(names: Iterable[str], lines: Iterable[str]) -> Iterator[Requirement]:
+    """The requirements among ``lines`` on one of ``names`` (unparsable lines are skipped)."""
+    wanted = {canonicalize_name(n) for n in names}
+    for line in lines:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(requirement.name) in wanted:
+            yield requirement
 
 
 def _applies(requirement: Requirement, extra: str) -> bool:
@@ -179,14 +185,8 @@ def transformers_minimums(within: Iterable[str] = STACK) -> Iterator[tuple[str, 
         pass
     else:
         lines.append(f"peft>={MIN_PEFT_VERSION}")
-    wanted = {canonicalize_name(n) for n in within}
-    for line in lines:
-        try:
-            requirement = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if canonicalize_name(requirement.name) in wanted:
-            yield f"transformers {version}", requirement
+    for requirement in _on(within, lines):
+        yield f"transformers {version}", requirement
 
 
 def stack_requirements() -> Iterator[tuple[str, Requirement]]:
