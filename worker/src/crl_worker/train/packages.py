@@ -198,9 +198,11 @@ def stack_requirements() -> Iterator[tuple[str, Requirement]]:
         yield from declared_requirements(distribution, used)
 
 
-def check_installed() -> list[Conflict]:
-    """The conflicts of this environment's training stack (empty when it is consistent)."""
-    return find_conflicts(installed_versions(), stack_requirements())
+def check_installed(versions: Mapping[str, str] | None = None) -> list[Conflict]:
+    """The conflicts of this environment's training stack (empty when it is consistent);
+    ``versions`` is :func:`installed_versions` when the caller has it already."""
+    installed = installed_versions() if versions is None else versions
+    return find_conflicts(installed, stack_requirements())
 
 
 def describe(conflicts: list[Conflict]) -> str:
@@ -215,7 +217,7 @@ def main() -> int:
     setup_logging()
     versions = installed_versions()
     logger.info("training stack: %s", ", ".join(f"{n} {v}" for n, v in versions.items()))
-    conflicts = check_installed()
+    conflicts = check_installed(versions)
     if conflicts:
         logger.error(
             "the installed training libraries do not work together: %s", describe(conflicts)
