@@ -204,6 +204,21 @@ async def _wait_for_lines(path: Path, count: int, timeout: float = 120) -> None:
     raise AssertionError(f"{path} never had {count} lines")
 
 
+async def _wait_for_request(server: ScriptedServer, key: str, timeout: float = 120) -> None:
+    """Wait until ``key``'s conversation has sent its first model call.
+
+    The agent calls the model from inside its sandbox, so by then the attempt's sandbox exists
+    (a results line alone only says the previous attempt finished).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        if server.requests_for(key):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{key} never called the model")
+
+
 async def test_a_killed_runner_resumes_without_rerunning_finished_attempts(
     tmp_path: Path, fixture_tasks: list[Task]
 ) -> None:
@@ -231,6 +246,7 @@ async def test_a_killed_runner_resumes_without_rerunning_finished_attempts(
         )
         try:
             await _wait_for_lines(results / "results.jsonl", 1)
+            await _wait_for_request(server, second)  # its sandbox is up: it is mid-attempt
         finally:
             process.kill()  # SIGKILL: no cleanup, as in a node crash
             await process.wait()
@@ -274,7 +290,7 @@ async def test_a_stop_signal_ends_the_run_keeps_what_is_written_and_says_how_to_
         )
         await _wait_for_lines(tmp_path / "out" / "results.jsonl", 1)
         # The second attempt is waiting for its slow first answer.
-        await asyncio.sleep(0.5)
+        await _wait_for_request(server, second)
         process.send_signal(stop)
         _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 128 + stop
