@@ -17,14 +17,11 @@ import pytest
 
 from crl_operator.builders import RenderState, progress_name, render, runner_name
 from crl_worker.api import Benchmark
+from crl_worker.api.contract import PROGRESS_KEY
+from crl_worker.api.contract import RUNNER_FIELD_MANAGER as FIELD_MANAGER
+from crl_worker.api.progress import ProgressReport
 from crl_worker.api.validation import load_resources
-from crl_worker.bench.report import (
-    FIELD_MANAGER,
-    PROGRESS_KEY,
-    ConfigMapReporter,
-    ProgressReport,
-    reporter_from_env,
-)
+from crl_worker.rollout.report import ConfigMapReporter, reporter_from_env
 
 from .cluster import Cluster, free_port
 from .paths import ROOT
@@ -104,7 +101,7 @@ async def test_the_runner_patches_its_progress_and_nothing_else(
     # Another ConfigMap is refused (403), logged, and never raises into the benchmark.
     cluster.kubectl("create", "configmap", "other", "-n", namespace, "--from-literal=a=b")
     elsewhere = ConfigMapReporter(namespace, "other", kubeconfig=str(runner))
-    with caplog.at_level(logging.WARNING, logger="crl_worker.bench.report"):
+    with caplog.at_level(logging.WARNING, logger="crl_worker.rollout.report"):
         await elsewhere.publish(REPORT)
     assert (elsewhere.sent, elsewhere.failures) == (0, 1)
     assert "403" in caplog.text and "other" in caplog.text
@@ -159,7 +156,7 @@ async def test_an_unreachable_server_is_logged_and_the_last_report_retried(
     reporter = ConfigMapReporter(
         "ns", "p", kubeconfig=str(kubeconfig), request_timeout=2, final_retries=2, retry_delay=0.01
     )
-    with caplog.at_level(logging.WARNING, logger="crl_worker.bench.report"):
+    with caplog.at_level(logging.WARNING, logger="crl_worker.rollout.report"):
         await reporter.publish(REPORT)  # an ordinary report: tried once
         assert reporter.failures == 1
         await reporter.publish({**REPORT, "done": 300, "resolved": 200, "finished": True})
@@ -171,7 +168,7 @@ async def test_an_invalid_report_is_not_sent(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     reporter = ConfigMapReporter("ns", "p", kubeconfig=str(tmp_path / "unused"))
-    with caplog.at_level(logging.ERROR, logger="crl_worker.bench.report"):
+    with caplog.at_level(logging.ERROR, logger="crl_worker.rollout.report"):
         await reporter.publish({"total": 1, "done": 2, "resolved": 0})
     assert (reporter.sent, reporter.failures) == (0, 0)
     assert "exceeds total" in caplog.text

@@ -23,9 +23,9 @@ from crl_worker.agent.client import ChatClient
 from crl_worker.agent.gold import GoldPolicy
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec
-from crl_worker.bench.config import Sandboxes
-from crl_worker.bench.report import ProgressReport
-from crl_worker.bench.results import (
+from crl_worker.api.progress import ProgressReport
+from crl_worker.bench.runner import Baseline, BenchmarkRunner
+from crl_worker.rollout.results import (
     AttemptResult,
     ResultsError,
     ResultsMismatchError,
@@ -33,7 +33,7 @@ from crl_worker.bench.results import (
     read_results,
     read_trajectories,
 )
-from crl_worker.bench.runner import Baseline, BenchmarkRunner
+from crl_worker.rollout.setup import Sandboxes
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.local import LocalSandbox
@@ -577,7 +577,7 @@ def test_a_folder_another_run_writes_to_is_refused_until_it_ends(tmp_path: Path)
     store.append(_record("a", 0, True), "{}")
     # Another process (the same command in a second terminal) with the same identity.
     script = (
-        "import sys; from pathlib import Path; from crl_worker.bench.results import ResultsStore\n"
+        "import sys; from pathlib import Path; from crl_worker.rollout.results import ResultsStore\n"
         f"ResultsStore(Path(sys.argv[1])).open({IDENTITY!r})\n"
     )
     second = subprocess.run(

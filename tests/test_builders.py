@@ -877,10 +877,13 @@ def test_trainer_reports_progress_with_least_privilege() -> None:
 
 
 def test_the_builder_and_the_runner_agree_on_the_progress_variable() -> None:
-    from crl_operator.builders.benchmark import PROGRESS_ENV
-    from crl_worker.bench.report import PROGRESS_CONFIGMAP_ENV
+    from crl_worker.rollout.report import reporter_from_env
 
-    assert PROGRESS_ENV == PROGRESS_CONFIGMAP_ENV
+    bench = load("benchmark-hosted-endpoint.yaml")
+    job = find(render(bench, "team-a", state=RenderState()), "Job", "-runner")
+    env = {k: v for k, v in env_of(job).items() if isinstance(v, str)}
+    reporter = reporter_from_env({**env, "POD_NAMESPACE": "team-a"})
+    assert reporter is not None and reporter.name == "hosted-model-swe-bench-lite-progress"
 
 
 @pytest.mark.parametrize(

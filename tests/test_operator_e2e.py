@@ -27,7 +27,7 @@ import yaml
 from crl_operator.apply import Kube, load_api_client
 from crl_operator.builders import RenderState, render
 from crl_worker.api import KINDS
-from crl_worker.bench.report import ConfigMapReporter
+from crl_worker.rollout.report import ConfigMapReporter
 
 from .cluster import Cluster
 from .operator_process import OperatorProcess, metric_sum

@@ -33,7 +33,8 @@ from crl_operator.status import (
 )
 from crl_operator.workqueue import WorkQueue
 from crl_worker.api import Benchmark, RolloutPool, TrainingRun
-from crl_worker.bench.report import ProgressReport
+from crl_worker.api.contract import Label, SandboxState
+from crl_worker.api.progress import ProgressReport
 from crl_worker.logs import JsonFormatter
 
 from .paths import ROOT
@@ -199,9 +200,9 @@ def test_failed_job_message_is_carried() -> None:
 def pod(
     phase: str = "Running", ready: bool = True, state: str | None = None, deleting: bool = False
 ) -> dict[str, Any]:
-    labels = {"coderepair.io/pool": "p"}
+    labels = {Label.POOL: "p"}
     if state:
-        labels["coderepair.io/state"] = state
+        labels[Label.STATE] = state
     meta: dict[str, Any] = {"name": "x", "namespace": "ns", "labels": labels}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
@@ -219,7 +220,8 @@ def pod(
     ("p", "state"),
     [
         (pod(), "ready"),
-        (pod(state="warm"), "ready"),
+        (pod(state=SandboxState.READY), "ready"),
+        (pod(state=SandboxState.STARTING), "starting"),
         (pod(state="leased"), "leased"),
         (pod(phase="Pending", ready=False), "starting"),
         (pod(ready=False), "starting"),

@@ -22,7 +22,8 @@ import yaml
 from crl_operator.apply import Kube, load_api_client
 from crl_operator.status import Observed, status_patch, trainingrun_status
 from crl_worker.api import TrainingRun
-from crl_worker.train.report import TrainingProgress, training_reporter_from_env
+from crl_worker.api.progress import TrainingProgress
+from crl_worker.train.report import training_reporter_from_env
 
 from .cluster import Cluster
 from .paths import ROOT

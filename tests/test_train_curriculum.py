@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from crl_worker.api.trainingrun import CurriculumSpec
-from crl_worker.bench.results import AttemptResult, ResultsStore
+from crl_worker.rollout.results import AttemptResult, ResultsStore
 from crl_worker.tasks.loaders import load_tasks
 from crl_worker.tasks.model import Task
 from crl_worker.train.curriculum import changed_lines, order_tasks, resolve_rates

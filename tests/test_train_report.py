@@ -21,13 +21,12 @@ import pytest
 from crl_operator.builders import RenderState, progress_name, render
 from crl_operator.builders.trainer import job_name
 from crl_worker.api import TrainingRun
+from crl_worker.api.contract import PROGRESS_KEY
+from crl_worker.api.contract import TRAINER_FIELD_MANAGER as FIELD_MANAGER
+from crl_worker.api.progress import MAX_REPORT_CHARS, TrainingProgress
 from crl_worker.api.validation import load_resources
-from crl_worker.bench.report import MAX_REPORT_CHARS, PROGRESS_KEY, ConfigMapReporter
-from crl_worker.train.report import (
-    FIELD_MANAGER,
-    TrainingProgress,
-    training_reporter_from_env,
-)
+from crl_worker.rollout.report import ConfigMapReporter
+from crl_worker.train.report import training_reporter_from_env
 
 from .cluster import Cluster
 from .paths import ROOT
@@ -128,7 +127,7 @@ async def test_the_trainer_patches_its_progress_and_nothing_else(
     cluster.kubectl("create", "configmap", "other", "-n", namespace, "--from-literal=a=b")
     elsewhere = training_reporter_from_env({**env, "CRL_PROGRESS_CONFIGMAP": "other"})
     assert isinstance(elsewhere, ConfigMapReporter)
-    with caplog.at_level(logging.WARNING, logger="crl_worker.bench.report"):
+    with caplog.at_level(logging.WARNING, logger="crl_worker.rollout.report"):
         await elsewhere.publish(REPORT)
     assert (elsewhere.sent, elsewhere.failures) == (0, 1)
     assert "403" in caplog.text and "other" in caplog.text
@@ -164,7 +163,7 @@ async def test_an_invalid_report_is_logged_not_sent(
     reporter = ConfigMapReporter(
         "ns", "p", kubeconfig=str(tmp_path / "unused"), model=TrainingProgress
     )
-    with caplog.at_level(logging.ERROR, logger="crl_worker.bench.report"):
+    with caplog.at_level(logging.ERROR, logger="crl_worker.rollout.report"):
         await reporter.publish({"step": 201, "totalSteps": 200})
     assert (reporter.sent, reporter.failures) == (0, 0)
     assert "exceeds totalSteps" in caplog.text
@@ -184,7 +183,7 @@ def test_a_malformed_metrics_block_is_dropped_but_the_step_counts(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     text = json.dumps({**REPORT, "metrics": {"resolveRate": 1.5, "kl": 0.1}})
-    with caplog.at_level(logging.WARNING, logger="crl_worker.train.report"):
+    with caplog.at_level(logging.WARNING, logger="crl_worker.api.progress"):
         report = TrainingProgress.parse(text).to_wire()
     assert "metrics" not in report and report["step"] == 12
     assert "resolveRate" in caplog.text
@@ -234,7 +233,7 @@ def test_a_malformed_report_is_refused_with_the_reason(
 def test_the_torch_free_modules_import_without_torch() -> None:
     """The operator imports launch and report; it never installs torch or the trainer."""
     code = (
-        "import sys, crl_worker.train.launch, crl_worker.train.report, crl_operator.builders;"
+        "import sys, crl_worker.api.launch, crl_worker.train.report, crl_operator.builders;"
         " heavy = {'torch', 'transformers', 'trl', 'deepspeed', 'kubernetes'} & set(sys.modules);"
         " assert not heavy, heavy"
     )

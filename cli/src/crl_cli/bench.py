@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     # The runner pulls in the agent's HTTP client and the sandboxes: imported when a command
     # runs, so that `crl validate` and friends need only the base install.
     from crl_worker.bench.config import BenchmarkConfig
-    from crl_worker.bench.results import AttemptResult
+    from crl_worker.rollout.results import AttemptResult
 
 
 class Agent(StrEnum):
@@ -194,17 +194,12 @@ def bench(
     """
     from crl_worker.agent.loop import tune_gc
     from crl_worker.bench.config import (
-        AgentKind,
         BenchConfigError,
-        Policies,
-        Sandboxes,
         check_agent,
-        check_endpoint,
         load_benchmark_tasks,
         resolve_endpoint,
         run_identity,
     )
-    from crl_worker.bench.results import ResultsError, ResultsStore
     from crl_worker.bench.runner import (
         Baseline,
         BenchmarkRunner,
@@ -213,6 +208,14 @@ def bench(
     )
     from crl_worker.bench.summary import summary_table
     from crl_worker.errors import SandboxError
+    from crl_worker.rollout.results import ResultsError, ResultsStore
+    from crl_worker.rollout.setup import (
+        AgentKind,
+        Policies,
+        RolloutSetupError,
+        Sandboxes,
+        check_endpoint,
+    )
 
     kind: AgentKind = "gold" if agent is Agent.gold else "openai"
     config = _benchmark(file)
@@ -239,7 +242,7 @@ def bench(
     if endpoint is not None:
         try:
             asyncio.run(check_endpoint(endpoint))
-        except BenchConfigError as exc:
+        except RolloutSetupError as exc:
             raise usage_error(str(exc)) from None
     try:
         sandboxes = Sandboxes.make(None)
@@ -346,9 +349,9 @@ def compare(
     for), 1 when it is not, 2 on wrong usage (unreadable folders, nothing shared).
     """
     from crl_worker.bench.compare import compare_results
-    from crl_worker.bench.results import ResultsError
     from crl_worker.bench.stats import ComparisonError
     from crl_worker.bench.summary import comparison_line, comparison_wire
+    from crl_worker.rollout.results import ResultsError
 
     if not 0.5 < confidence < 1.0:
         raise usage_error("--confidence must be between 0.5 and 1")

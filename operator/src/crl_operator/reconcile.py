@@ -32,7 +32,6 @@ from crl_operator.apply import (
     to_prune,
 )
 from crl_operator.builders import BuildError, RenderState, ResolvedCheckpoint
-from crl_operator.builders.benchmark import BASELINE_RESULTS_ENV
 from crl_operator.cache import Cache, Key
 from crl_operator.conditions import merge_conditions
 from crl_operator.metrics import APPLIES_SKIPPED, ERRORS, LATENCY, RECONCILES
@@ -48,14 +47,14 @@ from crl_operator.status import (
     trainingrun_status,
 )
 from crl_worker.api import KINDS, AnyResource, Benchmark, RolloutPool, TrainingRun
-from crl_worker.bench.report import PROGRESS_KEY, ProgressReport, WireReport
-from crl_worker.train.report import TrainingProgress
+from crl_worker.api.contract import PROGRESS_KEY, Annotation, Env
+from crl_worker.api.progress import ProgressReport, TrainingProgress, WireReport
 
 log = logging.getLogger(__name__)
 
 #: Annotation on every child: the fingerprint of the manifest last applied. A render that
 #: drops a field changes it, which a comparison of fields alone would miss.
-APPLIED_ANNOTATION = "coderepair.io/applied"
+APPLIED_ANNOTATION = Annotation.APPLIED
 
 #: Ready's reason while a Benchmark waits for the TrainingRun checkpoint it serves.
 CHECKPOINT_UNAVAILABLE = "CheckpointUnavailable"
@@ -343,7 +342,7 @@ class Reconciler:
             if child.get("kind") == "Job":
                 containers = child["spec"]["template"]["spec"].get("containers") or [{}]
                 for var in containers[0].get("env") or ():
-                    if var.get("name") == BASELINE_RESULTS_ENV:
+                    if var.get("name") == Env.BASELINE_RESULTS:
                         return str(var.get("value") or "") or None
                 return None
         ref = bench.spec.baseline

@@ -17,17 +17,14 @@ from typing import Any
 from crl_operator import conditions as c
 from crl_operator.conditions import Cond, cond, merge_conditions, timestamp
 from crl_worker.api import Benchmark, RolloutPool, TrainingRun
+from crl_worker.api.contract import Label, SandboxState
 
 Obj = Mapping[str, Any]
 
 #: Label the pool gateway puts on each sandbox pod: which pool it belongs to.
-POOL_LABEL = "coderepair.io/pool"
-#: Label the gateway sets on each sandbox pod (starting, ready, leased); see
-#: crl_worker.sandbox.kubernetes.
-SANDBOX_STATE_KEY = "coderepair.io/state"
-LEASED_STATES = frozenset({"leased", "busy", "in-use"})
-STARTING_STATES = frozenset({"starting", "pending", "cold", "creating"})
-UNUSABLE_STATES = frozenset({"resetting", "dirty", "broken", "terminating", "draining"})
+POOL_LABEL = Label.POOL
+#: Label the gateway sets on each sandbox pod: a SandboxState (crl_worker.api.contract).
+SANDBOX_STATE_KEY = Label.STATE
 
 #: Status keys each kind's reconcile owns; the rest belongs to other writers.
 OWNED_KEYS: dict[str, frozenset[str]] = {
@@ -95,8 +92,8 @@ class Observed:
     """The RolloutPool a TrainingRun or Benchmark uses (owned inline or referenced)."""
     report: Obj | None = None
     """The worker's progress report, validated, as JSON: the runner's of a Benchmark
-    (crl_worker.bench.report.ProgressReport), the trainer's of a TrainingRun
-    (crl_worker.train.report.TrainingProgress); None when there is none or it is malformed."""
+    (crl_worker.api.progress.ProgressReport), the trainer's of a TrainingRun
+    (crl_worker.api.progress.TrainingProgress); None when there is none or it is malformed."""
     problem: Problem | None = None
     """A failure of this reconcile (invalid spec, a child that could not be applied)."""
 
@@ -470,22 +467,20 @@ def sandbox_state(pod: Obj) -> str:
     phase = (pod.get("status") or {}).get("phase")
     if phase in ("Succeeded", "Failed"):
         return "gone"
-    label = (
-        (meta.get("labels") or {}).get(SANDBOX_STATE_KEY)
-        or (meta.get("annotations") or {}).get(SANDBOX_STATE_KEY)
-        or ""
-    ).lower()
-    if label in LEASED_STATES:
+    label = (meta.get("labels") or {}).get(SANDBOX_STATE_KEY)
+    if label == SandboxState.LEASED:
         return "leased"
-    if label in UNUSABLE_STATES:
-        return "starting"
     pod_ready = any(
         pc.get("type") == "Ready" and pc.get("status") == "True"
         for pc in (pod.get("status") or {}).get("conditions") or ()
     )
-    if label in STARTING_STATES or phase != "Running" or not pod_ready:
+    if phase != "Running" or not pod_ready:
         return "starting"
-    return "ready"
+    if label is None or label == SandboxState.READY:
+        return "ready"
+    # STARTING, or a state this operator does not know (a newer gateway's): not claimed as a
+    # warm sandbox.
+    return "starting"
 
 
 def rolloutpool_status(

@@ -53,7 +53,7 @@ from crl_operator.builders.progress import progress_config_map, progress_name
 from crl_operator.builders.trainer import headless_service, job_name, trainer_job, trainer_rbac
 from crl_worker.api import AnyResource, Benchmark, RolloutPool, TrainingRun
 from crl_worker.api.base import VolumeSource
-from crl_worker.train.launch import accelerate_config, deepspeed_config, weight_sync_mode
+from crl_worker.api.launch import accelerate_config, deepspeed_config, weight_sync_mode
 
 __all__ = [
     "CONFIG_KEY",

@@ -49,14 +49,13 @@ from crl_operator.builders.pods import (
     volume_or_scratch,
 )
 from crl_operator.builders.pool import gateway_url, pool_name
-from crl_operator.builders.progress import PROGRESS_ENV, progress_name, reporter_rbac
+from crl_operator.builders.progress import progress_name, reporter_rbac
 from crl_worker.api import API_VERSION, Benchmark, TrainingRun
 from crl_worker.api.common import DEFAULT_WORKER_IMAGE, InferenceSpec
+from crl_worker.api.contract import Env, Label
 
 #: Where the results volume is mounted in the runner.
 RESULTS_DIR = "/results"
-#: The baseline's results directory, when the runner can read it.
-BASELINE_RESULTS_ENV = "CRL_BASELINE_RESULTS"
 
 
 def runner_name(bench: Benchmark) -> str:
@@ -200,15 +199,15 @@ def model_env(bench: Benchmark, served: ServedModel | None) -> list[dict[str, An
     """Where the runner finds the model: URL, name and (for an endpoint) the API key."""
     endpoint = bench.spec.model.endpoint
     if endpoint is not None:
-        out = [env("CRL_MODEL_URL", endpoint.url), env("CRL_MODEL_NAME", endpoint.model_name)]
+        out = [env(Env.MODEL_URL, endpoint.url), env(Env.MODEL_NAME, endpoint.model_name)]
         ref = endpoint.api_key_secret_ref
         if ref is not None:
-            out.append(env_secret("CRL_API_KEY", ref.name, ref.key))
+            out.append(env_secret(Env.API_KEY, ref.name, ref.key))
         return out
     spec = inference_spec(bench)
     assert spec is not None and served is not None
     name = checkpoint_model_name(bench) if bench.spec.model.checkpoint else served.served_name
-    return [env("CRL_MODEL_URL", base_url(bench, spec)), env("CRL_MODEL_NAME", name)]
+    return [env(Env.MODEL_URL, base_url(bench, spec)), env(Env.MODEL_NAME, name)]
 
 
 def runner_job(
@@ -237,13 +236,13 @@ def runner_job(
         "args": ["--config", CONFIG_PATH, *(["--tasks", str(tasks.path)] if mounted else [])],
         "env": [
             env_field("POD_NAMESPACE", "metadata.namespace"),
-            env("CRL_BENCHMARK_NAME", owner_name(bench)),
-            env("CRL_CONFIG", CONFIG_PATH),
+            env(Env.BENCHMARK_NAME, owner_name(bench)),
+            env(Env.CONFIG, CONFIG_PATH),
             *model_env(bench, served),
-            env("CRL_POOL_URL", gateway_url(pool_name(bench))),
-            env("CRL_RESULTS_DIR", f"{RESULTS_DIR}/{results.path}"),
-            env(PROGRESS_ENV, progress_name(bench)),
-            *([env(BASELINE_RESULTS_ENV, baseline)] if baseline else []),
+            env(Env.POOL_URL, gateway_url(pool_name(bench))),
+            env(Env.RESULTS_DIR, f"{RESULTS_DIR}/{results.path}"),
+            env(Env.PROGRESS_CONFIGMAP, progress_name(bench)),
+            *([env(Env.BASELINE_RESULTS, baseline)] if baseline else []),
         ],
         "volumeMounts": [
             config_mount(),
@@ -332,7 +331,7 @@ def evaluation_benchmark(run: TrainingRun, namespace: str, step: int) -> dict[st
         {"apiVersion": API_VERSION, "kind": "Benchmark", "metadata": {"name": name}, "spec": spec}
     )
     meta = object_meta(run, name, COMPONENT_EVALUATION, namespace)
-    meta["labels"]["coderepair.io/step"] = str(step)
+    meta["labels"][Label.STEP] = str(step)
     return {
         "apiVersion": API_VERSION,
         "kind": "Benchmark",

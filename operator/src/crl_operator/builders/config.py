@@ -1,5 +1,5 @@
 """The ConfigMap each resource hands its pods: the resolved worker config, and for a TrainingRun
-the DeepSpeed and accelerate configs derived from `spec.trainer` (by crl_worker.train.launch, so
+the DeepSpeed and accelerate configs derived from `spec.trainer` (by crl_worker.api.launch, so
 the trainer derives the same ones on one machine)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from crl_operator.builders.meta import COMPONENT_CONFIG, child_name, object_meta, owner_name
 from crl_operator.builders.pods import CONFIG_DIR
 from crl_worker.api import API_VERSION, AnyResource, TrainingRun
-from crl_worker.train.launch import accelerate_config, deepspeed_config
+from crl_worker.api.launch import accelerate_config, deepspeed_config
 from crl_worker.yamlutil import dump
 
 CONFIG_KEY = "config.yaml"

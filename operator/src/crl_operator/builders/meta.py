@@ -12,6 +12,7 @@ from typing import Any
 
 from crl_worker.api import API_VERSION, AnyResource
 from crl_worker.api.base import VolumeSource
+from crl_worker.api.contract import Annotation, Label, owner_label
 
 #: The field manager and `app.kubernetes.io/managed-by` value of every child.
 MANAGED_BY = "coderepairrl-operator"
@@ -27,13 +28,12 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_PART_OF = "app.kubernetes.io/part-of"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 #: Sandbox pods carry the pool's name under this key (the gateway sets it when it makes them).
-LABEL_POOL = "coderepair.io/pool"
+LABEL_POOL = Label.POOL
 #: `sandbox` on the sandbox pods a gateway creates.
-LABEL_ROLE = "coderepair.io/role"
-ROLE_SANDBOX = "sandbox"
+LABEL_ROLE = Label.ROLE
 #: Pod-template annotation holding a hash of the config a Deployment reads: a changed config
 #: rolls the pods.
-ANNOTATION_CONFIG_HASH = "coderepair.io/config-hash"
+ANNOTATION_CONFIG_HASH = Annotation.CONFIG_HASH
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -144,7 +144,7 @@ def labels(resource: AnyResource, component: str) -> dict[str, str]:
         LABEL_COMPONENT: component,
         LABEL_PART_OF: "coderepairrl",
         LABEL_MANAGED_BY: MANAGED_BY,
-        f"coderepair.io/{resource.kind.lower()}": name,
+        owner_label(resource.kind): name,
     }
 
 
@@ -154,7 +154,7 @@ def selector(resource: AnyResource, component: str) -> dict[str, str]:
     return {
         LABEL_INSTANCE: name,
         LABEL_COMPONENT: component,
-        f"coderepair.io/{resource.kind.lower()}": name,
+        owner_label(resource.kind): name,
     }
 
 

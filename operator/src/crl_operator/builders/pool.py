@@ -19,7 +19,6 @@ from crl_operator.builders.meta import (
     COMPONENT_SANDBOX_POLICY,
     LABEL_POOL,
     LABEL_ROLE,
-    ROLE_SANDBOX,
     child_name,
     labels,
     object_meta,
@@ -38,6 +37,7 @@ from crl_operator.builders.pods import (
     task_mount,
 )
 from crl_worker.api import API_VERSION, Benchmark, RolloutPool, TrainingRun
+from crl_worker.api.contract import ROLE_SANDBOX, Env
 
 #: Port of the gateway's HTTP API (leases, exec) and its `/metrics`.
 GATEWAY_PORT = 8080
@@ -161,11 +161,11 @@ def gateway_objects(pool: RolloutPool, namespace: str, config_hash: str) -> list
     container_env = [
         env_field("POD_NAMESPACE", "metadata.namespace"),
         env_field("POD_NAME", "metadata.name"),
-        env("CRL_POOL_NAME", name),
+        env(Env.POOL_NAME, name),
         # The gateway makes its sandbox pods owned by the RolloutPool (garbage collected with
         # it); offline there is no uid and the gateway reads it from the API.
-        *([env("CRL_POOL_UID", uid)] if uid else []),
-        env("CRL_CONFIG", CONFIG_PATH),
+        *([env(Env.POOL_UID, uid)] if uid else []),
+        env(Env.CONFIG, CONFIG_PATH),
     ]
     container: dict[str, Any] = {
         "name": "gateway",

@@ -15,9 +15,6 @@ from typing import Any
 from crl_operator.builders.meta import COMPONENT_PROGRESS, child_name, object_meta, owner_name
 from crl_worker.api import Benchmark, TrainingRun
 
-#: Names the progress ConfigMap to the worker (crl_worker.bench.report.PROGRESS_CONFIGMAP_ENV).
-PROGRESS_ENV = "CRL_PROGRESS_CONFIGMAP"
-
 Reporting = Benchmark | TrainingRun
 """A resource whose worker reports progress."""
 

@@ -20,7 +20,6 @@ from typing import Any
 from crl_operator.builders.config import (
     ACCELERATE_PATH,
     CONFIG_PATH,
-    DEEPSPEED_PATH,
     config_map_name,
 )
 from crl_operator.builders.inference import (
@@ -58,16 +57,15 @@ from crl_operator.builders.pods import (
     volume_or_scratch,
 )
 from crl_operator.builders.pool import gateway_url, pool_name
-from crl_operator.builders.progress import PROGRESS_ENV, progress_name, reporter_rbac
+from crl_operator.builders.progress import progress_name, reporter_rbac
 from crl_worker.api import TrainingRun
-from crl_worker.train.launch import processes, weight_sync_mode
+from crl_worker.api.contract import Env
+from crl_worker.api.launch import processes, weight_sync_mode
 
 #: Rendezvous port of the trainer (torch.distributed's customary one).
 RENDEZVOUS_PORT = 29500
 #: Port of the trainer's Prometheus metrics (each pod serves its own).
 METRICS_PORT = 9400
-#: Environment variable telling the trainer where to serve them.
-METRICS_PORT_ENV = "CRL_METRICS_PORT"
 #: Where the Job controller writes an indexed pod's index.
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 #: Seconds a trainer pod gets after SIGTERM (suspend, preemption) to write a last checkpoint.
@@ -139,25 +137,24 @@ def trainer_env(run: TrainingRun) -> list[dict[str, Any]]:
         env("GPUS_PER_NODE", str(gpus)),
         env("WORLD_SIZE", str(processes(run))),
         env_field("POD_NAMESPACE", "metadata.namespace"),
-        env("CRL_RUN_NAME", owner_name(run)),
-        env("CRL_CONFIG", CONFIG_PATH),
-        env("CRL_DEEPSPEED_CONFIG", DEEPSPEED_PATH),
-        env("CRL_INFERENCE_URL", base_url(run, spec.inference)),
-        env("CRL_INFERENCE_MODEL", spec.model.name),
-        env("CRL_WEIGHT_SYNC", weight_sync_mode(run)),
-        env("CRL_POOL_URL", gateway_url(pool_name(run))),
-        env("CRL_CHECKPOINT_DIR", CHECKPOINT_DIR),
-        env(PROGRESS_ENV, progress_name(run)),
-        env(METRICS_PORT_ENV, str(METRICS_PORT)),
+        env(Env.RUN_NAME, owner_name(run)),
+        env(Env.CONFIG, CONFIG_PATH),
+        env(Env.INFERENCE_URL, base_url(run, spec.inference)),
+        env(Env.INFERENCE_MODEL, spec.model.name),
+        env(Env.WEIGHT_SYNC, weight_sync_mode(run)),
+        env(Env.POOL_URL, gateway_url(pool_name(run))),
+        env(Env.CHECKPOINT_DIR, CHECKPOINT_DIR),
+        env(Env.PROGRESS_CONFIGMAP, progress_name(run)),
+        env(Env.METRICS_PORT, str(METRICS_PORT)),
         # torchrun's agent gives workers this long after forwarding SIGTERM (its default is
         # 30 s): time to finish a step and write a checkpoint within the pod's grace period.
         env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(GRACE_SECONDS - 30)),
     ]
     # Every replica gets each weight update (full weights or an adapter), not just the one
     # the ClusterIP Service would pick.
-    out.append(env("CRL_INFERENCE_PEERS", peers_service_name(run)))
+    out.append(env(Env.INFERENCE_PEERS, peers_service_name(run)))
     if spec.model.volume is not None:
-        out += [env("CRL_MODEL_PATH", f"{MODEL_DIR}/{spec.model.name}"), env("HF_HUB_OFFLINE", "1")]
+        out += [env(Env.MODEL_PATH, f"{MODEL_DIR}/{spec.model.name}"), env("HF_HUB_OFFLINE", "1")]
     if gpus == 0:
         out.append(env("CUDA_VISIBLE_DEVICES", ""))
     if spec.wandb is not None:

@@ -5,7 +5,7 @@ spec}``) or a Benchmark manifest. The model comes from ``CRL_MODEL_URL``, ``CRL_
 ``CRL_API_KEY`` (else ``spec.model.endpoint``); sandboxes from the pool gateway at
 ``CRL_POOL_URL`` when set, else local ones; results go to ``--results``, else
 ``CRL_RESULTS_DIR``, else ``spec.results.path``. Progress goes to the Benchmark's status
-through :func:`crl_worker.bench.report.reporter_from_env` when the operator set it up.
+through :func:`crl_worker.rollout.report.reporter_from_env` when the operator set it up.
 
 Exit status: 0 when the suite finished (whatever its resolve rate; infrastructure failures are
 counted in the summary), 2 when the run cannot be set up, 128 + the signal's number when
@@ -22,21 +22,14 @@ import sys
 from pathlib import Path
 
 from crl_worker.agent.loop import tune_gc
+from crl_worker.api.contract import Env
 from crl_worker.bench.config import (
-    POOL_URL_ENV,
-    RESULTS_DIR_ENV,
-    BenchConfigError,
-    Policies,
-    Sandboxes,
     check_agent,
-    check_endpoint,
     load_benchmark_tasks,
     read_benchmark,
     resolve_endpoint,
     run_identity,
 )
-from crl_worker.bench.report import reporter_from_env
-from crl_worker.bench.results import ResultsError, ResultsStore
 from crl_worker.bench.runner import (
     Baseline,
     BenchmarkRunner,
@@ -44,11 +37,12 @@ from crl_worker.bench.runner import (
     run_until_signalled,
 )
 from crl_worker.logs import setup_logging
+from crl_worker.rollout.report import reporter_from_env
+from crl_worker.rollout.results import ResultsError, ResultsStore
+from crl_worker.rollout.setup import Policies, RolloutSetupError, Sandboxes, check_endpoint
 
 logger = logging.getLogger("crl_worker.bench")
 
-#: The baseline's results folder, as the operator passes it.
-BASELINE_ENV = "CRL_BASELINE_RESULTS"
 #: Exit status when the run cannot be set up.
 SETUP_ERROR = 2
 
@@ -69,7 +63,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--results",
         type=Path,
-        help=f"results folder (default: ${RESULTS_DIR_ENV}, else the spec's)",
+        help=f"results folder (default: ${Env.RESULTS_DIR}, else the spec's)",
     )
     p.add_argument(
         "--agent",
@@ -80,8 +74,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--baseline",
         type=Path,
-        default=Path(os.environ[BASELINE_ENV]) if os.environ.get(BASELINE_ENV) else None,
-        help=f"results folder of the baseline to compare with (default: ${BASELINE_ENV})",
+        default=Path(os.environ[Env.BASELINE_RESULTS])
+        if os.environ.get(Env.BASELINE_RESULTS)
+        else None,
+        help=f"results folder of the baseline to compare with (default: ${Env.BASELINE_RESULTS})",
     )
     p.add_argument("--restart", action="store_true", help="move old results aside, start over")
     p.add_argument(
@@ -110,26 +106,26 @@ def main(argv: list[str] | None = None) -> int:
         logger.error("no config: give --config FILE (or set CRL_CONFIG)")
         return SETUP_ERROR
     try:
-        config = read_benchmark(args.config)
+        config = read_benchmark(args.config, name=os.environ.get(Env.BENCHMARK_NAME))
         spec = config.spec
         check_agent(spec.agent)
         tasks = load_benchmark_tasks(config, tasks_file=args.tasks)
         endpoint = None if args.agent == "gold" else resolve_endpoint(spec)
         policies = Policies.make(args.agent, endpoint)
         model = policies.model
-        results = args.results or Path(os.environ.get(RESULTS_DIR_ENV) or spec.results.path)
+        results = args.results or Path(os.environ.get(Env.RESULTS_DIR) or spec.results.path)
         store = ResultsStore(results)
         store.open(run_identity(config, agent=args.agent, model=model), restart=args.restart)
-    except (BenchConfigError, ResultsError) as exc:
+    except (RolloutSetupError, ResultsError) as exc:
         logger.error("%s", exc)
         return SETUP_ERROR
     if endpoint is not None:
         try:
             asyncio.run(check_endpoint(endpoint))
-        except BenchConfigError as exc:
+        except RolloutSetupError as exc:
             # In a cluster the server may still be coming up; the client's retries wait for it.
             logger.warning("%s", exc)
-    sandboxes = Sandboxes.make(os.environ.get(POOL_URL_ENV))
+    sandboxes = Sandboxes.make(os.environ.get(Env.POOL_URL))
     baseline = None
     if args.baseline is not None:
         minimum = spec.baseline.minimum_improvement if spec.baseline else None

@@ -10,7 +10,6 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-from crl_worker.bench.results import AttemptResult, read_results
 from crl_worker.bench.stats import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -18,6 +17,7 @@ from crl_worker.bench.stats import (
     InstanceAttempts,
     compare,
 )
+from crl_worker.rollout.results import AttemptResult, read_results
 
 
 def instance_attempts(records: Iterable[AttemptResult]) -> dict[str, InstanceAttempts]:

@@ -41,7 +41,6 @@ from crl_worker.agent.episode import run_episode, to_the_end
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec
 from crl_worker.bench.compare import instance_attempts
-from crl_worker.bench.results import AttemptResult, ResultsError, ResultsStore, read_results
 from crl_worker.bench.stats import Comparison, ComparisonError, compare
 from crl_worker.bench.summary import (
     build_summary,
@@ -50,6 +49,7 @@ from crl_worker.bench.summary import (
     report_pass_at_k,
 )
 from crl_worker.rewards import tests_score
+from crl_worker.rollout.results import AttemptResult, ResultsError, ResultsStore, read_results
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
 
@@ -68,7 +68,7 @@ PASS_AT_K_INTERVAL = 1.0
 
 
 class ProgressReporter(Protocol):
-    """Where the progress report goes (:class:`crl_worker.bench.report.ConfigMapReporter` in a
+    """Where the progress report goes (:class:`crl_worker.rollout.report.ConfigMapReporter` in a
     cluster). The same protocol as ``report.ProgressReporter``, restated here because that
     module reaches the Kubernetes client, which ``crl bench`` must not import."""
 

@@ -17,8 +17,8 @@ from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 
-from crl_worker.bench.results import AttemptResult
 from crl_worker.bench.stats import Comparison, resolve_rate, suite_pass_at_k
+from crl_worker.rollout.results import AttemptResult
 
 
 def now_rfc3339() -> str:

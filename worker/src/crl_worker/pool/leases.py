@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from crl_worker.api.contract import SandboxState
 from crl_worker.errors import CrlError, SandboxError
 from crl_worker.pool.metrics import PoolMetrics
 from crl_worker.pool.models import (
@@ -323,7 +324,7 @@ class SandboxPool:
 
     def _lease(self, slot: Slot, source: LeaseSource, waited: float) -> Lease:
         slot.state = "leased"
-        _report(slot, "leased")
+        slot.sandbox.report_state(SandboxState.LEASED)
         slot.protected_until = 0.0
         record = LeaseRecord(id=f"lease-{secrets.token_hex(8)}", slot=slot, source=source)
         self._leases[record.id] = record
@@ -386,7 +387,7 @@ class SandboxPool:
                 response = ReleaseResponse(action="replace", reason=reason)
         else:
             slot.state = "resetting"
-            _report(slot, "starting")  # not leasable until the reset is done
+            slot.sandbox.report_state(SandboxState.STARTING)  # not leasable until the reset is done
             slot.settled = asyncio.Event()
             slot.operation = self._spawn(self._reset_slot(slot), f"reset-{slot.id}")
             response = ReleaseResponse(action="reuse")
@@ -468,7 +469,7 @@ class SandboxPool:
         if slot.state == "starting":
             slot.state = "ready"
             slot.idle_since = time.monotonic()
-            _report(slot, "ready")
+            slot.sandbox.report_state(SandboxState.READY)
         self._notify()
 
     async def _reset_slot(self, slot: Slot) -> None:
@@ -490,7 +491,7 @@ class SandboxPool:
         if slot.state == "resetting":
             slot.state = "ready"
             slot.idle_since = time.monotonic()
-            _report(slot, "ready")
+            slot.sandbox.report_state(SandboxState.READY)
         self._notify()
 
     def _replace(self, task: Task) -> None:
@@ -646,13 +647,6 @@ def _source(slot: Slot) -> LeaseSource:
         # unless it is already ready.
         return "warm" if slot.state == "ready" else "cold"
     return "warm"
-
-
-def _report(slot: Slot, state: str) -> None:
-    """Tell a backend that labels its sandboxes (pods) the pool's view of one."""
-    reporter = getattr(slot.sandbox, "report_state", None)
-    if reporter is not None:
-        reporter(state)
 
 
 def _log_orphan_failure(task: asyncio.Future[Any]) -> None:

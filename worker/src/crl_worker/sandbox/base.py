@@ -16,6 +16,8 @@ from types import TracebackType
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from crl_worker.api.contract import SandboxState
+
 #: Output kept per command unless the caller asks for another cap (bytes).
 DEFAULT_MAX_OUTPUT = 1 << 20
 
@@ -89,6 +91,15 @@ class Sandbox(abc.ABC):
     async def diff(self) -> str:
         """The agent's changes against the task's base commit as a binary-safe unified diff:
         new files included, provisioning artefacts (build outputs, environments) left out."""
+
+    def report_state(self, state: SandboxState) -> None:
+        """Hear the pool's view of this sandbox (a pool calls it at each change of state).
+
+        Backends whose sandboxes are visible to the operator (Kubernetes pods) record it where
+        the operator reads it (:attr:`~crl_worker.api.contract.Label.STATE`); the others have
+        nothing to record. Must not block or raise.
+        """
+        del state
 
     async def __aenter__(self) -> Sandbox:
         await self.start()

@@ -32,6 +32,7 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
+from crl_worker.api.contract import DOCKER_SANDBOX_LABEL, Label
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox import gitstate
 from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult, Sandbox
@@ -289,7 +290,7 @@ class DockerSandbox(Sandbox):
                 init=True,
                 working_dir=self.workdir,
                 environment=dict(self.task.env),
-                labels={"coderepair.io/sandbox": "docker", "coderepair.io/instance": self._label},
+                labels={DOCKER_SANDBOX_LABEL: "docker", Label.INSTANCE: self._label},
                 network_mode=self.config.network,
                 mem_limit=self.config.mem_limit,
                 nano_cpus=int(self.config.cpus * 1e9) if self.config.cpus else None,

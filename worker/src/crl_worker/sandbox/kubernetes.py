@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from crl_worker.api.base import API_VERSION
 from crl_worker.api.common import SandboxSpec, TaskFormat
+from crl_worker.api.contract import ROLE_SANDBOX, Annotation, Label, SandboxState
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult, Sandbox
 from crl_worker.sandbox.gitstate import DIFF_SCRIPT, RESET_SCRIPT, SNAPSHOT_SCRIPT
@@ -59,14 +60,13 @@ logger = logging.getLogger(__name__)
 # --- labels the operator and the gateway agree on ---------------------------------------------
 
 MANAGED_BY = "coderepairrl-pool-gateway"
-LABEL_POOL = "coderepair.io/pool"
-LABEL_INSTANCE = "coderepair.io/instance"
-LABEL_STATE = "coderepair.io/state"
-LABEL_GATEWAY = "coderepair.io/gateway"
+LABEL_POOL = Label.POOL
+LABEL_INSTANCE = Label.INSTANCE
+LABEL_STATE = Label.STATE
+LABEL_GATEWAY = Label.GATEWAY
 #: The operator selects sandbox pods (NetworkPolicy, status counts) by pool and this role.
-LABEL_ROLE = "coderepair.io/role"
-ROLE_SANDBOX = "sandbox"
-ANNOTATION_INSTANCE_ID = "coderepair.io/instance-id"
+LABEL_ROLE = Label.ROLE
+ANNOTATION_INSTANCE_ID = Annotation.INSTANCE_ID
 COMPONENT = "sandbox"
 CONTAINER = "sandbox"
 
@@ -172,7 +172,7 @@ def build_pod(task: Task, name: str, config: KubernetesSandboxConfig) -> dict[st
         LABEL_POOL: config.pool,
         LABEL_ROLE: ROLE_SANDBOX,
         LABEL_INSTANCE: label_value(task.instance_id),
-        LABEL_STATE: "starting",
+        LABEL_STATE: SandboxState.STARTING,
         LABEL_GATEWAY: label_value(config.gateway_id),
     }
     metadata: dict[str, Any] = {
@@ -771,7 +771,7 @@ class KubernetesSandbox(ShellSandbox):
             await self.close()
             raise
 
-    def report_state(self, state: str) -> None:
+    def report_state(self, state: SandboxState) -> None:
         """Label the pod with the pool's view of it (``starting``, ``ready``, ``leased``).
 
         Fire and forget, coalesced: only the latest state is written, in order.

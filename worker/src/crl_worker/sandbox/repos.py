@@ -21,18 +21,16 @@ import os
 import shutil
 from pathlib import Path
 
+from crl_worker.api.contract import Env
 from crl_worker.errors import SandboxError
 from crl_worker.tasks.model import Task
 
 logger = logging.getLogger(__name__)
 
-MIRROR_ENV = "CRL_GIT_MIRROR"
-CACHE_ENV = "CRL_CACHE_DIR"
-
 
 def cache_dir() -> Path:
     """The project's cache root (``$CRL_CACHE_DIR``, else ``~/.cache/coderepairrl``)."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "coderepairrl")
+    return Path(os.environ.get(Env.CACHE_DIR) or Path.home() / ".cache" / "coderepairrl")
 
 
 def repo_key(task: Task) -> str:
@@ -77,16 +75,16 @@ def resolve_source(task: Task) -> str:
                 "directory or git bundle"
             )
         return source
-    mirror = os.environ.get(MIRROR_ENV)
+    mirror = os.environ.get(Env.GIT_MIRROR)
     if mirror:
         if "://" in mirror or mirror.startswith("git@"):
             return f"{mirror.rstrip('/')}/{repo_key(task)}.git"
         path = Path(mirror).expanduser() / f"{repo_key(task)}.git"
         if not path.exists():
             raise SandboxError(
-                f"task {task.instance_id}: {MIRROR_ENV}={mirror} holds no {path.name}; "
+                f"task {task.instance_id}: {Env.GIT_MIRROR}={mirror} holds no {path.name}; "
                 f"add it (git clone --mirror https://github.com/{task.repo}.git {path}) or "
-                f"unset {MIRROR_ENV}"
+                f"unset {Env.GIT_MIRROR}"
             )
         return str(path.resolve())
     return f"https://github.com/{task.repo}.git"

@@ -14,11 +14,12 @@ import os
 import sys
 from pathlib import Path
 
+from crl_worker.api.contract import Env
 from crl_worker.errors import CrlError
 from crl_worker.logs import setup_logging
 from crl_worker.tasks.model import Task
 from crl_worker.train.errors import TrainConfigError
-from crl_worker.train.settings import CONFIG_ENV, TrainSettings, resolve_settings
+from crl_worker.train.settings import TrainSettings, resolve_settings
 
 logger = logging.getLogger("crl_worker.train")
 
@@ -35,7 +36,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--config",
         type=Path,
-        default=Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None,
+        default=Path(os.environ[Env.CONFIG]) if os.environ.get(Env.CONFIG) else None,
         help="the operator's config.yaml or a TrainingRun manifest (default: $CRL_CONFIG)",
     )
     p.add_argument(
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     if args.config is None:
-        logger.error("no config: give --config or set %s", CONFIG_ENV)
+        logger.error("no config: give --config or set %s", Env.CONFIG)
         return CONFIG_ERROR
     world = int(os.environ.get("WORLD_SIZE", "1"))
     try:

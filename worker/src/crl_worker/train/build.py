@@ -2,7 +2,7 @@
 the dataset of task ids, the reward column and the callbacks.
 
 The DeepSpeed config is the one the operator writes into the trainer's ConfigMap
-(:func:`crl_worker.train.launch.deepspeed_config`), derived from ``spec.trainer.deepspeed`` —
+(:func:`crl_worker.api.launch.deepspeed_config`), derived from ``spec.trainer.deepspeed`` —
 never a file users write by hand. Batch sizes follow from the algorithm: one optimizer step
 takes ``tasksPerStep x numGenerations`` rollouts, split over every process with
 ``perDeviceBatchSize`` sequences per forward pass and the rest as gradient accumulation.
@@ -143,7 +143,7 @@ def build_trainer(job: TrainingJob) -> tuple[Any, Any]:
         torch_dtype = torch.float32
     extra: dict[str, Any] = {}
     if deepspeed:
-        from crl_worker.train.launch import deepspeed_config
+        from crl_worker.api.launch import deepspeed_config
 
         ds = deepspeed_config(settings.run())
         if not on_gpu:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from crl_worker.api.trainingrun import CurriculumSpec
-from crl_worker.bench.results import ResultsError, read_results
+from crl_worker.rollout.results import ResultsError, read_results
 from crl_worker.tasks.model import Task
 from crl_worker.train.errors import TrainConfigError
 

@@ -13,9 +13,10 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from crl_worker.api.contract import Env
 from crl_worker.tasks.model import Task
 from crl_worker.train.errors import TrainConfigError
-from crl_worker.train.settings import CHECKPOINT_DIR_ENV, TrainSettings
+from crl_worker.train.settings import TrainSettings
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ def check_checkpoints(settings: TrainSettings, env: dict[str, str] | None = None
     """The checkpoint folder exists (a volume must be mounted in a cluster) and is writable."""
     env = dict(os.environ) if env is None else env
     directory = settings.checkpoint_dir
-    in_pod = bool(env.get(CHECKPOINT_DIR_ENV)) and directory == Path(env[CHECKPOINT_DIR_ENV])
+    in_pod = bool(env.get(Env.CHECKPOINT_DIR)) and directory == Path(env[Env.CHECKPOINT_DIR])
     if in_pod and not directory.is_dir():
         raise TrainConfigError(
             "spec.checkpoints.volume",

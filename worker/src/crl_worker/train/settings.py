@@ -15,21 +15,11 @@ from pathlib import Path
 from typing import Literal
 
 from crl_worker.api import API_VERSION, TrainingRun
+from crl_worker.api.contract import API_KEY_ENVS, Env
+from crl_worker.api.launch import weight_sync_mode
 from crl_worker.api.trainingrun import TrainingRunSpec
-from crl_worker.bench.config import API_KEY_ENVS, POOL_URL_ENV
 from crl_worker.configfile import read_resource_file
 from crl_worker.train.errors import TrainConfigError
-from crl_worker.train.launch import weight_sync_mode
-
-#: Environment variables the operator sets in the trainer pods (builders/trainer.py).
-CONFIG_ENV = "CRL_CONFIG"
-CHECKPOINT_DIR_ENV = "CRL_CHECKPOINT_DIR"
-INFERENCE_URL_ENV = "CRL_INFERENCE_URL"
-INFERENCE_MODEL_ENV = "CRL_INFERENCE_MODEL"
-WEIGHT_SYNC_ENV = "CRL_WEIGHT_SYNC"
-MODEL_PATH_ENV = "CRL_MODEL_PATH"
-METRICS_PORT_ENV = "CRL_METRICS_PORT"
-RUN_NAME_ENV = "CRL_RUN_NAME"
 
 WeightSyncMode = Literal["nccl", "lora-adapter", "none"]
 
@@ -105,8 +95,8 @@ def as_run(name: str, spec: TrainingRunSpec) -> TrainingRun:
 def _model_path(spec: TrainingRunSpec, base_dir: Path, env: Mapping[str, str]) -> str:
     """A volume-mounted model (``CRL_MODEL_PATH``), a local folder (relative to the manifest's
     folder), or a Hub id as written."""
-    if env.get(MODEL_PATH_ENV):
-        return env[MODEL_PATH_ENV]
+    if env.get(Env.MODEL_PATH):
+        return env[Env.MODEL_PATH]
     candidate = Path(spec.model.name).expanduser()
     if not candidate.is_absolute():
         candidate = base_dir / candidate
@@ -134,22 +124,22 @@ def resolve_settings(
     env = os.environ if env is None else env
     found = read_resource_file(config, "TrainingRun", TrainingRunSpec, error=_FileError)
     spec = found.spec
-    name = env.get(RUN_NAME_ENV) or found.name
+    name = env.get(Env.RUN_NAME) or found.name
     base_dir = config.parent
     run_dir = output or (
-        Path(env[CHECKPOINT_DIR_ENV])
-        if env.get(CHECKPOINT_DIR_ENV)
+        Path(env[Env.CHECKPOINT_DIR])
+        if env.get(Env.CHECKPOINT_DIR)
         else Path.cwd() / "runs" / found.name
     )
-    inference_url = url or env.get(INFERENCE_URL_ENV) or None
+    inference_url = url or env.get(Env.INFERENCE_URL) or None
     weight_sync: WeightSyncMode
     if inference_url is None:
         weight_sync = "none"
     else:
-        chosen = env.get(WEIGHT_SYNC_ENV) or weight_sync_mode(as_run(found.name, spec))
+        chosen = env.get(Env.WEIGHT_SYNC) or weight_sync_mode(as_run(found.name, spec))
         if chosen not in ("nccl", "lora-adapter"):
             raise TrainConfigError(
-                WEIGHT_SYNC_ENV, f"unknown weight-sync mode {chosen!r} (nccl or lora-adapter)"
+                Env.WEIGHT_SYNC, f"unknown weight-sync mode {chosen!r} (nccl or lora-adapter)"
             )
         weight_sync = "nccl" if chosen == "nccl" else "lora-adapter"
         if weight_sync == "lora-adapter" and spec.algorithm.lora is None:
@@ -157,12 +147,12 @@ def resolve_settings(
                 "spec.weightSync",
                 "lora-adapter needs spec.algorithm.lora (only adapters load at runtime)",
             )
-    port_text = env.get(METRICS_PORT_ENV)
+    port_text = env.get(Env.METRICS_PORT)
     if metrics_port is None and port_text:
         try:
             metrics_port = int(port_text)
         except ValueError as exc:
-            raise TrainConfigError(METRICS_PORT_ENV, f"not a port number: {port_text!r}") from exc
+            raise TrainConfigError(Env.METRICS_PORT, f"not a port number: {port_text!r}") from exc
     return TrainSettings(
         name=name,
         spec=spec,
@@ -170,9 +160,9 @@ def resolve_settings(
         model_path=_model_path(spec, base_dir, env),
         run_dir=run_dir.resolve(),
         inference_url=inference_url.rstrip("/") if inference_url else None,
-        served_model=served_model or env.get(INFERENCE_MODEL_ENV) or spec.model.name,
+        served_model=served_model or env.get(Env.INFERENCE_MODEL) or spec.model.name,
         weight_sync=weight_sync,
-        pool_url=pool_url or env.get(POOL_URL_ENV) or None,
+        pool_url=pool_url or env.get(Env.POOL_URL) or None,
         tasks_file=tasks_file,
         metrics_port=metrics_port,
         api_key=next((env[k] for k in API_KEY_ENVS if env.get(k)), None),

@@ -42,6 +42,7 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from crl_worker.api.contract import Env
 from crl_worker.tasks.model import Task
 from crl_worker.train.errors import TrainConfigError
 from crl_worker.train.monitor import Monitor, RolloutStats, merge_stats, read_status
@@ -51,8 +52,8 @@ from crl_worker.train.settings import TrainSettings
 
 if TYPE_CHECKING:
     from crl_worker.agent.client import ChatClient, Policy
-    from crl_worker.bench.config import Sandboxes
     from crl_worker.pool.gateway import Gateway
+    from crl_worker.rollout.setup import Sandboxes
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +65,6 @@ PREEMPTED_EXIT = {signal.SIGTERM: 143, signal.SIGINT: 130}
 PUSH_ATTEMPTS = 3
 #: Tries of a batch whose every rollout failed for infrastructure reasons.
 BATCH_ATTEMPTS = 3
-#: The headless Service listing every inference replica (set by the operator).
-PEERS_ENV = "CRL_INFERENCE_PEERS"
 #: Name of the extra column carrying each rollout's reward to the reward function.
 REWARD_COLUMN = "crl_reward"
 
@@ -164,7 +163,7 @@ class TrainingJob:
     # --- setup ------------------------------------------------------------------------------
 
     async def _start_services(self) -> None:
-        from crl_worker.bench.config import Sandboxes
+        from crl_worker.rollout.setup import Sandboxes
 
         s = self.settings
         pool_url = s.pool_url
@@ -208,7 +207,7 @@ class TrainingJob:
             return
         from crl_worker.train.weights import TensorSpec, make_weight_sync, peers_url
 
-        peers_host = os.environ.get(PEERS_ENV)
+        peers_host = os.environ.get(Env.INFERENCE_PEERS)
         manifest = None
         if s.weight_sync == "nccl":
             model = self.trainer.accelerator.unwrap_model(self.trainer.model_wrapped)

@@ -1,19 +1,14 @@
-"""The runner's progress report, and how it reaches the Benchmark's status in a cluster.
+"""How a worker publishes its progress report to the operator in a cluster.
 
-The runner publishes a small JSON report after each finished attempt and once at the end
-(:class:`ProgressReport`: counts, resolve rate, pass@k, whether it finished). In a cluster the
-operator gives the runner a ConfigMap of its own (`CRL_PROGRESS_CONFIGMAP`) and a
-ServiceAccount allowed to `get` and `patch` that one ConfigMap; :class:`ConfigMapReporter`
-merge-patches the report into its key `progress.json`, and the operator copies it into the
-Benchmark's `status.progress`, `status.resolveRate` and `status.passAtK`. On one machine there is
-no reporter (:func:`reporter_from_env` returns None); the results folder has the summary.
+In a cluster the operator gives a worker (the benchmark runner, the trainer) a ConfigMap of its
+own (:attr:`~crl_worker.api.contract.Env.PROGRESS_CONFIGMAP`) and a ServiceAccount allowed to
+`get` and `patch` that one ConfigMap; :class:`ConfigMapReporter` merge-patches the report (a
+model of crl_worker.api.progress) into its key `progress.json`, and the operator copies it into
+the resource's status. On one machine there is no reporter (:func:`reporter_from_env` returns
+None): the results folder and the logs say the same.
 
-The trainer reports the same way (crl_worker.train.report): :class:`ConfigMapReporter` takes the
-report model, the field manager and the key as arguments, and :class:`WireReport` gives every
-report the same size limit and error messages on both ends.
-
-Publishing never fails the benchmark: a refused or unreachable API server is logged and the
-newest report is sent with the next publish.
+Publishing never fails the worker: a refused or unreachable API server is logged and the newest
+report is sent with the next publish.
 """
 
 from __future__ import annotations
@@ -25,146 +20,17 @@ import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidatorFunctionWrapHandler,
-    field_validator,
-    model_validator,
-)
-from pydantic.alias_generators import to_camel
+from pydantic import ValidationError
 
-from crl_worker.api.benchmark import BaselineComparison, PassAtK
+from crl_worker.api.contract import PROGRESS_KEY, RUNNER_FIELD_MANAGER, Env
+from crl_worker.api.progress import ProgressReport, WireReport
 
 log = logging.getLogger(__name__)
 
-#: The ConfigMap key the runner writes and the operator reads.
-PROGRESS_KEY = "progress.json"
-#: Environment variable naming the runner's progress ConfigMap (set by the operator).
-PROGRESS_CONFIGMAP_ENV = "CRL_PROGRESS_CONFIGMAP"
-#: The runner's field manager on that ConfigMap (the operator's own never sends `data`).
-FIELD_MANAGER = "crl-bench-runner"
 #: Where a pod finds its own namespace when POD_NAMESPACE is not set.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-#: The largest count a report may hold: JSON's safe integers, which every client reads exactly
-#: and which fit the status schema's int64. A larger one would make the operator's status patch
-#: fail (the API server refuses it), so it is refused with the report instead.
-MAX_COUNT = 2**53 - 1
-#: The longest `progress.json` read: a real report is well under a kilobyte (at most 16 pass@k
-#: values); anything bigger is refused unread rather than parsed at every reconcile.
-MAX_REPORT_CHARS = 64 * 1024
-
-
-class WireReport(BaseModel):
-    """Base of a report a worker publishes into a ConfigMap key for the operator to read:
-    camelCase JSON, unknown keys ignored (a newer worker may say more than this operator
-    reads), at most :data:`MAX_REPORT_CHARS` characters. Subclasses have a `finished` field
-    (the last report, which the reporter retries) and may have `updated_at`, which the
-    reporter fills in."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        extra="ignore",
-        use_attribute_docstrings=True,
-    )
-
-    @classmethod
-    def parse(cls, text: str) -> Self:
-        """Read a report's JSON; ValueError (with what is wrong) for anything malformed."""
-        if len(text) > MAX_REPORT_CHARS:
-            raise ValueError(
-                f"malformed progress report: {len(text)} characters, more than the"
-                f" {MAX_REPORT_CHARS} a report may have"
-            )
-        try:
-            return cls.model_validate_json(text)
-        except ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'report'}: {e['msg']}"
-                for e in err.errors()[:5]
-            )
-            raise ValueError(f"malformed progress report: {problems}") from None
-
-    def to_wire(self) -> dict[str, Any]:
-        """The JSON object as written to the ConfigMap (camelCase, nulls left out)."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-class ProgressReport(WireReport):
-    """What the runner publishes: `progress.json`, camelCase on the wire.
-
-    Unknown keys are ignored (a newer runner may say more than this operator reads), and so is
-    a malformed `comparison` (logged); the counts must add up, or the whole report is refused.
-    """
-
-    total: int = Field(ge=0, le=MAX_COUNT)
-    """Attempts to run (instances x attempts)."""
-    done: int = Field(ge=0, le=MAX_COUNT)
-    """Attempts finished: resolved, unresolved or errored."""
-    resolved: int = Field(ge=0, le=MAX_COUNT)
-    """Attempts that resolved their instance."""
-    errored: int = Field(default=0, ge=0, le=MAX_COUNT)
-    """Attempts lost to infrastructure failures (not counted as unresolved)."""
-    resolve_rate: float | None = Field(default=None, ge=0.0, le=1.0)
-    """resolved / (done - errored); None before any attempt finished without an error."""
-    pass_at_k: list[PassAtK] = Field(default_factory=list, max_length=16)
-    """Unbiased pass@k for each requested k, over the instances finished so far."""
-    finished: bool = False
-    """The runner is done (the last report)."""
-    updated_at: datetime | None = None
-    """When the runner wrote this report."""
-    comparison: BaselineComparison | None = None
-    """The paired comparison with the baseline, when the runner computed one."""
-
-    @field_validator("comparison", mode="wrap")
-    @classmethod
-    def _comparison_or_none(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        # The comparison is an extra: a malformed one is dropped, the progress still counts.
-        try:
-            comparison = handler(value)
-        except ValidationError as err:
-            log.warning("ignoring a malformed baseline comparison in a progress report: %s", err)
-            return None
-        if comparison is not None and comparison.shared_instances > MAX_COUNT:
-            log.warning(
-                "ignoring a baseline comparison over %d shared instances in a progress report",
-                comparison.shared_instances,
-            )
-            return None
-        return comparison
-
-    @model_validator(mode="after")
-    def _counts_add_up(self) -> ProgressReport:
-        if self.resolved + self.errored > self.done:
-            raise ValueError(
-                f"resolved ({self.resolved}) + errored ({self.errored}) exceed done ({self.done})"
-            )
-        if self.done > self.total:
-            raise ValueError(f"done ({self.done}) exceeds total ({self.total})")
-        if any(p.k > MAX_COUNT for p in self.pass_at_k):
-            raise ValueError(f"passAtK: k above {MAX_COUNT}")
-        return self
-
-    @field_validator("pass_at_k", mode="after")
-    @classmethod
-    def _each_k_once(cls, values: list[PassAtK]) -> list[PassAtK]:
-        # One value per k in the status. A k listed twice (a one-machine spec may say
-        # `passAtK: [1, 1]`; the API server refuses that) is dropped after its first value
-        # rather than losing the whole report.
-        seen: set[int] = set()
-        out = []
-        for value in values:
-            if value.k not in seen:
-                seen.add(value.k)
-                out.append(value)
-        return out
 
 
 class ProgressReporter(Protocol):
@@ -201,7 +67,7 @@ class ConfigMapReporter:
         request_timeout: float = 10.0,
         final_retries: int = 3,
         retry_delay: float = 1.0,
-        field_manager: str = FIELD_MANAGER,
+        field_manager: str = RUNNER_FIELD_MANAGER,
         key: str = PROGRESS_KEY,
         model: type[WireReport] = ProgressReport,
     ) -> None:
@@ -323,7 +189,7 @@ class ConfigMapReporter:
 def reporter_from_env(
     env: Mapping[str, str] | None = None,
     *,
-    field_manager: str = FIELD_MANAGER,
+    field_manager: str = RUNNER_FIELD_MANAGER,
     model: type[WireReport] = ProgressReport,
 ) -> ConfigMapReporter | None:
     """The ConfigMap reporter the operator configured (`CRL_PROGRESS_CONFIGMAP`, `POD_NAMESPACE`);
@@ -333,10 +199,10 @@ def reporter_from_env(
     worker started by hand, or a test acting as the pod.
     """
     env = os.environ if env is None else env
-    name = env.get(PROGRESS_CONFIGMAP_ENV)
+    name = env.get(Env.PROGRESS_CONFIGMAP)
     if not name:
         return None
-    namespace = env.get("POD_NAMESPACE")
+    namespace = env.get(Env.POD_NAMESPACE)
     if not namespace:
         try:
             namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
@@ -345,7 +211,7 @@ def reporter_from_env(
     if not namespace:
         log.warning(
             "%s is set but the namespace is unknown (set POD_NAMESPACE); progress is not published",
-            PROGRESS_CONFIGMAP_ENV,
+            Env.PROGRESS_CONFIGMAP,
         )
         return None
     return ConfigMapReporter(
