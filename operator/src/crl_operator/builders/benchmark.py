@@ -7,7 +7,7 @@ operator's own vLLM Service, or the external endpoint with the API key from the 
 spec names (a `secretKeyRef`: the operator never reads the Secret).
 
 The runner reports its progress into a ConfigMap of its own, `<bench>-progress`, key
-`progress.json` (crl_worker.bench.report), with a ServiceAccount that may `get` and `patch` that
+`progress.json` (crl_worker.rollout.report), with a ServiceAccount that may `get` and `patch` that
 one ConfigMap and nothing else (crl_operator.builders.progress).
 """
 

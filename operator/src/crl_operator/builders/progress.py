@@ -1,8 +1,8 @@
 """The progress channel of a worker Job: a ConfigMap the worker writes its report into, and the
 identity that may write it. Used by the Benchmark's runner and the TrainingRun's trainer.
 
-The worker merge-patches key `progress.json` of `<resource>-progress` (crl_worker.bench.report,
-crl_worker.train.report) and the reconcile copies the report into the resource's status. The
+The worker merge-patches key `progress.json` of `<resource>-progress` (crl_worker.rollout.report,
+crl_worker.api.progress) and the reconcile copies the report into the resource's status. The
 operator creates that ConfigMap without data and never sends its `data`, so with server-side
 apply the key stays the worker's; the worker's ServiceAccount may `get` and `patch` that one
 ConfigMap and nothing else.

@@ -14,15 +14,41 @@ import importlib.util
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from crl_worker.train.errors import TrainConfigError
 from crl_worker.train.settings import TrainSettings
 
-if TYPE_CHECKING:
-    from crl_worker.train.trainer import TrainingJob
-
 logger = logging.getLogger(__name__)
+
+
+class TrainingJob(Protocol):
+    """What the builder needs of the job it builds a trainer for (the trainer module's
+    ``TrainingJob`` is one): its settings, the dataset's order, the rollouts and the callbacks.
+    A protocol here keeps the builder from importing the trainer that imports it."""
+
+    settings: TrainSettings
+    """The resolved TrainingRun."""
+    world: int
+    """Processes in the run."""
+    task_order: list[str]
+    """The instance ids of the dataset, in training order."""
+
+    def rollout_func(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        """TRL's rollout function: one group of trajectories per prompt."""
+        ...
+
+    def on_log(self, step: int, logs: dict[str, Any]) -> None:
+        """TRL logged ``logs`` at ``step``."""
+        ...
+
+    def on_step_end(self, step: int) -> bool:
+        """An optimizer step ended; True asks TRL to stop."""
+        ...
+
+    def on_save(self, step: int) -> None:
+        """TRL saved a checkpoint at ``step``."""
+        ...
 
 
 def uses_deepspeed(settings: TrainSettings, world: int) -> bool:
