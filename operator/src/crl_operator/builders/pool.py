@@ -160,7 +160,7 @@ def gateway_objects(pool: RolloutPool, namespace: str, config_hash: str) -> list
     tasks = task_mount(pool.spec.tasks)
     container_env = [
         env_field("POD_NAMESPACE", "metadata.namespace"),
-        env_field("POD_NAME", "metadata.name"),
+        env_field(Env.POD_NAME, "metadata.name"),
         env(Env.POOL_NAME, name),
         # The gateway makes its sandbox pods owned by the RolloutPool (garbage collected with
         # it); offline there is no uid and the gateway reads it from the API.

@@ -50,6 +50,8 @@ class Env(StrEnum):
     """The ConfigMap a worker merge-patches its progress report into (key :data:`PROGRESS_KEY`)."""
     POD_NAMESPACE = "POD_NAMESPACE"
     """The pod's namespace (downward API); the service account's namespace file otherwise."""
+    POD_NAME = "POD_NAME"
+    """The pod's name (downward API): the gateway's id on the sandbox pods it creates."""
     INFERENCE_URL = "CRL_INFERENCE_URL"
     """The trainer's inference server (OpenAI ``/v1`` root) for rollouts and weight sync."""
     INFERENCE_MODEL = "CRL_INFERENCE_MODEL"
@@ -93,7 +95,8 @@ class EnvVar:
     set_for: frozenset[Component]
     """The workers whose containers the operator gives this variable."""
     user_set: bool = False
-    """A user may set it (in ``spec.*.env`` or on one machine); no builder needs to."""
+    """A user may set it (in ``spec.*.env`` or on one machine), or it is optional; no builder
+    needs to set it for every worker that reads it."""
 
 
 #: Every :class:`Env` member: which workers the operator sets it for, and whether users set it.
@@ -110,6 +113,8 @@ ENVIRONMENT: dict[Env, EnvVar] = {
     Env.BASELINE_RESULTS: EnvVar(frozenset({"benchmark-runner"})),
     Env.PROGRESS_CONFIGMAP: EnvVar(frozenset({"benchmark-runner", "trainer"})),
     Env.POD_NAMESPACE: EnvVar(frozenset({"benchmark-runner", "trainer", "pool-gateway"})),
+    # Any worker that makes Kubernetes sandboxes reads it; the host name (a pod's name) otherwise.
+    Env.POD_NAME: EnvVar(frozenset({"pool-gateway"}), user_set=True),
     Env.INFERENCE_URL: EnvVar(frozenset({"trainer"}), user_set=True),
     Env.INFERENCE_MODEL: EnvVar(frozenset({"trainer"}), user_set=True),
     Env.INFERENCE_PEERS: EnvVar(frozenset({"trainer"})),

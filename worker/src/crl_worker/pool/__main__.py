@@ -17,6 +17,7 @@ from typing import Any, get_args
 from pydantic import ValidationError
 
 from crl_worker.api.common import PoolSettings, TaskFormat
+from crl_worker.api.contract import Env
 from crl_worker.errors import CrlError
 from crl_worker.logs import setup_logging
 from crl_worker.pool.config import GatewayConfig, load_tasks, read_config_file
@@ -34,8 +35,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--config",
         type=Path,
-        default=Path(os.environ["CRL_CONFIG"]) if os.environ.get("CRL_CONFIG") else None,
-        help="config.yaml from the operator, or a RolloutPool manifest (default: $CRL_CONFIG)",
+        default=Path(os.environ[Env.CONFIG]) if os.environ.get(Env.CONFIG) else None,
+        help=f"config.yaml from the operator, or a RolloutPool manifest (default: ${Env.CONFIG})",
     )
     p.add_argument("--tasks", type=Path, help="task file (JSON, JSONL, Parquet)")
     p.add_argument(
@@ -77,6 +78,16 @@ def parser() -> argparse.ArgumentParser:
 def build_config(args: argparse.Namespace) -> GatewayConfig:
     """Merge defaults, the config file and the flags."""
     fields: dict[str, Any] = read_config_file(args.config) if args.config else {}
+    # What the operator tells the gateway's pod (the Deployment's env), under the file's values.
+    from_env = {
+        "pool": Env.POOL_NAME,
+        "pool_uid": Env.POOL_UID,
+        "namespace": Env.POD_NAMESPACE,
+        "gateway_id": Env.POD_NAME,
+    }
+    for field, name in from_env.items():
+        if os.environ.get(name) and field not in fields:
+            fields[field] = os.environ[name]
     settings = (fields.pop("settings", None) or PoolSettings()).to_wire()
     direct = {
         "tasks": "tasks_file",

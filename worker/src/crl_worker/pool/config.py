@@ -38,16 +38,15 @@ class GatewayConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    pool: str = Field(default_factory=lambda: os.environ.get("CRL_POOL_NAME") or "local")
-    """Name of the RolloutPool (labels, metrics, sandbox names); ``$CRL_POOL_NAME``."""
-    namespace: str = Field(default_factory=lambda: os.environ.get("POD_NAMESPACE") or "default")
+    pool: str = "local"
+    """Name of the RolloutPool (labels, metrics, sandbox names); ``$CRL_POOL_NAME`` in the
+    gateway's pod."""
+    namespace: str = "default"
     """Namespace of the RolloutPool and its sandbox pods; ``$POD_NAMESPACE`` in a pod."""
-    pool_uid: str | None = Field(default_factory=lambda: os.environ.get("CRL_POOL_UID") or None)
+    pool_uid: str | None = None
     """uid of the RolloutPool, for the pods' owner reference (``$CRL_POOL_UID``); read from the
     API when empty."""
-    gateway_id: str = Field(
-        default_factory=lambda: os.environ.get("POD_NAME") or socket.gethostname()
-    )
+    gateway_id: str = Field(default_factory=socket.gethostname)
     """This gateway's name (its pod name in a cluster): it labels the pods it creates, so
     gateways of one pool never collect each other's sandboxes."""
     backend: Backend = Field(

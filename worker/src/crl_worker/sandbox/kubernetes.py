@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from crl_worker.api.base import API_VERSION
 from crl_worker.api.common import SandboxSpec, TaskFormat
-from crl_worker.api.contract import ROLE_SANDBOX, Annotation, Label, SandboxState
+from crl_worker.api.contract import ROLE_SANDBOX, Annotation, Env, Label, SandboxState
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult, Sandbox
 from crl_worker.sandbox.gitstate import DIFF_SCRIPT, RESET_SCRIPT, SNAPSHOT_SCRIPT
@@ -93,7 +93,7 @@ class KubernetesSandboxConfig(BaseModel):
     pool_uid: str | None = None
     """uid of the RolloutPool (owner reference); pods are unowned when empty (tests only)."""
     gateway_id: str = Field(
-        default_factory=lambda: os.environ.get("POD_NAME") or socket.gethostname()
+        default_factory=lambda: os.environ.get(Env.POD_NAME) or socket.gethostname()
     )
     """Name of the gateway that creates the pods (its pod name in a cluster)."""
     kubeconfig: str | None = None

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from crl_worker.api.common import TaskSource
+from crl_worker.api.contract import Env
 from crl_worker.errors import CrlError
 from crl_worker.tasks.loaders import LoadResult, load_records, load_tasks
 from crl_worker.tasks.records import rows_with_refs
@@ -31,7 +32,7 @@ class TaskSourceError(CrlError):
 
 def cache_dir() -> Path:
     """Where downloaded task files are kept (``$CRL_CACHE_DIR/tasks``)."""
-    root = Path(os.environ.get("CRL_CACHE_DIR") or Path.home() / ".cache" / "coderepairrl")
+    root = Path(os.environ.get(Env.CACHE_DIR) or Path.home() / ".cache" / "coderepairrl")
     return root / "tasks"
 
 

@@ -37,19 +37,21 @@ def parser() -> argparse.ArgumentParser:
         "--config",
         type=Path,
         default=Path(os.environ[Env.CONFIG]) if os.environ.get(Env.CONFIG) else None,
-        help="the operator's config.yaml or a TrainingRun manifest (default: $CRL_CONFIG)",
+        help=f"the operator's config.yaml or a TrainingRun manifest (default: ${Env.CONFIG})",
     )
     p.add_argument(
-        "--output", type=Path, help="run folder (default: $CRL_CHECKPOINT_DIR, else ./runs/NAME)"
+        "--output", type=Path, help=f"run folder (default: ${Env.CHECKPOINT_DIR}, else ./runs/NAME)"
     )
     p.add_argument(
         "--url",
-        help="vLLM server's OpenAI API root (default: $CRL_INFERENCE_URL; none: in-process)",
+        help=f"vLLM server's OpenAI API root (default: ${Env.INFERENCE_URL}; none: in-process)",
     )
     p.add_argument("--model", help="model name the server serves (default: spec.model.name)")
     p.add_argument("--tasks", type=Path, help="task file where the operator mounted the source")
     p.add_argument("--steps", type=int, help="optimizer steps (default: spec.algorithm.steps)")
-    p.add_argument("--metrics-port", type=int, help="Prometheus port (default: $CRL_METRICS_PORT)")
+    p.add_argument(
+        "--metrics-port", type=int, help=f"Prometheus port (default: ${Env.METRICS_PORT})"
+    )
     p.add_argument(
         "--preflight-only",
         action="store_true",
