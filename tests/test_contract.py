@@ -294,3 +294,11 @@ def test_no_contract_name_is_spelled_outside_the_contract() -> None:
                     if not NOT_CONTRACT.match(match.group()):
                         spelled.append(f"{path.relative_to(ROOT)}:{line}: {match.group()}")
     assert not spelled, "names the contract defines, spelled again:\n" + "\n".join(spelled)
+
+
+def test_the_docs_list_every_variable() -> None:
+    text = (ROOT / "docs" / "operator.md").read_text()
+    section = text[text.index("## The operator-worker contract") :]
+    section = section[: section.index("\n## ", 1)]
+    missing = [e.value for e in Env if f"`{e.value}`" not in section]
+    assert not missing, f"docs/operator.md's contract table lacks {missing}"
