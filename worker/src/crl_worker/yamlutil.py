@@ -13,12 +13,15 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    value = str.__str__(value)  # a str subclass (a contract name, a StrEnum) as its plain text
     if "\n" in value and not any(line != line.rstrip() for line in value.splitlines()):
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
     return dumper.represent_scalar("tag:yaml.org,2002:str", value)
 
 
 _Dumper.add_representer(str, _str)
+# Subclasses too: the builders name variables and labels with crl_worker.api.contract's StrEnums.
+_Dumper.add_multi_representer(str, _str)
 
 
 def dump(obj: Any) -> str:
