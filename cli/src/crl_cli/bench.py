@@ -9,7 +9,6 @@ its exit code says whether a minimum improvement was met, so a success criterion
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections.abc import Mapping
@@ -192,105 +191,44 @@ def bench(
     failures (rerun to retry them) or gave up after too many in a row, 2 on wrong usage,
     130/143 when interrupted.
     """
-    from crl_worker.agent.loop import tune_gc
-    from crl_worker.bench.config import (
-        BenchConfigError,
-        check_agent,
-        load_benchmark_tasks,
-        resolve_endpoint,
-        run_identity,
-    )
-    from crl_worker.bench.runner import (
-        Baseline,
-        BenchmarkRunner,
-        default_error_limit,
-        run_until_signalled,
-    )
+    from crl_worker.bench.config import BenchConfigError, BenchTasksError
+    from crl_worker.bench.setup import prepare_benchmark
     from crl_worker.bench.summary import summary_table
-    from crl_worker.errors import SandboxError
-    from crl_worker.rollout.results import ResultsError, ResultsStore
-    from crl_worker.rollout.setup import (
-        AgentKind,
-        Policies,
-        RolloutSetupError,
-        Sandboxes,
-        check_endpoint,
-    )
 
-    kind: AgentKind = "gold" if agent is Agent.gold else "openai"
     config = _benchmark(file)
-    spec = config.spec
     try:
-        endpoint = None if kind == "gold" else resolve_endpoint(spec, url=url, model=model)
-        check_agent(spec.agent)
-    except BenchConfigError as exc:
-        raise usage_error(str(exc)) from None
-    try:
-        selected = load_benchmark_tasks(
-            config, tasks_file=tasks, instance_ids=instance or None, limit=limit
+        setup = prepare_benchmark(
+            config,
+            agent="gold" if agent is Agent.gold else "openai",
+            url=url,
+            model=model,
+            tasks_file=tasks,
+            instance_ids=instance,
+            limit=limit,
+            results=results,
+            restart=restart,
+            baseline=baseline,
+            parallelism=jobs,
+            retries=retries,
+            max_errors=max_errors,
         )
-    except BenchConfigError as exc:
+    except BenchTasksError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(INVALID) from None
-    policies = Policies.make(kind, endpoint)
-    folder = results or Path(spec.results.path)
-    store = ResultsStore(folder)
-    try:
-        store.open(run_identity(config, agent=kind, model=policies.model), restart=restart)
-    except ResultsError as exc:
+    except BenchConfigError as exc:
         raise usage_error(str(exc)) from None
-    if endpoint is not None:
-        try:
-            asyncio.run(check_endpoint(endpoint))
-        except RolloutSetupError as exc:
-            raise usage_error(str(exc)) from None
-    try:
-        sandboxes = Sandboxes.make(None)
-    except SandboxError as exc:
-        raise usage_error(str(exc)) from None
-    comparison = None
-    if baseline is not None:
-        minimum = spec.baseline.minimum_improvement if spec.baseline else None
-        confidence = spec.baseline.confidence_level if spec.baseline else 0.95
-        comparison = Baseline(baseline, str(baseline), confidence, minimum)
-    done_before = len(
-        store.finished() & {(t.instance_id, a) for t in selected for a in range(spec.attempts)}
-    )
+    folder = setup.folder
     quiet = output is Output.json
-    with _Display(len(selected) * spec.attempts, done_before, quiet) as display:
-        runner = BenchmarkRunner(
-            selected,
-            agent=spec.agent,
-            store=store,
-            policy_factory=policies.factory,
-            sandbox_factory=sandboxes.factory,
-            suite=spec.suite.name,
-            model=policies.model,
-            attempts=spec.attempts,
-            pass_at_k=spec.pass_at_k,
-            parallelism=jobs or spec.parallelism,
-            progress=display.update,
-            baseline=comparison,
-            retries=retries,
-            max_consecutive_errors=(
-                default_error_limit(jobs or spec.parallelism)
-                if max_errors is None
-                else (max_errors or None)
-            ),
-        )
+    with _Display(setup.total, setup.done_before, quiet) as display:
+        setup.runner.progress = display.update
         if not quiet:
             err.print(
-                f"{escape(config.name)}: {len(selected)} instances x {spec.attempts} attempts"
-                f" with {escape(policies.model)}; {done_before} already done; results in"
-                f" {escape(str(folder))}",
+                f"{escape(config.name)}: {len(setup.tasks)} instances x {config.spec.attempts}"
+                f" attempts with {escape(setup.model)}; {setup.done_before} already done;"
+                f" results in {escape(str(folder))}",
                 highlight=False,
             )
-        # Many trajectories in flight: fewer full GC passes over them (see tune_gc).
-        tune_gc()
-        try:
-            outcome, signalled = asyncio.run(run_until_signalled(runner, policies, sandboxes))
-        finally:
-            store.close()
+        outcome, signalled = setup.run()
     summary = outcome.summary
     if quiet:
         sys.stdout.write(json.dumps(summary) + "\n")

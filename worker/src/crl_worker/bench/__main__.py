@@ -5,46 +5,51 @@ spec}``) or a Benchmark manifest. The model comes from ``CRL_MODEL_URL``, ``CRL_
 ``CRL_API_KEY`` (else ``spec.model.endpoint``); sandboxes from the pool gateway at
 ``CRL_POOL_URL`` when set, else local ones; results go to ``--results``, else
 ``CRL_RESULTS_DIR``, else ``spec.results.path``. Progress goes to the Benchmark's status
-through :func:`crl_worker.rollout.report.reporter_from_env` when the operator set it up.
+through :func:`crl_worker.rollout.report.reporter_from_env` when the operator set it up. The
+setup itself is :func:`crl_worker.bench.setup.prepare_benchmark`, shared with ``crl bench``.
 
 Exit status: 0 when the suite finished (whatever its resolve rate; infrastructure failures are
-counted in the summary), 2 when the run cannot be set up, 128 + the signal's number when
-stopped by SIGINT or SIGTERM (rerun the same command to resume).
+counted in the summary), 1 when it gave up (too many infrastructure failures in a row, or a
+result that could not be written), 2 when the run cannot be set up (or the command line is
+wrong), 128 + the signal's number when stopped by SIGINT or SIGTERM (rerun the same command to
+resume).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
 from pathlib import Path
 
-from crl_worker.agent.loop import tune_gc
 from crl_worker.api.contract import Env
-from crl_worker.bench.config import (
-    check_agent,
-    load_benchmark_tasks,
-    read_benchmark,
-    resolve_endpoint,
-    run_identity,
-)
-from crl_worker.bench.runner import (
-    Baseline,
-    BenchmarkRunner,
-    default_error_limit,
-    run_until_signalled,
-)
+from crl_worker.bench.config import BenchConfigError, read_benchmark
+from crl_worker.bench.setup import prepare_benchmark
 from crl_worker.logs import setup_logging
 from crl_worker.rollout.report import reporter_from_env
-from crl_worker.rollout.results import ResultsError, ResultsStore
-from crl_worker.rollout.setup import Policies, RolloutSetupError, Sandboxes, check_endpoint
 
 logger = logging.getLogger("crl_worker.bench")
 
 #: Exit status when the run cannot be set up.
 SETUP_ERROR = 2
+
+
+def _env_path(name: Env) -> Path | None:
+    """The path in the environment variable ``name``, or None when it is unset or empty."""
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def _count(text: str) -> int:
+    """A whole number of at least 0 (argparse's type for ``--retries`` and ``--max-errors``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, not {value}")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:
@@ -56,8 +61,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--config",
         type=Path,
-        default=Path(os.environ["CRL_CONFIG"]) if os.environ.get("CRL_CONFIG") else None,
-        help="config.yaml from the operator, or a Benchmark manifest (default: $CRL_CONFIG)",
+        default=_env_path(Env.CONFIG),
+        help=f"config.yaml from the operator, or a Benchmark manifest (default: ${Env.CONFIG})",
     )
     p.add_argument("--tasks", type=Path, help="task file where the operator mounted the source")
     p.add_argument(
@@ -74,22 +79,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--baseline",
         type=Path,
-        default=Path(os.environ[Env.BASELINE_RESULTS])
-        if os.environ.get(Env.BASELINE_RESULTS)
-        else None,
+        default=_env_path(Env.BASELINE_RESULTS),
         help=f"results folder of the baseline to compare with (default: ${Env.BASELINE_RESULTS})",
     )
     p.add_argument("--restart", action="store_true", help="move old results aside, start over")
     p.add_argument(
         "--retries",
-        type=int,
+        type=_count,
         default=1,
         help="run an attempt that had an infrastructure failure again, after the rest, up to"
         " this many times (default 1)",
     )
     p.add_argument(
         "--max-errors",
-        type=int,
+        type=_count,
         help="give up after this many infrastructure failures in a row (default: max(10, 2 x"
         " parallelism); 0: never)",
     )
@@ -107,66 +110,35 @@ def main(argv: list[str] | None = None) -> int:
         return SETUP_ERROR
     try:
         config = read_benchmark(args.config, name=os.environ.get(Env.BENCHMARK_NAME))
-        spec = config.spec
-        check_agent(spec.agent)
-        tasks = load_benchmark_tasks(config, tasks_file=args.tasks)
-        endpoint = None if args.agent == "gold" else resolve_endpoint(spec)
-        policies = Policies.make(args.agent, endpoint)
-        model = policies.model
-        results = args.results or Path(os.environ.get(Env.RESULTS_DIR) or spec.results.path)
-        store = ResultsStore(results)
-        store.open(run_identity(config, agent=args.agent, model=model), restart=args.restart)
-    except (RolloutSetupError, ResultsError) as exc:
+        setup = prepare_benchmark(
+            config,
+            agent=args.agent,
+            tasks_file=args.tasks,
+            results=args.results or _env_path(Env.RESULTS_DIR),
+            restart=args.restart,
+            baseline=args.baseline,
+            retries=args.retries,
+            max_errors=args.max_errors,
+            pool_url=os.environ.get(Env.POOL_URL) or None,
+            # In a cluster the model server may still be coming up; the client's retries wait.
+            require_endpoint=False,
+            reporter=reporter_from_env(),
+        )
+    except BenchConfigError as exc:
         logger.error("%s", exc)
         return SETUP_ERROR
-    if endpoint is not None:
-        try:
-            asyncio.run(check_endpoint(endpoint))
-        except RolloutSetupError as exc:
-            # In a cluster the server may still be coming up; the client's retries wait for it.
-            logger.warning("%s", exc)
-    sandboxes = Sandboxes.make(os.environ.get(Env.POOL_URL))
-    baseline = None
-    if args.baseline is not None:
-        minimum = spec.baseline.minimum_improvement if spec.baseline else None
-        confidence = spec.baseline.confidence_level if spec.baseline else 0.95
-        name = spec.baseline.name if spec.baseline else str(args.baseline)
-        baseline = Baseline(args.baseline, name, confidence, minimum)
-    runner = BenchmarkRunner(
-        tasks,
-        agent=spec.agent,
-        store=store,
-        policy_factory=policies.factory,
-        sandbox_factory=sandboxes.factory,
-        suite=spec.suite.name,
-        model=model,
-        attempts=spec.attempts,
-        pass_at_k=spec.pass_at_k,
-        parallelism=spec.parallelism,
-        reporter=reporter_from_env(),
-        baseline=baseline,
-        retries=max(args.retries, 0),
-        max_consecutive_errors=(
-            default_error_limit(spec.parallelism)
-            if args.max_errors is None
-            else (args.max_errors or None)
-        ),
-    )
+    results = setup.folder
     logger.info(
-        "benchmark %s: %d instances x %d attempts of %s with %s, results in %s",
+        "benchmark %s: %d instances x %d attempts of %s with %s, %d already done, results in %s",
         config.name,
-        len(tasks),
-        spec.attempts,
-        spec.suite.name,
-        model,
+        len(setup.tasks),
+        config.spec.attempts,
+        config.spec.suite.name,
+        setup.model,
+        setup.done_before,
         results,
     )
-    # Many trajectories in flight: fewer full GC passes over them (see tune_gc).
-    tune_gc()
-    try:
-        outcome, signalled = asyncio.run(run_until_signalled(runner, policies, sandboxes))
-    finally:
-        store.close()
+    outcome, signalled = setup.run()
     summary = outcome.summary
     logger.info(
         "benchmark %s: %d/%d done, %d resolved, %d errored, resolve rate %s",

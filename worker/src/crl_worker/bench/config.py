@@ -22,7 +22,13 @@ from crl_worker.tasks.sources import load_source
 
 
 class BenchConfigError(RolloutSetupError):
-    """The benchmark cannot be set up (bad config file, no model endpoint, no tasks)."""
+    """The benchmark cannot be set up (bad config file, no model endpoint or one that does not
+    answer, no tasks, a results folder of another run, no sandboxes)."""
+
+
+class BenchTasksError(BenchConfigError):
+    """The suite's tasks cannot be read (a malformed record, an unreadable source), or the
+    selection holds an instance the suite lacks, or none at all."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,7 @@ class BenchmarkConfig:
 
 def read_benchmark(path: Path, *, name: str | None = None) -> BenchmarkConfig:
     """Read the operator's worker config (``{apiVersion, kind, name, spec}``) or a Benchmark
-    manifest (``metadata.name``); the first Benchmark document of a multi-document file.
+    manifest (``metadata.name``); the one Benchmark document of a multi-document file.
 
     ``name`` (the operator's ``CRL_BENCHMARK_NAME`` in a cluster) overrides the file's name.
     """
@@ -78,16 +84,17 @@ def load_benchmark_tasks(
 ) -> list[Task]:
     """The suite's tasks: its source (relative paths against the config's folder, or
     ``tasks_file`` where the operator mounted it), its filter, then ``instance_ids`` and
-    ``limit``. Raises when a record is malformed or an id asked for is missing."""
+    ``limit``. Raises :class:`BenchTasksError` when a record is malformed or an id asked for
+    is missing."""
     try:
         loaded = load_source(
             config.spec.suite.tasks, mounted_path=tasks_file, base_dir=config.path.parent
         )
     except (CrlError, OSError, ValueError) as exc:
-        raise BenchConfigError(f"cannot read the suite's tasks: {exc}") from exc
+        raise BenchTasksError(f"cannot read the suite's tasks: {exc}") from exc
     if loaded.errors:
         shown = "; ".join(str(e) for e in loaded.errors[:5])
-        raise BenchConfigError(
+        raise BenchTasksError(
             f"{len(loaded.errors)} task record(s) of the suite are malformed ({shown}); fix them "
             "or check the file with `crl tasks check`"
         )
@@ -96,13 +103,13 @@ def load_benchmark_tasks(
         known = {t.instance_id for t in tasks}
         unknown = [i for i in instance_ids if i not in known]
         if unknown:
-            raise BenchConfigError(f"the suite has no instance {', '.join(unknown)}")
+            raise BenchTasksError(f"the suite has no instance {', '.join(unknown)}")
         wanted = set(instance_ids)
         tasks = [t for t in tasks if t.instance_id in wanted]
     if limit is not None:
         tasks = tasks[:limit]
     if not tasks:
-        raise BenchConfigError("the suite selects no instance")
+        raise BenchTasksError("the suite selects no instance")
     return tasks
 
 
