@@ -29,6 +29,7 @@ from rich.progress import (
 
 from crl_cli.common import INVALID, Output, err, out, single_resource, usage_error
 from crl_worker.api import Benchmark
+from crl_worker.api.contract import Env
 
 if TYPE_CHECKING:
     # The runner pulls in the agent's HTTP client and the sandboxes: imported when a command
@@ -128,11 +129,11 @@ def bench(
     url: Annotated[
         str | None,
         typer.Option(
-            "--url", help="API root, e.g. http://localhost:8000/v1 (else $CRL_MODEL_URL)."
+            "--url", help=f"API root, e.g. http://localhost:8000/v1 (else ${Env.MODEL_URL})."
         ),
     ] = None,
     model: Annotated[
-        str | None, typer.Option("--model", help="Model name (else $CRL_MODEL_NAME).")
+        str | None, typer.Option("--model", help=f"Model name (else ${Env.MODEL_NAME}).")
     ] = None,
     results: Annotated[
         Path | None,

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     setup_logging(args.log_format, args.log_level)
     if args.config is None:
-        logger.error("no config: give --config FILE (or set CRL_CONFIG)")
+        logger.error("no config: give --config FILE (or set %s)", Env.CONFIG)
         return SETUP_ERROR
     try:
         config = read_benchmark(args.config, name=os.environ.get(Env.BENCHMARK_NAME))
