@@ -10,15 +10,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
-from crl_worker.train.weights.protocol import TRANSFER_TIMEOUT, WeightSyncError
+from crl_worker.train.weights.protocol import (
+    TRANSFER_TIMEOUT,
+    AdapterUpdate,
+    WeightSyncError,
+    WeightUpdate,
+)
 from crl_worker.train.weights.servers import Servers, on_all
-
-if TYPE_CHECKING:
-    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +35,9 @@ class LoraAdapterSync:
     adapter directory must be readable by the server under the same path (the operator mounts
     the checkpoint volume at the same place in both pods).
     """
+
+    update_type: ClassVar[type[WeightUpdate]] = AdapterUpdate
+    """Pushes take a saved adapter."""
 
     def __init__(
         self,
@@ -64,16 +69,9 @@ class LoraAdapterSync:
         """The current adapter's name, or the base model before the first push."""
         return self.adapter_name(self.version) if self.version > 0 else self.base_model
 
-    async def push(
-        self,
-        version: int,
-        *,
-        adapter_dir: Path | None = None,
-        named_tensors: Iterable[tuple[str, torch.Tensor]] | None = None,
-    ) -> None:
-        """Load the adapter in ``adapter_dir`` as policy ``version`` on every server."""
-        if adapter_dir is None or named_tensors is not None:
-            raise ValueError("LoraAdapterSync pushes a saved adapter: pass adapter_dir only")
+    async def push(self, update: AdapterUpdate) -> None:
+        """Load the adapter in ``update.adapter_dir`` as policy ``update.version`` everywhere."""
+        version, adapter_dir = update.version, update.adapter_dir
         if version < 1:
             raise ValueError(f"policy versions pushed start at 1, got {version}")
         servers = await self._servers.resolve()

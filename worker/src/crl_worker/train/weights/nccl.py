@@ -15,11 +15,15 @@ import socket
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
-from crl_worker.train.weights.protocol import TRANSFER_TIMEOUT, WeightSyncError
+from crl_worker.train.weights.protocol import (
+    TRANSFER_TIMEOUT,
+    TensorUpdate,
+    WeightSyncError,
+    WeightUpdate,
+)
 from crl_worker.train.weights.servers import Servers, on_all, server_root
 from crl_worker.train.weights.transports import (
     TensorSpec,
@@ -96,6 +100,9 @@ class NcclWeightSync:
     to 0 and answers True, so the trainer pushes again from all ranks.
     """
 
+    update_type: ClassVar[type[WeightUpdate]] = TensorUpdate
+    """Pushes take the full tensor stream."""
+
     def __init__(
         self,
         base_url: str,
@@ -123,16 +130,9 @@ class NcclWeightSync:
         """The served model name: full weights replace the base model's in place."""
         return self.base_model
 
-    async def push(
-        self,
-        version: int,
-        *,
-        adapter_dir: Path | None = None,
-        named_tensors: Iterable[tuple[str, torch.Tensor]] | None = None,
-    ) -> None:
-        """Broadcast ``named_tensors`` as policy ``version`` into every server."""
-        if named_tensors is None or adapter_dir is not None:
-            raise ValueError("NcclWeightSync pushes full weights: pass named_tensors only")
+    async def push(self, update: TensorUpdate) -> None:
+        """Broadcast ``update.named_tensors`` as policy ``update.version`` into every server."""
+        version, named_tensors = update.version, update.named_tensors
         if version < 1:
             raise ValueError(f"policy versions pushed start at 1, got {version}")
         if self._manifest is None:
@@ -171,7 +171,7 @@ class NcclWeightSync:
         behind = self.version
         self.version = 0
         if self._reload is not None and behind > 0:
-            await self.push(behind, named_tensors=self._reload())
+            await self.push(TensorUpdate(behind, self._reload()))
         # True either way: re-pushed, or the caller must push (all ranks gather the weights).
         return behind > 0
 

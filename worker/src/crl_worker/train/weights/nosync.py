@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
-if TYPE_CHECKING:
-    import torch
+from crl_worker.train.weights.protocol import WeightUpdate
 
 
 class NoSync:
     """The trained model generates itself: nothing moves, the version follows the pushes."""
+
+    update_type: ClassVar[type[WeightUpdate]] = WeightUpdate
+    """Any update: none of it is moved."""
 
     def __init__(self, name: str) -> None:
         self.version = 0
@@ -21,15 +21,9 @@ class NoSync:
         """The fixed name the in-process policy answers to."""
         return self._name
 
-    async def push(
-        self,
-        version: int,
-        *,
-        adapter_dir: Path | None = None,
-        named_tensors: Iterable[tuple[str, torch.Tensor]] | None = None,
-    ) -> None:
-        """Record ``version``: the weights being trained are the ones generating."""
-        self.version = version
+    async def push(self, update: WeightUpdate) -> None:
+        """Record ``update.version``: the weights being trained are the ones generating."""
+        self.version = update.version
 
     async def ensure_loaded(self) -> bool:
         """Nothing can be lost: always False."""

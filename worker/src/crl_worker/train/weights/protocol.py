@@ -1,10 +1,18 @@
-"""The weight-sync interface and the error every push raises."""
+"""The weight-sync interface, the typed updates it pushes, and the error every push raises.
+
+Each implementation takes one kind of update: :class:`AdapterUpdate` (a saved LoRA adapter),
+:class:`TensorUpdate` (the full tensor stream) or any :class:`WeightUpdate` (in-process
+generation, where nothing moves). ``WeightSync`` is generic in that kind, so pushing the wrong
+one to a known implementation is a type error; :func:`push_update` is for a caller that learns
+the mode only at run time, and names the mismatch instead.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 from crl_worker.errors import InfrastructureError
 
@@ -31,9 +39,43 @@ class WeightSyncError(InfrastructureError):
         self.server_message = server_message
 
 
+@dataclass(frozen=True)
+class WeightUpdate:
+    """A new policy version to push; on its own, the update of a sync that moves nothing."""
+
+    version: int
+    """The policy version (the first pushed is 1; 0 is the server's base weights)."""
+
+
+@dataclass(frozen=True)
+class AdapterUpdate(WeightUpdate):
+    """Policy ``version`` as a LoRA adapter the trainer saved (PEFT ``save_pretrained``)."""
+
+    adapter_dir: Path
+    """The adapter's directory, readable by the server under the same path."""
+
+
+@dataclass(frozen=True)
+class TensorUpdate(WeightUpdate):
+    """Policy ``version`` as every tensor of the model, in the order of its manifest."""
+
+    named_tensors: Iterable[tuple[str, torch.Tensor]]
+    """``(name, tensor)`` pairs; a one-shot stream is fine (it is read once)."""
+
+
+U = TypeVar("U", bound=WeightUpdate)
+U_contra = TypeVar("U_contra", bound=WeightUpdate, contravariant=True)
+
+
 @runtime_checkable
-class WeightSync(Protocol):
-    """How the trainer's policy reaches the server the agents generate with."""
+class WeightSync(Protocol[U_contra]):
+    """How the trainer's policy reaches the server the agents generate with.
+
+    ``U_contra`` is the update the implementation pushes (``update_type`` at run time).
+    """
+
+    update_type: ClassVar[type[WeightUpdate]]
+    """The kind of update :meth:`push` takes (subclasses included)."""
 
     version: int
     """The policy version the server holds (0 = the base weights it started with)."""
@@ -42,14 +84,8 @@ class WeightSync(Protocol):
         """The ``model`` to send in chat requests to generate with the current version."""
         ...
 
-    async def push(
-        self,
-        version: int,
-        *,
-        adapter_dir: Path | None = None,
-        named_tensors: Iterable[tuple[str, torch.Tensor]] | None = None,
-    ) -> None:
-        """Make the server hold policy ``version`` (an adapter directory or full tensors)."""
+    async def push(self, update: U_contra) -> None:
+        """Make the server hold policy ``update.version`` (an adapter directory or tensors)."""
         ...
 
     async def ensure_loaded(self) -> bool:
@@ -64,3 +100,18 @@ class WeightSync(Protocol):
     async def aclose(self) -> None:
         """Release connections (the server keeps what it holds)."""
         ...
+
+
+def taking(sync: WeightSync[Any], update_type: type[U]) -> WeightSync[U]:
+    """``sync`` typed as pushing ``update_type``; a :class:`TypeError` when it does not."""
+    if not issubclass(update_type, sync.update_type):
+        raise TypeError(
+            f"{type(sync).__name__} pushes {sync.update_type.__name__}, not "
+            f"{update_type.__name__}: the weight sync does not match the weight-sync mode"
+        )
+    return cast("WeightSync[U]", sync)
+
+
+async def push_update(sync: WeightSync[Any], update: WeightUpdate) -> None:
+    """Push ``update`` through a sync whose kind is known only at run time (checked first)."""
+    await taking(sync, type(update)).push(update)
