@@ -21,15 +21,19 @@ import torch
 from crl_worker.errors import InfrastructureError
 from crl_worker.train.errors import TrainConfigError
 from crl_worker.train.weights import (
+    AdapterUpdate,
     LoraAdapterSync,
     NcclWeightSync,
     NoSync,
+    TensorUpdate,
     TorchDistributedTransport,
     WeightSync,
     WeightSyncError,
+    WeightUpdate,
     make_weight_sync,
     pack_chunks,
     peers_url,
+    push_update,
     resolve_servers,
     tensor_specs,
 )
@@ -70,7 +74,7 @@ async def test_each_version_is_a_new_adapter_and_only_keep_stay_loaded(
     assert isinstance(lora, WeightSync)
     assert (lora.version, lora.model_name()) == (0, "base-model")
     for version in (1, 2, 3, 4):
-        await lora.push(version, adapter_dir=adapter(tmp_path, version))
+        await lora.push(AdapterUpdate(version, adapter(tmp_path, version)))
         assert lora.version == version
         assert lora.model_name() == f"{RUN}-v{version}"
     assert server.adapters == {
@@ -87,8 +91,8 @@ async def test_a_restarted_server_gets_the_current_adapter_again(
     server: FakeVllm, lora: LoraAdapterSync, tmp_path: Path
 ) -> None:
     assert await lora.ensure_loaded() is False  # version 0: the base model needs nothing
-    await lora.push(1, adapter_dir=adapter(tmp_path, 1))
-    await lora.push(2, adapter_dir=adapter(tmp_path, 2))
+    await lora.push(AdapterUpdate(1, adapter(tmp_path, 1)))
+    await lora.push(AdapterUpdate(2, adapter(tmp_path, 2)))
     assert await lora.ensure_loaded() is False
     await server.restart()
     assert server.adapters == {}
@@ -101,9 +105,9 @@ async def test_a_restarted_server_gets_the_current_adapter_again(
 async def test_a_refused_adapter_raises_with_the_servers_message_and_keeps_the_version(
     server: FakeVllm, lora: LoraAdapterSync, tmp_path: Path
 ) -> None:
-    await lora.push(1, adapter_dir=adapter(tmp_path, 1))
+    await lora.push(AdapterUpdate(1, adapter(tmp_path, 1)))
     with pytest.raises(InfrastructureError, match=r"No adapter found for .*missing") as caught:
-        await lora.push(2, adapter_dir=tmp_path / "missing")
+        await lora.push(AdapterUpdate(2, tmp_path / "missing"))
     assert isinstance(caught.value, WeightSyncError) and caught.value.status == 404
     assert (lora.version, lora.model_name()) == (1, f"{RUN}-v1")
     assert set(server.adapters) == {f"{RUN}-v1"}
@@ -114,7 +118,7 @@ async def test_a_name_already_loaded_is_replaced_not_trusted(
 ) -> None:
     # v2 was published by a trainer that died before its checkpoint; this one made a new v2.
     server.adapters[f"{RUN}-v2"] = str(adapter(tmp_path, 99))
-    await lora.push(2, adapter_dir=adapter(tmp_path, 2))
+    await lora.push(AdapterUpdate(2, adapter(tmp_path, 2)))
     assert server.adapters == {f"{RUN}-v2": str(tmp_path / "adapters/v2")}
 
 
@@ -124,7 +128,7 @@ async def test_a_resumed_trainer_adopts_older_adapters_and_drops_lost_ones(
     for version in (1, 2, 3, 4, 5):
         server.adapters[f"{RUN}-v{version}"] = str(adapter(tmp_path, version))
     server.adapters["other-run-v9"] = "/elsewhere"  # another run's adapter is left alone
-    await lora.push(3, adapter_dir=tmp_path / "adapters/v3")
+    await lora.push(AdapterUpdate(3, tmp_path / "adapters/v3"))
     assert await lora.ensure_loaded() is False
     # v4 and v5 came from steps lost with the last checkpoint; keep=2 leaves v2 and v3.
     assert set(server.adapters) == {f"{RUN}-v2", f"{RUN}-v3", "other-run-v9"}
@@ -134,7 +138,7 @@ async def test_a_server_without_the_runtime_lora_api_is_named(tmp_path: Path) ->
     async with FakeVllm(runtime_lora=False) as fake:
         sync = LoraAdapterSync(fake.base_url, "base-model", RUN, keep=1)
         with pytest.raises(WeightSyncError, match="VLLM_ALLOW_RUNTIME_LORA_UPDATING"):
-            await sync.push(1, adapter_dir=adapter(tmp_path, 1))
+            await sync.push(AdapterUpdate(1, adapter(tmp_path, 1)))
         assert sync.version == 0
         await sync.aclose()
 
@@ -142,11 +146,11 @@ async def test_a_server_without_the_runtime_lora_api_is_named(tmp_path: Path) ->
 async def test_the_api_key_is_sent_and_a_wrong_one_is_reported(tmp_path: Path) -> None:
     async with FakeVllm(api_key="s3cret") as fake:
         good = LoraAdapterSync(fake.base_url, "base-model", RUN, keep=1, api_key="s3cret")
-        await good.push(1, adapter_dir=adapter(tmp_path, 1))
+        await good.push(AdapterUpdate(1, adapter(tmp_path, 1)))
         assert set(fake.adapters) == {f"{RUN}-v1"}
         bad = LoraAdapterSync(fake.base_url, "base-model", RUN, keep=1, api_key="wrong")
         with pytest.raises(WeightSyncError, match=r"401.*Unauthorized"):
-            await bad.push(2, adapter_dir=adapter(tmp_path, 2))
+            await bad.push(AdapterUpdate(2, adapter(tmp_path, 2)))
         await good.aclose()
         await bad.aclose()
 
@@ -156,11 +160,11 @@ async def test_every_replica_gets_the_adapter_and_one_failing_is_named(tmp_path:
         sync = LoraAdapterSync(
             one.base_url, "base-model", RUN, keep=1, peers=[one.base_url, two.base_url]
         )
-        await sync.push(1, adapter_dir=adapter(tmp_path, 1))
+        await sync.push(AdapterUpdate(1, adapter(tmp_path, 1)))
         assert set(one.adapters) == set(two.adapters) == {f"{RUN}-v1"}
         two.faults["/v1/load_lora_adapter"] = Fault(500, "engine core died")
         with pytest.raises(WeightSyncError, match=rf"{two.port}.*engine core died"):
-            await sync.push(2, adapter_dir=adapter(tmp_path, 2))
+            await sync.push(AdapterUpdate(2, adapter(tmp_path, 2)))
         assert sync.version == 1  # v1 is still loaded everywhere; v2 is not
         await two.restart()
         assert await sync.ensure_loaded() is True
@@ -225,7 +229,7 @@ async def test_full_weights_follow_vllms_choreography_and_arrive_intact() -> Non
     async with FakeVllm(receiver="gloo", buffer_size_bytes=600) as fake:
         sync = nccl(fake)
         assert isinstance(sync, WeightSync)
-        await sync.push(1, named_tensors=iter(model_tensors(1)))
+        await sync.push(TensorUpdate(1, iter(model_tensors(1))))
         routes = [p for p in fake.paths() if p not in ("/metrics", "/version", "/get_world_size")]
         assert routes == ["/init_weight_transfer_engine", *WEIGHT_ROUTES]
         assert fake.state()["weights"] == digests(model_tensors(1))
@@ -241,7 +245,7 @@ async def test_full_weights_follow_vllms_choreography_and_arrive_intact() -> Non
 
         # The group stays: the next version is only the update routes.
         fake.requests.clear()
-        await sync.push(2, named_tensors=iter(model_tensors(2)))
+        await sync.push(TensorUpdate(2, iter(model_tensors(2))))
         assert [p for p in fake.paths() if p != "/metrics"] == WEIGHT_ROUTES
         assert fake.state()["weights"] == digests(model_tensors(2))
         await sync.aclose()
@@ -250,7 +254,7 @@ async def test_full_weights_follow_vllms_choreography_and_arrive_intact() -> Non
 async def test_vllm_before_0_28_gets_packed_in_the_update_info() -> None:
     async with FakeVllm(receiver="gloo", buffer_size_bytes=600, vllm_version="0.27.1") as fake:
         sync = nccl(fake)
-        await sync.push(1, named_tensors=iter(model_tensors(1)))
+        await sync.push(TensorUpdate(1, iter(model_tensors(1))))
         bodies = {path: body for _, path, body in fake.requests}
         assert "packed" not in bodies["/init_weight_transfer_engine"]["init_info"]
         assert bodies["/update_weights"]["update_info"]["packed"] is True
@@ -263,7 +267,7 @@ async def test_a_restarted_server_is_noticed_and_refilled_through_reload() -> No
     async with FakeVllm(receiver="gloo", buffer_size_bytes=600) as fake:
         sync = nccl(fake, reload=lambda: iter(current))
         assert await sync.ensure_loaded() is False  # nothing pushed yet, nothing to lose
-        await sync.push(3, named_tensors=iter(current))
+        await sync.push(TensorUpdate(3, iter(current)))
         assert await sync.ensure_loaded() is False
         await fake.restart()
         assert fake.weights == {}
@@ -277,12 +281,12 @@ async def test_a_restarted_server_is_noticed_and_refilled_through_reload() -> No
 async def test_without_reload_a_restart_drops_the_version_to_the_base() -> None:
     async with FakeVllm(receiver="gloo", buffer_size_bytes=600) as fake:
         sync = nccl(fake)
-        await sync.push(1, named_tensors=iter(model_tensors(1)))
+        await sync.push(TensorUpdate(1, iter(model_tensors(1))))
         await fake.restart()
         assert await sync.ensure_loaded() is True  # lost, and the trainer has to push
         assert sync.version == 0
         assert await sync.ensure_loaded() is False  # said once; version 0 is what it holds
-        await sync.push(1, named_tensors=iter(model_tensors(1)))
+        await sync.push(TensorUpdate(1, iter(model_tensors(1))))
         assert fake.state()["weights"] == digests(model_tensors(1))
         await sync.aclose()
 
@@ -290,10 +294,10 @@ async def test_without_reload_a_restart_drops_the_version_to_the_base() -> None:
 async def test_a_refused_update_raises_the_servers_message_and_keeps_the_version() -> None:
     async with FakeVllm(receiver="gloo", buffer_size_bytes=600) as fake:
         sync = nccl(fake)
-        await sync.push(1, named_tensors=iter(model_tensors(1)))
+        await sync.push(TensorUpdate(1, iter(model_tensors(1))))
         fake.faults["/start_weight_update"] = Fault(500, "CUDA out of memory")
         with pytest.raises(InfrastructureError, match="CUDA out of memory"):
-            await sync.push(2, named_tensors=iter(model_tensors(2)))
+            await sync.push(TensorUpdate(2, iter(model_tensors(2))))
         assert sync.version == 1
         assert fake.paused  # the server was paused and is not resumed with a half update
         await sync.aclose()
@@ -302,13 +306,13 @@ async def test_a_refused_update_raises_the_servers_message_and_keeps_the_version
 async def test_a_stream_that_does_not_match_its_manifest_fails_fast() -> None:
     async with FakeVllm(receiver="gloo", buffer_size_bytes=600) as fake:
         sync = nccl(fake)
-        await sync.push(1, named_tensors=iter(model_tensors(1)))
+        await sync.push(TensorUpdate(1, iter(model_tensors(1))))
         wrong = [(name, t.float()) for name, t in model_tensors(2)]
         with pytest.raises(WeightSyncError, match="manifest announced"):
-            await sync.push(2, named_tensors=iter(wrong))
+            await sync.push(TensorUpdate(2, iter(wrong)))
         assert sync.version == 1
         # The next push rebuilds the group and goes through.
-        await sync.push(2, named_tensors=iter(model_tensors(2)))
+        await sync.push(TensorUpdate(2, iter(model_tensors(2))))
         assert fake.state()["weights"] == digests(model_tensors(2))
         await sync.aclose()
 
@@ -317,7 +321,7 @@ async def test_a_missing_dev_mode_is_reported_by_the_first_push() -> None:
     async with FakeVllm(dev_mode=False) as fake:
         sync = nccl(fake)
         with pytest.raises(WeightSyncError, match=r"get_world_size.*Not Found"):
-            await sync.push(1, named_tensors=iter(model_tensors(1)))
+            await sync.push(TensorUpdate(1, iter(model_tensors(1))))
         assert sync.version == 0
         await sync.aclose()
 
@@ -334,7 +338,7 @@ async def test_tensors_reach_a_receiver_in_another_process(
 ) -> None:
     current = model_tensors(5)
     sync = nccl(receiver_process, reload=lambda: iter(current))
-    await sync.push(5, named_tensors=iter(current))
+    await sync.push(TensorUpdate(5, iter(current)))
     assert receiver_process.state()["weights"] == digests(current)
     receiver_process.restart()
     assert receiver_process.state()["weights"] == {}
@@ -362,7 +366,7 @@ def test_nccl_without_vllm_in_the_trainer_image_is_a_config_error() -> None:
 async def test_in_process_generation_only_tracks_the_version() -> None:
     sync = make_weight_sync("none", None, "toy-policy", RUN, keep=2)
     assert isinstance(sync, NoSync) and isinstance(sync, WeightSync)
-    await sync.push(7)
+    await sync.push(WeightUpdate(7))
     assert (sync.version, sync.model_name(), await sync.ensure_loaded()) == (7, "toy-policy", False)
 
 
@@ -375,3 +379,14 @@ def test_the_factory_picks_the_implementation_and_names_a_missing_server() -> No
         make_weight_sync("lora-adapter", None, "base", RUN, keep=2)
     with pytest.raises(ValueError, match="keep must be at least 1"):
         make_weight_sync("lora-adapter", "http://inference:8000/v1", "base", RUN, keep=0)
+
+
+async def test_a_mode_known_only_at_run_time_is_checked_before_the_push(tmp_path: Path) -> None:
+    sync = make_weight_sync("lora-adapter", "http://inference:8000/v1", "base", RUN, keep=2)
+    with pytest.raises(TypeError, match="LoraAdapterSync pushes AdapterUpdate, not TensorUpdate"):
+        await push_update(sync, TensorUpdate(1, iter(model_tensors(1))))
+    assert sync.version == 0
+    await sync.aclose()
+    in_process = make_weight_sync("none", None, "toy-policy", RUN, keep=2)
+    await push_update(in_process, AdapterUpdate(2, adapter(tmp_path, 2)))
+    assert in_process.version == 2

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from crl_worker.agent.client import ChatClient, Policy
     from crl_worker.pool.gateway import Gateway
     from crl_worker.rollout.setup import Sandboxes
+    from crl_worker.train.weights import AnyWeightSync
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ class TrainingJob:
         self.gateway: Gateway | None = None
         self.sandboxes: Sandboxes | None = None
         self.client: ChatClient | None = None
-        self.sync: Any = None
+        self.sync: AnyWeightSync | None = None
         self.runner: RolloutRunner | None = None
         self.trainer: Any = None
         self.tokenizer: Any = None
@@ -308,10 +309,13 @@ class TrainingJob:
             state = {n: p.data.detach().cpu().clone() for n, p in trained}
         if self.rank != 0:
             return None
+        from crl_worker.train.weights import AdapterUpdate, push_update
+
         directory = self.settings.adapters_dir / f"v{version}"
         try:
+            assert self.sync is not None  # pushes happen only with a server to push to
             model.save_pretrained(str(directory), state_dict=state)
-            self.engine.call(self.sync.push(version, adapter_dir=directory))
+            self.engine.call(push_update(self.sync, AdapterUpdate(version, directory)))
         except Exception as exc:
             return str(exc)
         self._prune_adapters(version)
@@ -344,8 +348,11 @@ class TrainingJob:
             while (item := handoff.get()) is not None:
                 yield item
 
+        from crl_worker.train.weights import TensorUpdate, push_update
+
+        assert self.sync is not None  # pushes happen only with a server to push to
         future = asyncio.run_coroutine_threadsafe(
-            self.sync.push(version, named_tensors=stream()), self.engine.loop
+            push_update(self.sync, TensorUpdate(version, stream())), self.engine.loop
         )
         for item in self._gathered(model, zero3):
             while not future.done():
@@ -459,6 +466,7 @@ class TrainingJob:
             self._step_started = time.monotonic()
             self._ensure_server_weights(step)
             if self.client is not None:
+                assert self.sync is not None  # a policy client comes with its server's sync
                 self.client.model = self.sync.model_name()
                 rollouts = self.engine.call(
                     self._rollouts_until_stopped(tasks, self.client, self.policy_version)
