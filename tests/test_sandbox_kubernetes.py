@@ -28,8 +28,6 @@ from crl_worker.sandbox.kubernetes import (
     LABEL_STATE,
     KubeApi,
     KubernetesSandboxConfig,
-    ProcessTransport,
-    ShellSandbox,
     build_pod,
     exit_code_of,
     label_value,
@@ -38,6 +36,8 @@ from crl_worker.sandbox.kubernetes import (
     pod_ready,
     resolve_image,
 )
+from crl_worker.sandbox.shell import ShellSandbox
+from crl_worker.sandbox.transport import ProcessTransport
 from crl_worker.tasks.model import Task, TestSpec
 
 from .cluster import Cluster

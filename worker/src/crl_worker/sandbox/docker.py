@@ -21,11 +21,12 @@ import asyncio
 import io
 import logging
 import posixpath
+import signal
 import socket
 import ssl
 import tarfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import docker
@@ -35,15 +36,16 @@ from docker.models.containers import Container
 from crl_worker.api.contract import DOCKER_SANDBOX_LABEL, Label
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox import gitstate
-from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult, Sandbox
 from crl_worker.sandbox.config import DockerSandboxConfig
 from crl_worker.sandbox.session import (
     SESSION_ENV,
     SHELL_ARGV,
+    ByteReader,
+    ByteWriter,
     ShellProcess,
-    ShellSession,
     remote_signal_script,
 )
+from crl_worker.sandbox.shell import ShellSandbox
 from crl_worker.tasks.model import Task
 
 logger = logging.getLogger(__name__)
@@ -174,12 +176,15 @@ class _SocketWriter:
         self._writer = writer
 
     def write(self, data: bytes) -> None:
+        """Queue ``data`` for the shell's standard input."""
         self._writer.write(data)
 
     async def drain(self) -> None:
+        """Wait until the queued data may be sent."""
         await self._writer.drain()
 
     def close(self) -> None:
+        """Close the socket (the shell reads end of file)."""
         self._writer.close()
 
 
@@ -199,22 +204,173 @@ def _raw_socket(response: Any) -> socket.socket:
     return candidate
 
 
+# --- the transport ----------------------------------------------------------------------------
+
+
+class DockerTransport:
+    """Docker exec into one container: the shell is an exec with an attached socket, signals
+    and base-state scripts are further execs, files travel as tar archives.
+
+    ``client`` and ``container`` are set by :class:`DockerSandbox` once the container exists.
+    """
+
+    def __init__(
+        self,
+        *,
+        workdir: str,
+        env: Mapping[str, str],
+        user: str | None = None,
+        name: str = "docker sandbox",
+    ) -> None:
+        self.workdir = workdir
+        self.env = {**SESSION_ENV, **env}
+        self.user = user or ""
+        self.name = name
+        self.client: docker.DockerClient | None = None
+        self.container: Container | None = None
+
+    @property
+    def shell_open(self) -> bool:
+        """``True``: a dropped exec shows as the session's end of stream."""
+        return True
+
+    async def open_shell(self, workdir: str) -> tuple[ByteReader, ByteWriter]:
+        """Exec ``bash`` in the container and attach to its socket."""
+        assert self.client is not None and self.container is not None
+        api = self.client.api
+        try:
+            exec_id = await asyncio.to_thread(
+                api.exec_create,
+                self.container.id,
+                list(SHELL_ARGV),
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                environment=self.env,
+                workdir=workdir,
+                user=self.user,
+            )
+            response = await asyncio.to_thread(api.exec_start, exec_id["Id"], socket=True)
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"{self.name}: cannot start the shell: {exc}") from exc
+        raw = _raw_socket(response)
+        raw.setblocking(False)
+        reader, writer = await asyncio.open_connection(sock=raw)
+        return DemuxReader(reader, name=self.name), _SocketWriter(writer)
+
+    async def exec_once(
+        self, argv: list[str], workdir: str | None = None
+    ) -> tuple[int, bytes, bytes]:
+        """Run ``argv`` in the container to completion (no input); exit code, stdout, stderr."""
+        assert self.container is not None
+        try:
+            result = await asyncio.to_thread(
+                self.container.exec_run,
+                argv,
+                workdir=workdir or self.workdir,
+                demux=True,
+                user=self.user,
+            )
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"{self.name}: exec failed: {exc}") from exc
+        # With demux=True the output is a (stdout, stderr) pair, either of which may be None.
+        out, err = result.output if isinstance(result.output, tuple) else (result.output, None)
+        return (
+            int(result.exit_code or 0),
+            out if isinstance(out, bytes) else b"",
+            err if isinstance(err, bytes) else b"",
+        )
+
+    async def signal(self, sig: int, shell: ShellProcess) -> None:
+        """Signal with a second exec (:func:`remote_signal_script`)."""
+        await self.exec_once(["sh", "-c", remote_signal_script(sig, shell)])
+
+    async def end_shell(self, shell: ShellProcess | None) -> None:
+        """SIGKILL the shell's children, then the shell."""
+        if shell is None or self.container is None:
+            return
+        await self.signal(signal.SIGKILL, shell)
+        await self.exec_once(["kill", "-9", str(shell.pid)])
+
+    async def run_script(
+        self, script: str, workdir: str, *, timeout: float
+    ) -> tuple[int, bytes, bytes]:
+        """Run the script with bash in ``workdir`` (``timeout`` is not enforced: the SDK's
+        exec cannot be interrupted)."""
+        del timeout
+        return await self.exec_once(gitstate.script_command(script), workdir)
+
+    async def read_file(self, path: str) -> bytes:
+        """The file's bytes, through ``get_archive`` (symlinks followed)."""
+        assert self.container is not None
+        target = posixpath.normpath(path)
+        for _ in range(_MAX_SYMLINKS):
+            try:
+                chunks, _stat = await asyncio.to_thread(self.container.get_archive, target)
+                entry = await asyncio.to_thread(unpack_entry, chunks)
+            except docker.errors.NotFound:
+                raise FileNotFoundError(f"{path}: no such file in the sandbox") from None
+            except docker.errors.DockerException as exc:
+                raise SandboxError(f"{self.name}: reading {path} failed: {exc}") from exc
+            if entry.kind == "file":
+                return entry.data
+            if entry.kind == "dir":
+                raise IsADirectoryError(f"{path} is a directory")
+            if entry.kind != "symlink":
+                raise OSError(f"{path} is not a regular file")
+            target = posixpath.normpath(posixpath.join(posixpath.dirname(target), entry.link))
+        raise OSError(f"{path}: too many levels of symbolic links")
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Write the bytes through ``put_archive``, creating parent directories, keeping the
+        mode and owner of a file that already exists (a new one gets its directory's owner)."""
+        assert self.container is not None
+        target = posixpath.normpath(path)
+        parent, name = posixpath.split(target)
+        code, out, err = await self.exec_once(["sh", "-c", OWNER_SCRIPT, "-", parent, target])
+        if code != 0:
+            raise SandboxError(
+                f"{self.name}: cannot create {parent}: {err.decode(errors='replace')}"
+            )
+        mode, uid, gid = parse_owner(out.decode(errors="replace"))
+        archive = pack_file(name, data, mode=mode, uid=uid, gid=gid)
+        try:
+            ok = await asyncio.to_thread(self.container.put_archive, parent, archive)
+        except docker.errors.DockerException as exc:
+            raise SandboxError(f"{self.name}: writing {path} failed: {exc}") from exc
+        if not ok:
+            raise SandboxError(f"{self.name}: writing {path} failed")
+
+    async def aclose(self) -> None:
+        """Nothing: the sandbox removes the container."""
+
+
 # --- the sandbox ------------------------------------------------------------------------------
 
 
-class DockerSandbox(Sandbox):
-    """A sandbox in a Docker container (see the module docs)."""
+class DockerSandbox(ShellSandbox):
+    """A sandbox in a Docker container (see the module docs): the container here, the rest is
+    :class:`~crl_worker.sandbox.shell.ShellSandbox` over a :class:`DockerTransport`."""
+
+    transport: DockerTransport
 
     def __init__(self, config: DockerSandboxConfig, task: Task) -> None:
+        name = f"docker sandbox {task.instance_id}"
+        super().__init__(
+            DockerTransport(workdir=task.workdir, env=task.env, user=config.user, name=name),
+            workdir=task.workdir,
+            name=name,
+            default_timeout=task.timeouts.command,
+            interrupt_grace=config.interrupt_grace,
+        )
         self.config = config
         self.task = task
-        self.workdir = task.workdir
-        self.container: Container | None = None
-        self._client: docker.DockerClient | None = None
-        self._session: ShellSession | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._closed = False
-        self._name = f"docker sandbox {task.instance_id}"
+
+    @property
+    def container(self) -> Container | None:
+        """The sandbox's container (None before ``start``)."""
+        return self.transport.container
 
     @property
     def image(self) -> str:
@@ -222,7 +378,7 @@ class DockerSandbox(Sandbox):
         template = self.config.image or self.task.image
         if not template:
             raise SandboxError(
-                f"{self._name}: the task has no image; set the task's image or the docker "
+                f"{self.name}: the task has no image; set the task's image or the docker "
                 "sandbox config's image"
             )
         return template.format(
@@ -240,14 +396,13 @@ class DockerSandbox(Sandbox):
             return
         try:
             async with asyncio.timeout(self.config.start_timeout):
-                self._client = await asyncio.to_thread(self._connect)
-                self.container = await asyncio.to_thread(self._create_container)
-                await self._git_script(gitstate.SNAPSHOT_SCRIPT, "snapshotting the base state")
-                await self._open_session()
+                self.transport.client = await asyncio.to_thread(self._connect)
+                self.transport.container = await asyncio.to_thread(self._create_container)
+                await super().start()
         except TimeoutError:
             await self.close()
             raise SandboxError(
-                f"{self._name}: starting took more than {self.config.start_timeout:.0f} s"
+                f"{self.name}: starting took more than {self.config.start_timeout:.0f} s"
             ) from None
         except BaseException:
             await self.close()
@@ -269,20 +424,21 @@ class DockerSandbox(Sandbox):
         return client
 
     def _create_container(self) -> Container:
-        assert self._client is not None
+        client = self.transport.client
+        assert client is not None
         image = self.image
         try:
             present = True
             try:
-                self._client.images.get(image)
+                client.images.get(image)
             except docker.errors.ImageNotFound:
                 present = False
             if self.config.pull == "always" or (not present and self.config.pull == "missing"):
-                logger.info("%s: pulling %s", self._name, image)
-                self._client.images.pull(image, platform=self.config.platform)
+                logger.info("%s: pulling %s", self.name, image)
+                client.images.pull(image, platform=self.config.platform)
             elif not present:
-                raise SandboxError(f"{self._name}: image {image} is not present and pull=never")
-            container = self._client.containers.run(
+                raise SandboxError(f"{self.name}: image {image} is not present and pull=never")
+            container = client.containers.run(
                 image,
                 entrypoint=["tail", "-f", "/dev/null"],
                 command=[],
@@ -299,192 +455,31 @@ class DockerSandbox(Sandbox):
             )
         except docker.errors.DockerException as exc:
             raise SandboxError(
-                f"{self._name}: cannot create a container from {image}: {exc}"
+                f"{self.name}: cannot create a container from {image}: {exc}"
             ) from exc
         if self._closed:
             # start() timed out while this thread was still creating the container: close()
             # has already run and saw no container, so remove it here or it would leak.
             container.remove(force=True)
-            raise SandboxError(f"{self._name}: closed while the container was being created")
+            raise SandboxError(f"{self.name}: closed while the container was being created")
         return container
 
     @property
     def _label(self) -> str:
         return self.task.instance_id[:63]
 
-    async def _open_session(self) -> None:
-        assert self._client is not None and self.container is not None
-        api = self._client.api
-        env = {**SESSION_ENV, **self.task.env}
-        try:
-            exec_id = await asyncio.to_thread(
-                api.exec_create,
-                self.container.id,
-                list(SHELL_ARGV),
-                stdin=True,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                environment=env,
-                workdir=self.workdir,
-                user=self.config.user or "",
-            )
-            response = await asyncio.to_thread(api.exec_start, exec_id["Id"], socket=True)
-        except docker.errors.DockerException as exc:
-            raise SandboxError(f"{self._name}: cannot start the shell: {exc}") from exc
-        raw = _raw_socket(response)
-        raw.setblocking(False)
-        reader, writer = await asyncio.open_connection(sock=raw)
-        self._writer = writer
-        self._session = ShellSession(
-            DemuxReader(reader, name=self._name),
-            _SocketWriter(writer),
-            signaller=self._signal,
-            interrupt_grace=self.config.interrupt_grace,
-            name=self._name,
-        )
-        await self._session.start()
-
-    async def _exec(self, argv: list[str]) -> tuple[int, bytes, bytes]:
-        assert self.container is not None
-        try:
-            result = await asyncio.to_thread(
-                self.container.exec_run,
-                argv,
-                workdir=self.workdir,
-                demux=True,
-                user=self.config.user or "",
-            )
-        except docker.errors.DockerException as exc:
-            raise SandboxError(f"{self._name}: exec failed: {exc}") from exc
-        # With demux=True the output is a (stdout, stderr) pair, either of which may be None.
-        out, err = result.output if isinstance(result.output, tuple) else (result.output, None)
-        return (
-            int(result.exit_code or 0),
-            out if isinstance(out, bytes) else b"",
-            err if isinstance(err, bytes) else b"",
-        )
-
-    async def _signal(self, sig: int, shell: ShellProcess) -> None:
-        await self._exec(["sh", "-c", remote_signal_script(sig, shell)])
-
-    async def _close_session(self) -> None:
-        session, self._session = self._session, None
-        if session is None:
-            return
-        await session.close()
-        if session.shell is not None and self.container is not None:
-            try:
-                await self._signal(9, session.shell)  # the shell's children
-                await self._exec(["kill", "-9", str(session.shell.pid)])
-            except SandboxError:
-                logger.debug("%s: killing the old session failed", self._name, exc_info=True)
-
     async def close(self) -> None:
-        """Remove the container. Safe to call twice."""
+        """End the session and remove the container. Safe to call twice."""
         if self._closed:
             return
-        self._closed = True
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-        if self.container is not None:
-            try:
-                await asyncio.to_thread(self.container.remove, force=True)
-            except docker.errors.DockerException:
-                logger.warning("%s: removing the container failed", self._name, exc_info=True)
-        if self._client is not None:
-            await asyncio.to_thread(self._client.close)
-
-    # --- commands and files ----------------------------------------------------------------
-
-    @property
-    def alive(self) -> bool:
-        """Whether the exec session still answers."""
-        return self._session is not None and self._session.alive
-
-    async def run(
-        self,
-        command: str,
-        *,
-        timeout: float | None = None,
-        max_output: int = DEFAULT_MAX_OUTPUT,
-    ) -> CommandResult:
-        """Run ``command`` in the session; ``timeout`` defaults to ``task.timeouts.command``."""
-        if self._session is None:
-            raise SandboxError(f"{self._name}: not started, or closed")
-        result = await self._session.run(
-            command,
-            timeout=self.task.timeouts.command if timeout is None else timeout,
-            max_output=max_output,
-        )
-        return result.to_command_result()
-
-    def _path(self, path: str) -> str:
-        return posixpath.normpath(posixpath.join(self.workdir, path))
-
-    async def read_file(self, path: str) -> bytes:
-        """The file's bytes, through ``get_archive`` (symlinks followed)."""
-        assert self.container is not None
-        target = self._path(path)
-        for _ in range(_MAX_SYMLINKS):
-            try:
-                chunks, _stat = await asyncio.to_thread(self.container.get_archive, target)
-                entry = await asyncio.to_thread(unpack_entry, chunks)
-            except docker.errors.NotFound:
-                raise FileNotFoundError(f"{path}: no such file in the sandbox") from None
-            except docker.errors.DockerException as exc:
-                raise SandboxError(f"{self._name}: reading {path} failed: {exc}") from exc
-            if entry.kind == "file":
-                return entry.data
-            if entry.kind == "dir":
-                raise IsADirectoryError(f"{path} is a directory")
-            if entry.kind != "symlink":
-                raise OSError(f"{path} is not a regular file")
-            target = posixpath.normpath(posixpath.join(posixpath.dirname(target), entry.link))
-        raise OSError(f"{path}: too many levels of symbolic links")
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        """Write the bytes through ``put_archive``, creating parent directories, keeping the
-        mode and owner of a file that already exists (a new one gets its directory's owner)."""
-        assert self.container is not None
-        target = self._path(path)
-        parent, name = posixpath.split(target)
-        code, out, err = await self._exec(["sh", "-c", OWNER_SCRIPT, "-", parent, target])
-        if code != 0:
-            raise SandboxError(
-                f"{self._name}: cannot create {parent}: {err.decode(errors='replace')}"
-            )
-        mode, uid, gid = parse_owner(out.decode(errors="replace"))
-        archive = pack_file(name, data, mode=mode, uid=uid, gid=gid)
         try:
-            ok = await asyncio.to_thread(self.container.put_archive, parent, archive)
-        except docker.errors.DockerException as exc:
-            raise SandboxError(f"{self._name}: writing {path} failed: {exc}") from exc
-        if not ok:
-            raise SandboxError(f"{self._name}: writing {path} failed")
-
-    # --- base state --------------------------------------------------------------------------
-
-    async def reset(self) -> None:
-        """Kill the session, restore the base state in the container, open a new session."""
-        if self._closed or self.container is None:
-            raise SandboxError(f"{self._name}: not started, or closed")
-        await self._close_session()
-        await self._git_script(gitstate.RESET_SCRIPT, "resetting to the base state")
-        await self._open_session()
-
-    async def diff(self) -> str:
-        """The agent's changes against the task's base commit (new files included)."""
-        return (await self._git_script(gitstate.DIFF_SCRIPT, "computing the diff")).decode(
-            "utf-8", "replace"
-        )
-
-    async def _git_script(self, script: str, what: str) -> bytes:
-        code, out, err = await self._exec(gitstate.script_command(script))
-        if code != 0:
-            raise SandboxError(
-                f"{self._name}: {what} failed in {self.workdir} (exit {code}): "
-                f"{err.decode('utf-8', 'replace').strip()[-2000:]}"
-            )
-        return out
+            await super().close()
+        finally:
+            container, client = self.transport.container, self.transport.client
+            if container is not None:
+                try:
+                    await asyncio.to_thread(container.remove, force=True)
+                except docker.errors.DockerException:
+                    logger.warning("%s: removing the container failed", self.name, exc_info=True)
+            if client is not None:
+                await asyncio.to_thread(client.close)

@@ -8,9 +8,11 @@ loop that does nothing. Commands run in one shell process inside the pod, reache
 websocket to the pod's ``exec`` subresource (the ``v5.channel.k8s.io`` protocol, which can
 close stdin); files move through separate one-shot execs (``cat``), binary-safe.
 
-The shell framing (:class:`ShellSession`) works over any pair of byte streams, so the same
-code drives a local ``bash`` process (:class:`ProcessTransport`) and a pod
-(:class:`PodExecTransport`).
+Only the pod is specific to this backend: :class:`KubernetesSandbox` creates it, labels it with
+the pool's view of it and deletes it, and :class:`PodExecTransport` supplies the two exec
+primitives of :class:`~crl_worker.sandbox.transport.ExecTransport`. The session, files, reset
+and diff are :class:`~crl_worker.sandbox.shell.ShellSandbox`'s, the same code that drives local
+processes standing in for a pod (:class:`~crl_worker.sandbox.transport.ProcessTransport`).
 
 The Kubernetes client is imported lazily: nothing here is needed by the local backend.
 """
@@ -23,16 +25,13 @@ import hashlib
 import json
 import logging
 import os
-import posixpath
 import re
 import secrets
-import shlex
-import signal
 import socket
 import ssl
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlencode
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -41,15 +40,9 @@ from crl_worker.api.base import API_VERSION
 from crl_worker.api.common import SandboxSpec, TaskFormat
 from crl_worker.api.contract import ROLE_SANDBOX, Annotation, Env, Label, SandboxState
 from crl_worker.errors import SandboxError
-from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult, Sandbox
-from crl_worker.sandbox.gitstate import DIFF_SCRIPT, RESET_SCRIPT, SNAPSHOT_SCRIPT
-from crl_worker.sandbox.session import (
-    SESSION_ENV,
-    SHELL_ARGV,
-    ByteWriter,
-    ShellProcess,
-    ShellSession,
-)
+from crl_worker.sandbox.session import ByteReader, ByteWriter
+from crl_worker.sandbox.shell import ShellSandbox
+from crl_worker.sandbox.transport import ExecTransport
 from crl_worker.tasks.model import Task
 
 if TYPE_CHECKING:
@@ -291,107 +284,7 @@ def exit_code_of(status: Mapping[str, Any]) -> int:
     raise SandboxError(f"exec failed: {status.get('message') or status}")
 
 
-def tree_signal_script(sig: int, shell: ShellProcess) -> str:
-    """A POSIX shell script that signals the session's shell and what it runs, found by
-    parentage rather than by process group.
-
-    An exec'd process's group is whatever the runtime (or a test cluster's fake node, which
-    runs execs as local processes) gives it: it may be shared with processes that are not the
-    sandbox's, and the group may even lie outside the container's pid namespace. The descendants of the shell are
-    the sandbox's by construction. ``SIGINT`` goes to the shell and every descendant (the
-    interactive shell abandons the command line; background jobs ignore it); any other signal
-    goes to the descendants only, never to the shell.
-
-    The shell is signalled first: a child killed before the shell has its ``SIGINT`` pending
-    lets the shell go on to the rest of the command line (``sleep 60; echo after`` printed
-    ``after`` now and then).
-    """
-    targets = "$root $pids" if sig == signal.SIGINT else "$pids"
-    return (
-        f"root={shell.pid}\n"
-        # pid and parent pid of every process; the name in parentheses may hold spaces.
-        "parents() { for f in /proc/[0-9]*/stat; do\n"
-        '  read -r line < "$f" 2>/dev/null || continue\n'
-        '  pid=${line%% *}; rest=${line##*\\) }; set -- $rest; echo "$pid $2"\n'
-        "done; }\n"
-        'pids=$(parents | awk -v root="$root" \'{ parent[$1] = $2 } END {\n'
-        "  for (p in parent) { q = p; n = 0\n"
-        "    while ((q in parent) && q != root && q > 1 && n++ < 1000) q = parent[q]\n"
-        "    if (q == root && p != root) print p } }')\n"
-        f'[ -n "{targets}" ] && kill -{int(sig)} {targets} 2>/dev/null\n'
-        "true\n"
-    )
-
-
 # --- transports --------------------------------------------------------------------------------
-
-
-class ShellTransport(Protocol):
-    """How a sandbox reaches its environment: a long-lived shell, and one-shot commands."""
-
-    async def open_shell(self, argv: list[str]) -> tuple[asyncio.StreamReader, ByteWriter]:
-        """Start ``argv`` with stdin and stdout as byte streams (stderr is not needed: the
-        framing merges each command's stderr into stdout itself)."""
-        ...
-
-    async def exec_once(
-        self, argv: list[str], stdin: bytes | None = None, timeout: float = 300
-    ) -> tuple[int, bytes, bytes]:
-        """Run ``argv`` to completion; return exit code, stdout and stderr."""
-        ...
-
-
-class ProcessTransport:
-    """Local processes: the shell framing without a cluster (tests, one machine)."""
-
-    def __init__(self, cwd: str | None = None, env: Mapping[str, str] | None = None) -> None:
-        self.cwd = cwd
-        self.env = dict(env) if env is not None else None
-        self._processes: list[asyncio.subprocess.Process] = []
-
-    async def open_shell(self, argv: list[str]) -> tuple[asyncio.StreamReader, ByteWriter]:
-        """Start a local process with piped stdin/stdout, in its own session (process group)."""
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            cwd=self.cwd,
-            env=self.env,
-            start_new_session=True,
-        )
-        self._processes.append(process)
-        assert process.stdout is not None and process.stdin is not None
-        return process.stdout, process.stdin
-
-    async def exec_once(
-        self, argv: list[str], stdin: bytes | None = None, timeout: float = 300
-    ) -> tuple[int, bytes, bytes]:
-        """Run a local process to completion."""
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=self.cwd,
-            env=self.env,
-        )
-        try:
-            out, err = await asyncio.wait_for(process.communicate(stdin), timeout)
-        except TimeoutError as exc:
-            process.kill()
-            await process.wait()
-            raise SandboxError(f"{argv[0]} did not finish within {timeout:.0f} s") from exc
-        return process.returncode or 0, out, err
-
-    async def aclose(self) -> None:
-        """Stop the shells this transport started."""
-        for process in self._processes:
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                await process.wait()
-        self._processes.clear()
 
 
 class _WebSocketWriter:
@@ -416,10 +309,20 @@ class _WebSocketWriter:
             asyncio.get_running_loop().create_task(self._ws.close())
 
 
-class PodExecTransport:
+class PodExecTransport(ExecTransport):
     """Execs into one container of a pod through the API server (``pods/exec``, websocket)."""
 
-    def __init__(self, api: KubeApi, namespace: str, pod: str, container: str = CONTAINER) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        namespace: str,
+        pod: str,
+        container: str = CONTAINER,
+        *,
+        shell: str = "/bin/bash",
+        name: str | None = None,
+    ) -> None:
+        super().__init__(shell=shell, name=name or f"pod {namespace}/{pod}")
         self._api = api
         self.namespace = namespace
         self.pod = pod
@@ -465,7 +368,7 @@ class PodExecTransport:
         self._sockets.append(ws)
         return ws
 
-    async def open_shell(self, argv: list[str]) -> tuple[asyncio.StreamReader, ByteWriter]:
+    async def open_process(self, argv: list[str]) -> tuple[ByteReader, ByteWriter]:
         """Start ``argv`` in the container; its stdout arrives on the reader (stderr, where an
         interactive shell writes prompts and job notices, is dropped)."""
         ws = await self._connect(argv, stdin=True)
@@ -550,178 +453,7 @@ class PodExecTransport:
             task.cancel()
 
 
-# --- sandboxes ---------------------------------------------------------------------------------
-
-
-class ShellSandbox(Sandbox):
-    """A sandbox over any :class:`ShellTransport`: the framed session of
-    :mod:`crl_worker.sandbox.session`, files through one-shot execs, and the base-state
-    snapshot, reset and diff of :mod:`crl_worker.sandbox.gitstate`.
-
-    The environment is expected to hold the repository at ``workdir`` already (an image, or a
-    checkout); ``start`` snapshots it as the base state and opens the session.
-    """
-
-    def __init__(
-        self,
-        transport: ShellTransport,
-        *,
-        workdir: str,
-        shell: str = "/bin/bash",
-        name: str = "sandbox",
-        snapshot: bool = True,
-        default_timeout: float | None = None,
-    ) -> None:
-        self.transport = transport
-        self.workdir = workdir
-        self.shell = shell
-        self.name = name
-        self._snapshot = snapshot
-        #: ``run``'s limit when the caller gives none (a task sandbox: its command timeout).
-        self.default_timeout = default_timeout
-        self._session: ShellSession | None = None
-        self._closed = False
-
-    @property
-    def alive(self) -> bool:
-        """Whether the shell session is usable."""
-        return (
-            self._session is not None
-            and self._session.alive
-            and not self._closed
-            and getattr(self.transport, "shell_open", True)
-        )
-
-    async def start(self) -> None:
-        """Record the base state and open the shell session."""
-        if self._snapshot:
-            await self._script(SNAPSHOT_SCRIPT, "recording the base state")
-        await self._open_session()
-
-    def _argv(self) -> list[str]:
-        # The exec API has neither a working directory nor an environment parameter (a pod's
-        # exec starts in the container's workingDir, a fake node's anywhere): cd, then env(1).
-        return [
-            self.shell,
-            "-c",
-            'cd -- "$1" || exit 97; shift; exec "$@"',
-            "crl-session",
-            self.workdir,
-            "env",
-            *(f"{k}={v}" for k, v in SESSION_ENV.items()),
-            self.shell,
-            *SHELL_ARGV[1:],
-        ]
-
-    async def _open_session(self) -> None:
-        reader, writer = await self.transport.open_shell(self._argv())
-        session = ShellSession(reader, writer, signaller=self._signal, name=self.name)
-        try:
-            await session.start()
-        except BaseException:
-            await session.close()
-            raise
-        self._session = session
-
-    async def _signal(self, sig: int, shell: ShellProcess) -> None:
-        code, _, err = await self.transport.exec_once(
-            ["sh", "-c", tree_signal_script(sig, shell)], timeout=30
-        )
-        if code != 0:
-            logger.warning("%s: signalling the shell failed: %s", self.name, err[-500:])
-
-    async def _script(self, script: str, what: str, timeout: float = 600) -> bytes:
-        code, out, err = await self.transport.exec_once(
-            [self.shell, "-c", f"cd {shlex.quote(self.workdir)} || exit 97\n{script}"],
-            timeout=timeout,
-        )
-        if code != 0:
-            message = (err or out).decode("utf-8", "replace").strip()[-2000:]
-            raise SandboxError(
-                f"{self.name}: {what} failed in {self.workdir} (exit {code}): {message}"
-            )
-        return out
-
-    async def run(
-        self, command: str, *, timeout: float | None = None, max_output: int = DEFAULT_MAX_OUTPUT
-    ) -> CommandResult:
-        """Run ``command`` in the persistent session; ``timeout`` defaults to
-        ``default_timeout``."""
-        if self._session is None or self._closed:
-            raise SandboxError(f"{self.name}: the sandbox is not started (or already closed)")
-        result = await self._session.run(
-            command,
-            timeout=self.default_timeout if timeout is None else timeout,
-            max_output=max_output,
-        )
-        return result.to_command_result()
-
-    def _path(self, path: str) -> str:
-        return posixpath.normpath(posixpath.join(self.workdir, path))
-
-    async def read_file(self, path: str) -> bytes:
-        """Return the bytes of ``path`` (relative to the workdir)."""
-        full = self._path(path)
-        code, out, err = await self.transport.exec_once(["cat", "--", full], timeout=600)
-        if code != 0:
-            message = err.decode("utf-8", "replace").strip()
-            if "No such file" in message:
-                raise FileNotFoundError(f"{full} does not exist in the sandbox")
-            if "Is a directory" in message:
-                raise IsADirectoryError(f"{full} is a directory")
-            raise SandboxError(f"{self.name}: reading {full} failed: {message}")
-        return out
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        """Write ``data`` to ``path``, creating parent directories."""
-        full = self._path(path)
-        # head -c reads exactly the file's length: the write does not depend on the exec
-        # stream delivering the end of stdin (v4 cannot; some kubelets do not pass it on).
-        script = 'mkdir -p -- "$(dirname -- "$1")" && head -c "$2" > "$1"'
-        code, _, err = await self.transport.exec_once(
-            [self.shell, "-c", script, "write", full, str(len(data))], stdin=data, timeout=600
-        )
-        if code != 0:
-            message = err.decode("utf-8", "replace").strip()
-            if "Is a directory" in message:
-                raise IsADirectoryError(f"{full} is a directory")
-            raise SandboxError(f"{self.name}: writing {full} failed: {message}")
-
-    async def diff(self) -> str:
-        """The changes against the base commit, new files included (binary-safe)."""
-        out = await self._script(DIFF_SCRIPT, "computing the diff")
-        return out.decode("utf-8", "replace")
-
-    async def reset(self) -> None:
-        """Back to the base state with a fresh shell (cwd and variables renewed)."""
-        if self._session is not None:
-            await self._session.close()
-            if self._session.shell is not None:
-                with contextlib.suppress(SandboxError):
-                    await self._signal(signal.SIGKILL, self._session.shell)
-                    await self.transport.exec_once(
-                        [
-                            self.shell,
-                            "-c",
-                            f"kill -KILL {self._session.shell.pid} 2>/dev/null; true",
-                        ],
-                        timeout=30,
-                    )
-            self._session = None
-        if self._snapshot:
-            await self._script(RESET_SCRIPT, "resetting the repository")
-        await self._open_session()
-
-    async def close(self) -> None:
-        """End the session. Safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._session is not None:
-            await self._session.close()
-        closer = getattr(self.transport, "aclose", None)
-        if closer is not None:
-            await closer()
+# --- the sandbox -------------------------------------------------------------------------------
 
 
 class KubernetesSandbox(ShellSandbox):
@@ -745,11 +477,13 @@ class KubernetesSandbox(ShellSandbox):
         self.config = config
         self.pod = pod_name(config.pool, sandbox_id or f"sbx-{secrets.token_hex(5)}")
         self.manifest = build_pod(task, self.pod, config)
+        name = f"pod {config.namespace}/{self.pod}"
         super().__init__(
-            PodExecTransport(self.api, config.namespace, self.pod),
+            PodExecTransport(
+                self.api, config.namespace, self.pod, shell=config.sandbox.shell, name=name
+            ),
             workdir=sandbox_workdir(task, config.sandbox),
-            shell=config.sandbox.shell,
-            name=f"pod {config.namespace}/{self.pod}",
+            name=name,
             # The Sandbox contract (docs/sandboxes.md): an agent's command without a limit of
             # its own gets the task's, never none (a hung command would hold the lease forever).
             default_timeout=task.timeouts.command,

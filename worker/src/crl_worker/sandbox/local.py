@@ -17,19 +17,16 @@ variables (API keys among them) do not reach the agent.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import re
 import shutil
-import signal
 import sys
 import tempfile
 from pathlib import Path
 
 from crl_worker.errors import SandboxError
-from crl_worker.sandbox import gitstate, repos
-from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult, Sandbox
+from crl_worker.sandbox import repos
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.interpreters import (
     Interpreter,
@@ -37,38 +34,14 @@ from crl_worker.sandbox.interpreters import (
     find_python,
     find_uv,
 )
-from crl_worker.sandbox.session import SESSION_ENV, SHELL_ARGV, ShellProcess, ShellSession
+from crl_worker.sandbox.session import SESSION_ENV
+from crl_worker.sandbox.shell import ShellSandbox
+from crl_worker.sandbox.transport import LocalTransport
 from crl_worker.tasks.model import Task
 
 logger = logging.getLogger(__name__)
 
 _INSTALL_OUTPUT = 64 << 10
-
-
-def _proc_stat(pid: str) -> tuple[int, int] | None:
-    """(process group, session) of a process from ``/proc``, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            line = handle.read()
-    except OSError:
-        return None
-    # Fields after the parenthesised command name: state ppid pgrp session ...
-    fields = line[line.rfind(b")") + 2 :].split()
-    return int(fields[2]), int(fields[3])
-
-
-def _processes(*, pgid: int | None = None, sid: int | None = None) -> list[int]:
-    """Pids in a process group or a session (Linux ``/proc``)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        stat = _proc_stat(entry)
-        if stat is None:
-            continue
-        if (pgid is not None and stat[0] == pgid) or (sid is not None and stat[1] == sid):
-            found.append(int(entry))
-    return found
 
 
 def _host_path() -> str:
@@ -90,21 +63,38 @@ def _java_home() -> str | None:
     return str(Path(java).resolve().parent.parent)
 
 
-class LocalSandbox(Sandbox):
-    """A sandbox on this machine (see the module docs)."""
+class LocalSandbox(ShellSandbox):
+    """A sandbox on this machine (see the module docs): provisioning here, the rest is
+    :class:`~crl_worker.sandbox.shell.ShellSandbox` over a
+    :class:`~crl_worker.sandbox.transport.LocalTransport`."""
+
+    transport: LocalTransport
 
     def __init__(self, config: LocalSandboxConfig, task: Task) -> None:
+        name = f"local sandbox {task.instance_id}"
+        super().__init__(
+            LocalTransport(name=name),
+            workdir="",
+            name=name,
+            default_timeout=task.timeouts.command,
+            interrupt_grace=config.interrupt_grace,
+            start_timeout=config.start_timeout,
+        )
         self.config = config
         self.task = task
-        self.workdir = ""
         self.root: Path | None = None
         self.venv: Path | None = None
         self.interpreter: Interpreter | None = None
-        self.env: dict[str, str] = {}
-        self._proc: asyncio.subprocess.Process | None = None
-        self._session: ShellSession | None = None
-        self._closed = False
-        self._name = f"local sandbox {task.instance_id}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The shell's whole environment (set while provisioning)."""
+        return self.transport.env
+
+    @property
+    def shell_pid(self) -> int | None:
+        """Process id of the session's shell (None when no session is open)."""
+        return self.transport.pid
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -118,7 +108,7 @@ class LocalSandbox(Sandbox):
         except TimeoutError:
             await self.close()
             raise SandboxError(
-                f"{self._name}: provisioning took more than {self.task.timeouts.setup:.0f} s "
+                f"{self.name}: provisioning took more than {self.task.timeouts.setup:.0f} s "
                 "(task.timeouts.setup)"
             ) from None
         except BaseException:
@@ -142,9 +132,9 @@ class LocalSandbox(Sandbox):
         elif task.language == "java":
             env.update(self._java_env(env["PATH"]))
         env.update(task.env)
-        self.env = env
+        self.transport.env = env
 
-        await self._open_session()
+        await self.open_session()
         for number, command in enumerate(task.install, 1):
             try:
                 result = await self.run(
@@ -152,18 +142,18 @@ class LocalSandbox(Sandbox):
                 )
             except SandboxError as exc:
                 raise SandboxError(
-                    f"{self._name}: install command {number} ({command!r}) broke the shell: {exc}"
+                    f"{self.name}: install command {number} ({command!r}) broke the shell: {exc}"
                 ) from exc
             if result.exit_code != 0:
                 raise SandboxError(
-                    f"{self._name}: install command {number} ({command!r}) failed with exit "
+                    f"{self.name}: install command {number} ({command!r}) failed with exit "
                     f"code {result.exit_code}:\n{result.output[-4000:]}"
                 )
-        await self._git_script(gitstate.SNAPSHOT_SCRIPT, "snapshotting the base state")
+        await self.record_base_state()
         # Install commands may have cd-ed or exported: the agent starts from a fresh shell.
-        await self._close_session()
-        await self._open_session()
-        logger.info("%s ready in %s", self._name, self.workdir)
+        await self.end_session()
+        await self.open_session()
+        logger.info("%s ready in %s", self.name, self.workdir)
 
     def _base_env(self) -> dict[str, str]:
         env = {
@@ -188,7 +178,7 @@ class LocalSandbox(Sandbox):
             interpreter = await asyncio.to_thread(find_python, self.config.default_python)
             logger.warning(
                 "%s: Python %s is not installed; falling back to %s (%s)",
-                self._name,
+                self.name,
                 self.task.python,
                 interpreter.version_text,
                 interpreter.path,
@@ -229,7 +219,7 @@ class LocalSandbox(Sandbox):
             errors.append(f"{' '.join(argv[:2])}: {out.decode(errors='replace').strip()[-1500:]}")
             shutil.rmtree(venv, ignore_errors=True)
         raise SandboxError(
-            f"{self._name}: cannot create a virtual environment with Python "
+            f"{self.name}: cannot create a virtual environment with Python "
             f"{interpreter.version_text} ({interpreter.path}): " + "; ".join(errors)
         )
 
@@ -237,7 +227,7 @@ class LocalSandbox(Sandbox):
         java_home = _java_home()
         if java_home is None:
             raise SandboxError(
-                f"{self._name}: a Java task needs a JDK, but JAVA_HOME is unset and no java is "
+                f"{self.name}: a Java task needs a JDK, but JAVA_HOME is unset and no java is "
                 "on PATH; install a JDK or set JAVA_HOME"
             )
         path = f"{Path(java_home) / 'bin'}{os.pathsep}{path}"
@@ -253,140 +243,15 @@ class LocalSandbox(Sandbox):
                 and shutil.which(tool, path=path) is None
             ):
                 raise SandboxError(
-                    f"{self._name}: the repository builds with {tool} ({marker}) but {tool} is "
+                    f"{self.name}: the repository builds with {tool} ({marker}) but {tool} is "
                     f"not on PATH and the repository has no {wrapper}; install {tool}"
                 )
         return {"JAVA_HOME": java_home, "PATH": path}
-
-    async def _open_session(self) -> None:
-        proc = await asyncio.create_subprocess_exec(
-            *SHELL_ARGV,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            cwd=self.workdir,
-            env=self.env,
-            # Its own session and process group: signals and cleanup reach the whole tree.
-            start_new_session=True,
-        )
-        assert proc.stdin is not None and proc.stdout is not None
-        self._proc = proc
-        self._session = ShellSession(
-            proc.stdout,
-            proc.stdin,
-            signaller=self._signal,
-            interrupt_grace=self.config.interrupt_grace,
-            name=self._name,
-        )
-        await self._session.start(timeout=self.config.start_timeout)
-
-    async def _signal(self, sig: int, shell: ShellProcess) -> None:
-        if sig == signal.SIGINT:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(shell.pgid, sig)
-            return
-        for pid in _processes(pgid=shell.pgid):
-            if pid != shell.pid:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-
-    async def _close_session(self) -> None:
-        session, proc = self._session, self._proc
-        self._session = self._proc = None
-        if session is not None:
-            await session.close()
-        if proc is None:
-            return
-        # Everything the shell started, background jobs included, shares its session id.
-        for pid in [proc.pid, *_processes(sid=proc.pid)]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        try:
-            await asyncio.wait_for(proc.wait(), 10)
-        except TimeoutError:
-            logger.warning(
-                "%s: the shell (pid %d) did not exit after SIGKILL", self._name, proc.pid
-            )
 
     async def close(self) -> None:
         """Kill the session's processes and remove the sandbox's folder. Safe to call twice."""
         if self._closed:
             return
-        self._closed = True
-        await self._close_session()
+        await super().close()
         if self.root is not None and not self.config.keep:
             await asyncio.to_thread(shutil.rmtree, self.root, True)
-
-    # --- commands and files ----------------------------------------------------------------
-
-    @property
-    def alive(self) -> bool:
-        """Whether the shell is running and answering."""
-        return (
-            self._session is not None
-            and self._session.alive
-            and self._proc is not None
-            and self._proc.returncode is None
-        )
-
-    @property
-    def shell_pid(self) -> int | None:
-        """Process id of the session's shell (None when no session is open)."""
-        return self._proc.pid if self._proc is not None else None
-
-    async def run(
-        self,
-        command: str,
-        *,
-        timeout: float | None = None,
-        max_output: int = DEFAULT_MAX_OUTPUT,
-    ) -> CommandResult:
-        """Run ``command`` in the session; ``timeout`` defaults to ``task.timeouts.command``."""
-        if self._session is None:
-            raise SandboxError(f"{self._name}: not started, or closed")
-        result = await self._session.run(
-            command,
-            timeout=self.task.timeouts.command if timeout is None else timeout,
-            max_output=max_output,
-        )
-        return result.to_command_result()
-
-    def _path(self, path: str) -> Path:
-        if not self.workdir:
-            raise SandboxError(f"{self._name}: not started")
-        return Path(self.workdir, path)  # an absolute path replaces the workdir
-
-    async def read_file(self, path: str) -> bytes:
-        """The file's bytes (FileNotFoundError/IsADirectoryError for a bad path)."""
-        return await asyncio.to_thread(self._path(path).read_bytes)
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        """Write the bytes, creating parent directories."""
-        target = self._path(path)
-
-        def write() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-
-        await asyncio.to_thread(write)
-
-    # --- base state --------------------------------------------------------------------------
-
-    async def reset(self) -> None:
-        """Kill the session, restore the base state (see :mod:`gitstate`), open a new session."""
-        if self._closed or not self.workdir:
-            raise SandboxError(f"{self._name}: not started, or closed")
-        await self._close_session()
-        await self._git_script(gitstate.RESET_SCRIPT, "resetting to the base state")
-        await self._open_session()
-
-    async def diff(self) -> str:
-        """The agent's changes against the task's base commit (new files included)."""
-        out = await self._git_script(gitstate.DIFF_SCRIPT, "computing the diff")
-        return out.decode("utf-8", "replace")
-
-    async def _git_script(self, script: str, what: str) -> bytes:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-        return await repos.run_checked(
-            gitstate.script_command(script), what=f"{self._name}: {what}", cwd=self.workdir, env=env
-        )
