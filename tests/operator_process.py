@@ -1,6 +1,6 @@
 """Run `python -m crl_operator` as a real subprocess against a test control plane.
 
-Shared by the end-to-end tests and bench/operator_scale.py: start it on free ports, wait for
+Shared by the end-to-end tests and perf/operator_scale.py: start it on free ports, wait for
 its health endpoint, read its Prometheus metrics, stop it politely or kill it (SIGKILL).
 """
 

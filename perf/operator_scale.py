@@ -20,7 +20,7 @@ requests the API server served in each phase (apiserver_request_total before/aft
 resource: everyone's, kube-controller-manager and kwok included, which is why it is shown
 apart), requests per child, and the operator's memory (RSS, peak RSS).
 
-Run: .venv/bin/python bench/operator_scale.py [--runs 100] [--workers 8]
+Run: .venv/bin/python perf/operator_scale.py [--runs 100] [--workers 8]
 """
 
 from __future__ import annotations
