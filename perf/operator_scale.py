@@ -1,4 +1,4 @@
-"""How the operator scales: 100 TrainingRuns at once against the test control plane.
+"""How the operator scales: N TrainingRuns at once (100 by default) on the test control plane.
 
 Two phases in one run, against the same control plane:
 
@@ -8,7 +8,7 @@ floor     one Python process creates what the operator would, and nothing more: 
           inference Deployments and applies each trainer Service and Job as soon as that run's
           inference is available. No status writes, no cache, no retries.
 operator  `python -m crl_operator` (a subprocess, watching its own namespace) does the same
-          from 100 TrainingRuns applied at once.
+          from the N TrainingRuns applied at once.
 
 "Ready" for both: every run's children exist and its inference Deployment is available, so
 its trainer Job has been created (for the operator: status InferenceReady=True and
