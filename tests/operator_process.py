@@ -1,6 +1,6 @@
 """Run `python -m crl_operator` as a real subprocess against a test control plane.
 
-Shared by the end-to-end tests and bench/operator_scale.py: start it on free ports, wait for
+Shared by the end-to-end tests and perf/operator_scale.py: start it on free ports, wait for
 its health endpoint, read its Prometheus metrics, stop it politely or kill it (SIGKILL).
 """
 
@@ -61,12 +61,16 @@ class OperatorProcess:
         log_path: Path,
         extra_args: Sequence[str] = (),
         resync_seconds: float = 60,
+        python_args: Sequence[str] = ("-m", "crl_operator"),
     ) -> None:
         self.kubeconfig = str(kubeconfig)
         self.namespaces = list(namespaces)
         self.log_path = log_path
         self.extra_args = list(extra_args)
         self.resync_seconds = resync_seconds
+        # What follows the interpreter: perf/operator_scale.py --profile runs the module under
+        # perf/sampling_profiler.py.
+        self.python_args = list(python_args)
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -75,8 +79,7 @@ class OperatorProcess:
         """Start and wait until the health endpoint answers."""
         args = [
             sys.executable,
-            "-m",
-            "crl_operator",
+            *self.python_args,
             "--kubeconfig",
             self.kubeconfig,
             "--metrics-port",

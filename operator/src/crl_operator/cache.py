@@ -3,6 +3,10 @@
 Reconciles read their resource and its children from here instead of sending GETs: one watch
 per kind serves every reconcile, as an informer cache does in controller-runtime. Objects are
 stored without ``metadata.managedFields`` (large, and never read) to keep memory small.
+Indexes kept up to date on every add, update and delete answer the handlers' questions in time
+proportional to the answer: children by controlling owner, sandbox pods by pool, objects by
+kind, and the TrainingRuns and Benchmarks that reference a RolloutPool or a TrainingRun by name
+(:func:`references`), so an event about a pool does not scan every run and benchmark.
 Reconciles run in worker threads while kopf feeds the cache from the event loop, hence the lock.
 """
 
@@ -28,8 +32,32 @@ def _slim(obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def references(key: Key, obj: Mapping[str, Any]) -> set[Key]:
+    """The resources `obj` names in its spec and that reconcile it when they change.
+
+    A TrainingRun's ``spec.rollout.poolRef`` (a RolloutPool); a Benchmark's ``spec.poolRef``
+    (a RolloutPool) and ``spec.model.checkpoint.trainingRun`` (a TrainingRun). References are
+    by name within the referrer's namespace.
+    """
+    kind, ns, _ = key
+    spec = obj.get("spec") or {}
+    out: set[Key] = set()
+    if kind == "TrainingRun":
+        pool = ((spec.get("rollout") or {}).get("poolRef") or {}).get("name")
+        if pool:
+            out.add(("RolloutPool", ns, str(pool)))
+    elif kind == "Benchmark":
+        pool = (spec.get("poolRef") or {}).get("name")
+        if pool:
+            out.add(("RolloutPool", ns, str(pool)))
+        run = ((spec.get("model") or {}).get("checkpoint") or {}).get("trainingRun")
+        if run:
+            out.add(("TrainingRun", ns, str(run)))
+    return out
+
+
 class Cache:
-    """Objects by key, with indexes by controlling owner uid and by sandbox pool."""
+    """Objects by key, with indexes by controlling owner uid, sandbox pool, kind and reference."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -37,6 +65,7 @@ class Cache:
         self._by_owner: dict[str, set[Key]] = defaultdict(set)
         self._by_pool: dict[tuple[str, str], set[Key]] = defaultdict(set)
         self._by_kind: dict[str, set[Key]] = defaultdict(set)
+        self._by_ref: dict[Key, set[Key]] = defaultdict(set)
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
         """Store the newest version of `obj` (from a watch event or a write's response)."""
@@ -83,6 +112,15 @@ class Cache:
         with self._lock:
             return [self._objects[k] for k in self._by_kind.get(kind, ()) if k in self._objects]
 
+    def referencing(self, kind: str, namespace: str, name: str) -> list[Key]:
+        """Keys of the cached resources whose spec references `kind` `namespace`/`name`.
+
+        See :func:`references` for which fields count. Sorted, so callers enqueue in a stable
+        order.
+        """
+        with self._lock:
+            return sorted(self._by_ref.get((kind, namespace, name), ()))
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._objects)
@@ -97,6 +135,8 @@ class Cache:
         pool = ((obj.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL)
         if key[0] == "Pod" and pool:
             self._by_pool[(key[1], pool)].add(key)
+        for ref in references(key, obj):
+            self._by_ref[ref].add(key)
 
     def _unindex(self, key: Key, obj: Mapping[str, Any]) -> None:
         self._by_kind[key[0]].discard(key)
@@ -110,6 +150,12 @@ class Cache:
             self._by_pool[(key[1], pool)].discard(key)
             if not self._by_pool[(key[1], pool)]:
                 del self._by_pool[(key[1], pool)]  # as for owners: a deleted pool leaves no set
+        for ref in references(key, obj):
+            referrers = self._by_ref.get(ref)
+            if referrers is not None:
+                referrers.discard(key)
+                if not referrers:
+                    del self._by_ref[ref]
 
 
 def _older(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:

@@ -78,31 +78,11 @@ class Runtime:
             pool = (meta.get("labels") or {}).get(POOL_LABEL)
             if pool:
                 keys.append(("RolloutPool", ns, str(pool)))
-        if kind == "RolloutPool":
-            keys.extend(self._referencing_pool(ns, name))
-        if kind == "TrainingRun":
-            keys.extend(self._referencing_run(ns, name))
+        if kind in ("RolloutPool", "TrainingRun"):
+            # The runs and benchmarks that name this pool or run (the cache's reference
+            # index: as many lookups as there are references, not a scan of every resource).
+            keys.extend(self.cache.referencing(kind, ns, name))
         return keys
-
-    def _referencing_pool(self, ns: str, pool: str) -> list[Key]:
-        out: list[Key] = []
-        for run in self.cache.of_kind("TrainingRun"):
-            ref = (((run.get("spec") or {}).get("rollout") or {}).get("poolRef") or {}).get("name")
-            if ref == pool and run["metadata"].get("namespace") == ns:
-                out.append(("TrainingRun", ns, run["metadata"]["name"]))
-        for bench in self.cache.of_kind("Benchmark"):
-            ref = ((bench.get("spec") or {}).get("poolRef") or {}).get("name")
-            if ref == pool and bench["metadata"].get("namespace") == ns:
-                out.append(("Benchmark", ns, bench["metadata"]["name"]))
-        return out
-
-    def _referencing_run(self, ns: str, run: str) -> list[Key]:
-        out: list[Key] = []
-        for bench in self.cache.of_kind("Benchmark"):
-            ref = ((bench.get("spec") or {}).get("model") or {}).get("checkpoint") or {}
-            if ref.get("trainingRun") == run and bench["metadata"].get("namespace") == ns:
-                out.append(("Benchmark", ns, bench["metadata"]["name"]))
-        return out
 
     # --- events --------------------------------------------------------------------------
 

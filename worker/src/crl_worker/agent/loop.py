@@ -70,7 +70,7 @@ def tune_gc(thresholds: tuple[int, int, int] = GC_THRESHOLDS) -> None:
     the trajectory waits on the server. At Python's default young-generation threshold (700
     allocations) that waiting state keeps getting promoted to the old generation, which
     triggers a full collection every second or so; each walks every live object of every
-    trajectory (~170 ms at 1,000 trajectories, see bench/agent_loop.py). This collects the
+    trajectory (~170 ms at 1,000 trajectories, see perf/agent_loop.py). This collects the
     young generation every 10,000 allocations instead (full collections become an order of
     magnitude rarer) and moves what exists now (modules, classes, configuration: never
     garbage) out of every later collection (:func:`gc.freeze`).

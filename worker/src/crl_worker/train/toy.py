@@ -20,7 +20,7 @@ at its position, so it could not re-render to the same tokens.
 bundle and a native ``tasks.jsonl`` whose gold patch is exactly what the right action token does.
 The first fix applied decides the outcome (the edit's ``old_str`` no longer matches after it), so
 a randomly initialized model resolves the task with a probability near one in four (measured
-by ``bench/toy_resolve_rate.py``).
+by ``perf/toy_resolve_rate.py``).
 
 Everything is deterministic: the same seed gives the same weights, and the suite's commits have
 fixed authors and dates (the commit ids are stable; the bundle's pack bytes may differ between

@@ -1,6 +1,6 @@
-"""mini-swe-agent's loop on the scripted workload: the comparison side of ``bench/agent_loop.py``.
+"""mini-swe-agent's loop on the scripted workload: the comparison side of ``perf/agent_loop.py``.
 
-    ~/.cache/coderepairrl/bench-venv/bin/python bench/agent_loop_mini.py --url URL \
+    ~/.cache/coderepairrl/bench-venv/bin/python perf/agent_loop_mini.py --url URL \
         [--trajectories 1000] [--turns 20] [--threads 1000]
 
 Runs in the bench venv (mini-swe-agent 2.4.6 with litellm), never in the project's. Prints one

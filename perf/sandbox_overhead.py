@@ -1,6 +1,6 @@
 """What a sandbox costs: per-command overhead against SWE-ReX and mini-swe-agent, reset vs fresh.
 
-    python bench/sandbox_overhead.py [--commands N] [--resets N] [--fresh N] [--repo PATH]
+    python perf/sandbox_overhead.py [--commands N] [--resets N] [--fresh N] [--repo PATH]
 
 Prints figures; asserts nothing. Targets: p50 overhead of the local sandbox at most 5 ms and at
 least 3x lower than SWE-ReX's local runtime; reset under 1 s on a real repository.
@@ -20,7 +20,8 @@ once with::
     VIRTUAL_ENV=~/.cache/coderepairrl/bench-venv uv pip install swe-rex mini-swe-agent
 
 (or ``--peers-python`` pointing at another interpreter that has them). A peer that is not
-installed is skipped with a message.
+installed is skipped with a message. The folder keeps its ``bench-venv`` name from before these
+scripts moved from ``bench/`` to ``perf/``, so a venv set up earlier still counts.
 
 Reset versus fresh: a Python sandbox on a real repository (by default sympy 1.13.3 from its
 PyPI sdist, about 2,200 files, made into a git repository under the cache; ``--repo`` takes any

@@ -1,4 +1,4 @@
-"""The scripted workload of ``bench/agent_loop.py``, shared by the server and both agent sides.
+"""The scripted workload of ``perf/agent_loop.py``, shared by the server and both agent sides.
 
 Standard library only: the scripted server (``agent_loop_server.py``), this project's side
 (project venv) and the mini-swe-agent driver (``agent_loop_mini.py``, bench venv) all import it,

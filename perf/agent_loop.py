@@ -1,7 +1,7 @@
 """What the agent loop costs: CPU per turn, memory per trajectory and throughput of 1,000 concurrent
 trajectories in one process, against mini-swe-agent's loop on the same scripted workload.
 
-    python bench/agent_loop.py [--trajectories 1000] [--turns 20] [--json]
+    python perf/agent_loop.py [--trajectories 1000] [--turns 20] [--json]
                                [--mini-trajectories N] [--mini-threads N] [--skip-mini]
                                [--profile FILE]
 
@@ -34,7 +34,7 @@ trajectory (token-id deduplication included).
 Rows: ``crl`` asks for token ids and logprobs (the training path against vLLM); ``crl
 (no ids)`` does not, like for like with mini-swe-agent, which never asks for them.
 
-mini-swe-agent (2.4.6) runs in the bench venv (see ``bench/sandbox_overhead.py`` for its setup;
+mini-swe-agent (2.4.6) runs in the bench venv (see ``perf/sandbox_overhead.py`` for its setup;
 litellm 1.106 there also needs ``mcp`` installed, which it imports whenever tools are passed):
 ``agent_loop_mini.py`` drives ``DefaultAgent`` + ``LitellmModel`` with its SWE-bench config
 against the same server, one thread per trajectory (``--mini-threads``), with an environment
@@ -48,7 +48,7 @@ calls :func:`crl_worker.agent.loop.tune_gc` (``gc.freeze()`` and thresholds (100
 as the runner's entry points are meant to; every other row runs with Python's default GC
 settings, and the output says so.
 
-Figures (``python bench/agent_loop.py --skip-mini --tune-gc``, a 2-core VM shared with other
+Figures (``python perf/agent_loop.py --skip-mini --tune-gc``, a 2-core VM shared with other
 work, load average 0.2 before and 1.1 after, CPython 3.11.7, orjson 3.13.0; 2026-11-21, commit
 after ``9c8a6b9``)::
 
@@ -59,7 +59,7 @@ after ``9c8a6b9``)::
     mini-swe-agent       1000 x 20       25.88      -   514.1       39   741 MiB    489 KiB
 
 The mini-swe-agent row is from the earlier full run of this script (``python
-bench/agent_loop.py``, 2026-11-21, load average 0.8 before and 3.8 after), not re-run: nothing on
+perf/agent_loop.py``, 2026-11-21, load average 0.8 before and 3.8 after), not re-run: nothing on
 its side changed. Before the token-id work (commit ``ed9f739``, same machine, load 1.7 -> 2.3)
 the ``crl`` row was 2.33 ms per turn, 43% in GC, 2542 MiB peak, 2458 KiB held per trajectory
 (2.25 ms and 2510 MiB in the run with mini-swe-agent).
@@ -426,7 +426,7 @@ def main() -> None:
             results["mini-swe-agent"] = "skipped (--skip-mini)"
         elif not args.peers_python.exists():
             results["mini-swe-agent"] = (
-                f"skipped: {args.peers_python} does not exist (see bench/sandbox_overhead.py)"
+                f"skipped: {args.peers_python} does not exist (see perf/sandbox_overhead.py)"
             )
         else:
             results["mini-swe-agent"] = run_side(

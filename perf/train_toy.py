@@ -6,7 +6,7 @@ tokens per second (prompt + completion tokens of the step's samples over the ste
 and the peak RSS of the trainer processes. The first step is left out of the means (sandbox
 clones, DeepSpeed's op build).
 
-    .venv/bin/python bench/train_toy.py [--steps 6]
+    .venv/bin/python perf/train_toy.py [--steps 6]
 """
 
 from __future__ import annotations

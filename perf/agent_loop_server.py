@@ -1,6 +1,6 @@
-"""The fast scripted OpenAI-compatible server of ``bench/agent_loop.py`` (a separate process).
+"""The fast scripted OpenAI-compatible server of ``perf/agent_loop.py`` (a separate process).
 
-    python bench/agent_loop_server.py --turns 20 [--workers 2] [--port 0]
+    python perf/agent_loop_server.py --turns 20 [--workers 2] [--port 0]
 
 Answers ``POST /v1/chat/completions`` with the scripted turn of ``agent_loop_workload``: one tool
 call per answer, the submit on the last turn, in vLLM's response shape: ``prompt_token_ids`` at

@@ -1,6 +1,6 @@
 """How fast offline validation is: cold start of `crl validate`, and documents per second.
 
-    python bench/validate_throughput.py [--documents N]
+    python perf/validate_throughput.py [--documents N]
 
 Prints figures; asserts nothing. Validation runs on every `crl validate`, in `crl render`, and
 when a worker loads its config, so its cost should stay well under a second for real files.

@@ -1,7 +1,7 @@
 """How often the untrained toy model resolves the toy task: the starting point the trainer's
 learning test has to beat (docs/toy-model.md).
 
-    python bench/toy_resolve_rate.py [--rollouts 200] [--seed 0] [--max-turns 4]
+    python perf/toy_resolve_rate.py [--rollouts 200] [--seed 0] [--max-turns 4]
                                      [--max-tokens-per-turn 16] [--json]
 
 Prints figures; asserts nothing. Builds the toy model (weights from ``--seed``) and the toy suite

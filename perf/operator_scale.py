@@ -1,4 +1,4 @@
-"""How the operator scales: 100 TrainingRuns at once against the test control plane.
+"""How the operator scales: N TrainingRuns at once (100 by default) on the test control plane.
 
 Two phases in one run, against the same control plane:
 
@@ -8,7 +8,7 @@ floor     one Python process creates what the operator would, and nothing more: 
           inference Deployments and applies each trainer Service and Job as soon as that run's
           inference is available. No status writes, no cache, no retries.
 operator  `python -m crl_operator` (a subprocess, watching its own namespace) does the same
-          from 100 TrainingRuns applied at once.
+          from the N TrainingRuns applied at once.
 
 "Ready" for both: every run's children exist and its inference Deployment is available, so
 its trainer Job has been created (for the operator: status InferenceReady=True and
@@ -20,12 +20,17 @@ requests the API server served in each phase (apiserver_request_total before/aft
 resource: everyone's, kube-controller-manager and kwok included, which is why it is shown
 apart), requests per child, and the operator's memory (RSS, peak RSS).
 
-Run: .venv/bin/python bench/operator_scale.py [--runs 100] [--workers 8]
+Run: .venv/bin/python perf/operator_scale.py [--runs 100] [--workers 8] [--profile REPORT]
+
+``--profile REPORT`` runs the operator under perf/sampling_profiler.py (every thread sampled every
+5 ms) and writes where its time went to REPORT. The machine's load average is printed before and
+after, since the seconds are only comparable on an otherwise idle machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -188,18 +193,30 @@ def all_ready(kube: Kube, namespace: str, n: int) -> int:
 
 
 def with_operator(
-    kube: Kube, kubeconfig: str, namespace: str, n: int, workers: int, timeout: float, log: Path
+    kube: Kube,
+    kubeconfig: str,
+    namespace: str,
+    n: int,
+    workers: int,
+    timeout: float,
+    log: Path,
+    profile: Path | None = None,
 ) -> tuple[float, Counts, tuple[int, int], int, int]:
-    """Apply the runs with the operator running.
+    """Apply the runs with the operator running (under the sampling profiler if `profile`).
 
     Returns (seconds, its requests, (RSS, peak RSS), the bench's polls, reconciles).
     """
+    python_args = ["-m", "crl_operator"]
+    if profile is not None:
+        sampler = str(Path(__file__).resolve().parent / "sampling_profiler.py")
+        python_args = [sampler, str(profile.resolve()), *python_args]
     op = OperatorProcess(
         kubeconfig,
         namespaces=[namespace],
         log_path=log,
         extra_args=["--workers", str(workers)],
         resync_seconds=300,
+        python_args=python_args,
     )
     op.start()
     try:
@@ -277,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--profile", type=Path, help="write the operator's sampling profile here")
     a = p.parse_args(argv)
+    load_before = os.getloadavg()
 
     from tests.cluster import Cluster
 
@@ -303,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             a.workers,
             a.timeout,
             workdir / "operator.log",
+            a.profile,
         )
         api2 = apiserver_counts(kube)
 
@@ -350,6 +370,14 @@ def main(argv: list[str] | None = None) -> int:
         f"operator: {reconciles} reconciles, RSS {rss / 2**20:.0f} MiB (peak {peak / 2**20:.0f} MiB)"
     )
     print(f"the benchmark's own status polls in the operator phase: {polls} LISTs of trainingruns")
+    load_after = os.getloadavg()
+    print(
+        "load average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}, after: {:.2f} {:.2f} {:.2f}".format(
+            *load_before, *load_after
+        )
+    )
+    if a.profile is not None:
+        print(f"operator profile: {a.profile}")
     return 0
 
 
