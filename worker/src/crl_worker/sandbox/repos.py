@@ -19,6 +19,7 @@ import fcntl
 import logging
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from crl_worker.api.contract import Env
@@ -90,6 +91,33 @@ def resolve_source(task: Task) -> str:
     return f"https://github.com/{task.repo}.git"
 
 
+async def run_captured(
+    argv: list[str],
+    *,
+    what: str,
+    cwd: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600,
+) -> tuple[int, bytes, bytes]:
+    """Run a program without input; its exit status, standard output and standard error. A
+    timeout kills it and raises :class:`SandboxError` naming ``what``."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=None if env is None else dict(env),
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise SandboxError(f"{what} took more than {timeout:.0f} s") from None
+    return proc.returncode or 0, out, err
+
+
 async def run_checked(
     argv: list[str],
     *,
@@ -100,24 +128,10 @@ async def run_checked(
 ) -> bytes:
     """Run a program without input and return its standard output; a timeout (the process is
     killed) or a non-zero exit raises :class:`SandboxError` naming ``what``, with its stderr."""
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise SandboxError(f"{what} took more than {timeout:.0f} s") from None
-    if proc.returncode != 0:
+    code, out, err = await run_captured(argv, what=what, cwd=cwd, env=env, timeout=timeout)
+    if code != 0:
         raise SandboxError(
-            f"{what} failed (exit {proc.returncode}): "
-            f"{err.decode('utf-8', 'replace').strip()[-2000:]}"
+            f"{what} failed (exit {code}): {err.decode('utf-8', 'replace').strip()[-2000:]}"
         )
     return out
 

@@ -39,6 +39,7 @@ from typing import Protocol
 
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox.gitstate import script_command
+from crl_worker.sandbox.repos import run_captured
 from crl_worker.sandbox.session import (
     SESSION_ENV,
     SHELL_ARGV,
@@ -193,23 +194,13 @@ class LocalTransport:
     ) -> tuple[int, bytes, bytes]:
         """Run ``bash -c script`` in ``workdir`` without input."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-        proc = await asyncio.create_subprocess_exec(
-            *script_command(script),
+        return await run_captured(
+            script_command(script),
+            what=f"{self.name}: a script in {workdir}",
             cwd=workdir,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
             env=env,
+            timeout=timeout,
         )
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), timeout)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise SandboxError(
-                f"{self.name}: a script in {workdir} took more than {timeout:.0f} s"
-            ) from None
-        return proc.returncode or 0, out, err
 
     async def read_file(self, path: str) -> bytes:
         """The file's bytes, read in a worker thread."""
