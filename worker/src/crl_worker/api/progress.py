@@ -35,6 +35,17 @@ from crl_worker.api.trainingrun import TrainingMetrics
 
 log = logging.getLogger(__name__)
 
+#: How every report model reads and writes JSON: camelCase keys, unknown keys ignored (a newer
+#: worker may say more than this operator reads).
+_WIRE = ConfigDict(
+    alias_generator=to_camel,
+    validate_by_name=True,
+    validate_by_alias=True,
+    serialize_by_alias=True,
+    extra="ignore",
+    use_attribute_docstrings=True,
+)
+
 #: The largest count a report may hold: JSON's safe integers, which every client reads exactly
 #: and which fit the status schema's int64. A larger one would make the operator's status patch
 #: fail (the API server refuses it), so it is refused with the report instead.
@@ -55,14 +66,7 @@ class WireReport(BaseModel):
     (the last report, which the reporter retries) and may have `updated_at`, which the
     reporter fills in."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        extra="ignore",
-        use_attribute_docstrings=True,
-    )
+    model_config = _WIRE
 
     @classmethod
     def parse(cls, text: str) -> Self:
@@ -184,14 +188,7 @@ class ReportedMetrics(TrainingMetrics):
 class CheckpointReport(BaseModel):
     """`lastCheckpoint` of a report: the newest checkpoint the trainer finished writing."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        extra="ignore",
-        use_attribute_docstrings=True,
-    )
+    model_config = _WIRE
 
     step: int = Field(ge=0, le=MAX_COUNT)
     """Optimizer step of the checkpoint."""
