@@ -248,6 +248,10 @@ def test_vllm_server_of_a_full_fine_tuning_run() -> None:
     assert flag(args, "--max-model-len") == "40960"
     assert flag(args, "--gpu-memory-utilization") == "0.85"
     assert flag(args, "--dtype") == "bfloat16"
+    # The agent sends `tool_choice: auto`: vLLM refuses it (400) without both flags.
+    assert "--enable-auto-tool-choice" in args
+    assert flag(args, "--tool-call-parser") == "hermes"
+    assert vllm["image"] == "vllm/vllm-openai:v0.32.0"  # the release tests/test_vllm_real.py runs
     # The trainer's importance-sampling correction compares with processed logprobs.
     assert flag(args, "--logprobs-mode") == "processed_logprobs"
     assert "--data-parallel-size" not in args  # gpus == tensorParallelSize
@@ -314,6 +318,15 @@ def test_vllm_server_of_a_lora_run() -> None:
 )
 def test_lora_rank_rounds_up_to_what_vllm_accepts(rank: int, bound: int) -> None:
     assert lora_rank_bound(rank) == bound
+
+
+def test_tool_call_parser_follows_the_model_family() -> None:
+    run = with_spec(
+        load("local-trainingrun-tiny-cpu.yaml"), inference={"toolCallParser": "qwen3_coder"}
+    )
+    args = container(find(render(run), "Deployment", "-inference"))["args"]
+    assert "--enable-auto-tool-choice" in args
+    assert flag(args, "--tool-call-parser") == "qwen3_coder"
 
 
 def test_data_parallel_inside_one_server() -> None:

@@ -130,6 +130,10 @@ def vllm_args(served: ServedModel, spec: InferenceSpec) -> list[str]:
         str(spec.max_model_len),
         "--gpu-memory-utilization",
         str(spec.gpu_memory_utilization),
+        # The agent sends `tool_choice: auto`; without these vLLM answers every request 400.
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        spec.tool_call_parser,
     ]
     data_parallel = spec.gpus // spec.tensor_parallel_size
     if data_parallel > 1:

@@ -25,8 +25,12 @@ from crl_worker.api.base import (
 
 #: The worker image every component runs unless a spec says otherwise.
 DEFAULT_WORKER_IMAGE = "ghcr.io/coderepairrl/worker:0.1.0"
-#: The vLLM OpenAI-compatible server image.
-DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
+#: The vLLM OpenAI-compatible server image: the vLLM release the tests run against
+#: (requirements/vllm.in, tests/test_vllm_real.py).
+DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
+#: vLLM's tool-call parser for models that write Hermes-style ``<tool_call>{...}</tool_call>``
+#: (Qwen 2.5 and 3, Hermes, the toy model).
+DEFAULT_TOOL_CALL_PARSER = "hermes"
 
 TaskFormat = Literal[
     "swe-bench",
@@ -324,6 +328,13 @@ class InferenceSpec(ApiModel):
     """Port of the OpenAI-compatible API."""
     startup_timeout_seconds: int = Field(default=1800, ge=60, le=86400)
     """How long the server may take to load the model before the pod is restarted."""
+    tool_call_parser: Annotated[
+        str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    ] = DEFAULT_TOOL_CALL_PARSER
+    """vLLM's `--tool-call-parser` for the model family: how tool calls are read out of the
+    model's text. `hermes` (Qwen 2.5/3, Hermes), `qwen3_coder`, `llama3_json`, `mistral`,
+    `deepseek_v3` and others (`vllm serve --help`). The agent calls tools with `tool_choice:
+    auto`, which vLLM refuses (HTTP 400) unless the server has a parser."""
     extra_args: list[Annotated[str, StringConstraints(max_length=1024)]] | None = Field(
         default=None, max_length=64
     )
@@ -445,6 +456,7 @@ class ResultsLocation(ApiModel):
 
 
 __all__ = [
+    "DEFAULT_TOOL_CALL_PARSER",
     "DEFAULT_VLLM_IMAGE",
     "DEFAULT_WORKER_IMAGE",
     "AgentSpec",
