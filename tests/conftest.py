@@ -12,6 +12,14 @@ import pytest
 
 from .cluster import Cluster, ClusterError, build
 from .fixtures.openai_server import ScriptedServer
+from .fixtures.vllm import (
+    VllmServer,
+    VllmUnavailable,
+    build_model,
+    rendered_container,
+    training_run,
+    vllm_python,
+)
 from .paths import ROOT
 
 log = logging.getLogger(__name__)
@@ -27,6 +35,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
+        if "vllm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.vllm)
 
 
 @pytest.fixture(scope="session")
@@ -53,6 +63,33 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield instance
     finally:
         instance.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+    """A real vLLM server (tests/fixtures/vllm.py) serving a tiny toy model with the arguments
+    the operator's LoRA TrainingRun Deployment gives it, shared by the session.
+
+    Its environment comes from `bash .ci/vllm-env.sh`; without it the tests are skipped, except
+    under CI=true or CRL_VLLM=1 where that is a failure.
+    """
+    try:
+        python = vllm_python()
+    except VllmUnavailable as error:
+        if os.environ.get("CI") or os.environ.get("CRL_VLLM") == "1":
+            pytest.fail(str(error))
+        pytest.skip(str(error))
+    workdir = tmp_path_factory.mktemp("vllm")
+    model = build_model(workdir / "model")
+    server = VllmServer(python, rendered_container(training_run(model)), workdir / "vllm.log")
+    try:
+        server.start()
+    except RuntimeError as error:
+        pytest.fail(str(error))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

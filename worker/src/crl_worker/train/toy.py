@@ -140,14 +140,17 @@ def build_toy_tokenizer() -> Any:
     return tokenizer
 
 
-def build_toy_model(dest: Path, *, seed: int = 0) -> Path:
+def build_toy_model(dest: Path, *, seed: int = 0, head_dim: int | None = None) -> Path:
     """Write the toy model and tokenizer to ``dest`` (``from_pretrained`` loads it) and return
     ``dest``. The weights are a random initialization from ``seed`` (float32); the global torch
-    random state is left as it was."""
+    random state is left as it was. ``head_dim`` widens the attention heads beyond
+    hidden size / heads (16): a real vLLM's CPU attention kernels need 64 or more
+    (tests/fixtures/vllm.py)."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
     tokenizer = build_toy_tokenizer()
+    widened: dict[str, Any] = {} if head_dim is None else {"head_dim": head_dim}
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         tie_word_embeddings=False,
@@ -161,6 +164,7 @@ def build_toy_model(dest: Path, *, seed: int = 0) -> Path:
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=MAX_POSITIONS,
+        **widened,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
