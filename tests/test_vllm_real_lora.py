@@ -1,0 +1,151 @@
+"""The trainer's LoRA weight sync against a real vLLM (the session's ``vllm`` fixture): adapters
+loaded, served and unloaded through ``LoraAdapterSync`` (``/v1/load_lora_adapter``), the served
+logprobs compared with PEFT's on the same adapter, and a server restart healed.
+
+The adapters are PEFT's own (the trainer's format), with random non-zero ``lora_B`` so that an
+adapter changes the model's output measurably; the comparison shows which weights served a
+request: the adapter's (the gap is float noise) or the base model's (the gap is the adapter's
+effect).
+
+This file runs after tests/test_vllm_real.py (pytest's file order): its last test restarts the
+shared server.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from crl_worker.train.weights import LoraAdapterSync
+from tests.fixtures.vllm import LORA_RANK, VllmServer
+
+log = logging.getLogger(__name__)
+
+#: Bound on |server - PEFT| per sampled token (float32 both sides; measured: about 1e-6).
+GAP_BOUND = 1e-4
+#: The adapter's effect must stand out of the noise by far (measured: above 0.1).
+EFFECT_FLOOR = 1e-2
+
+
+def write_adapter(model_dir: str, dest: Path, seed: int) -> Path:
+    """A PEFT adapter of the trainer's shape (rank 8, alpha 16, q_proj and v_proj) with random
+    weights from ``seed``."""
+    import peft
+    import torch
+    import transformers
+
+    base = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
+    config = peft.LoraConfig(
+        r=LORA_RANK, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0
+    )
+    model = peft.get_peft_model(base, config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for name, param in model.named_parameters():
+            if "lora_" in name:
+                param.data.normal_(0.0, 0.3)
+    model.save_pretrained(dest)
+    return dest
+
+
+def peft_model(model_dir: str, adapter: Path) -> Any:
+    """The base model with ``adapter`` in PEFT (the trainer's view)."""
+    import peft
+    import transformers
+
+    base = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
+    return peft.PeftModel.from_pretrained(base, adapter).eval()
+
+
+def served_sample(vllm: VllmServer, model: str) -> tuple[list[int], list[int], list[float]]:
+    """One chat completion from ``model``: prompt ids, completion ids, their logprobs."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "fix the bug"}],
+        "max_tokens": 24,
+        "temperature": 1.0,
+        "logprobs": True,
+        "return_token_ids": True,
+        "seed": 7,
+    }
+    answer = httpx.post(f"{vllm.base_url}/chat/completions", json=body, timeout=120)
+    assert answer.status_code == 200, answer.text
+    data = answer.json()
+    [choice] = data["choices"]
+    logprobs = [float(c["logprob"]) for c in choice["logprobs"]["content"]]
+    return data["prompt_token_ids"], choice["token_ids"], logprobs
+
+
+def reference_logprobs(model: Any, prompt: list[int], completion: list[int]) -> list[float]:
+    import torch
+
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
+    picked = torch.log_softmax(logits, dim=-1).gather(1, ids[0, len(prompt) :, None])
+    return [float(x) for x in picked[:, 0]]
+
+
+def gap(a: list[float], b: list[float]) -> float:
+    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+
+
+def models(vllm: VllmServer) -> list[str]:
+    return [c["id"] for c in httpx.get(f"{vllm.base_url}/models", timeout=10).json()["data"]]
+
+
+@pytest.fixture(scope="module")
+def adapters(vllm: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Two adapters of different weights (policy versions 1 and 2)."""
+    root = tmp_path_factory.mktemp("adapters")
+    return [write_adapter(vllm.model, root / f"v{v}", seed=v) for v in (1, 2)]
+
+
+async def test_each_version_is_loaded_served_with_its_own_weights_and_unloaded(
+    vllm: VllmServer, adapters: list[Path]
+) -> None:
+    sync = LoraAdapterSync(vllm.base_url, vllm.served_name, "real", keep=1)
+    try:
+        for version, adapter in enumerate(adapters, start=1):
+            await sync.push(version, adapter_dir=adapter)
+            name = sync.model_name()
+            assert name == f"real-v{version}"
+            # keep = 1: the previous version is unloaded once the new one is live.
+            assert models(vllm) == [vllm.served_name, name]
+            prompt, completion, served = served_sample(vllm, name)
+            adapted = peft_model(vllm.model, adapter)
+            ours = reference_logprobs(adapted, prompt, completion)
+            with adapted.disable_adapter():
+                base = reference_logprobs(adapted, prompt, completion)
+            log.info(
+                "version %d: |server - PEFT| max %.2e; adapter's effect max %.2e",
+                version,
+                gap(served, ours),
+                gap(served, base),
+            )
+            assert gap(served, ours) < GAP_BOUND
+            assert gap(served, base) > EFFECT_FLOOR  # the adapter, not the base, served it
+    finally:
+        await sync.aclose()
+
+
+async def test_a_restarted_server_gets_the_current_adapter_back(
+    vllm: VllmServer, adapters: list[Path]
+) -> None:
+    sync = LoraAdapterSync(vllm.base_url, vllm.served_name, "healed", keep=1)
+    try:
+        await sync.push(1, adapter_dir=adapters[0])
+        assert not await sync.ensure_loaded()  # nothing lost yet
+        vllm.restart()
+        assert "healed-v1" not in models(vllm)
+        assert await sync.ensure_loaded()
+        assert "healed-v1" in models(vllm)
+        prompt, completion, served = served_sample(vllm, "healed-v1")
+        ours = reference_logprobs(peft_model(vllm.model, adapters[0]), prompt, completion)
+        assert gap(served, ours) < GAP_BOUND
+    finally:
+        await sync.aclose()
