@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from crl_worker.agent import ChatClient, Trajectory, run_agent
+from crl_worker.agent.client import ContextLengthError
 from crl_worker.api.common import AgentSpec
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.loaders import load_tasks
@@ -125,6 +126,32 @@ async def test_concurrent_agents_share_the_server(vllm: VllmServer, toy_task: Ta
     runs = await asyncio.gather(*(agent_run(vllm, toy_task) for _ in range(3)))
     assert all(r.exit_reason != "infrastructure_error" for r in runs), [r.error for r in runs]
     assert all(t.completion_token_ids is not None for r in runs for t in r.turns)
+
+
+def long_chat(messages: int) -> list[dict[str, Any]]:
+    """A conversation of ``messages`` messages: four toy tokens each (start, role, text, end)."""
+    roles = ("user", "assistant")
+    return [{"role": roles[n % 2], "content": f"message {n}"} for n in range(messages - 1)] + [
+        {"role": "user", "content": "go on"}
+    ]
+
+
+async def test_long_conversations_fill_the_context_and_then_end_it(vllm: VllmServer) -> None:
+    async with ChatClient(vllm.base_url, vllm.served_name, max_retries=1) as client:
+        # 4,001 prompt tokens: the prompt fits, prompt + max_tokens does not. vLLM's 400 says
+        # how much room is left and the client asks again within it.
+        near = await client.complete(
+            long_chat(1000), tools=[], max_tokens=500, temperature=1.0, top_p=1.0
+        )
+        prompt = near.prompt_ids()
+        assert prompt is not None and len(prompt) == near.prompt_tokens > 3900
+        assert near.completion_token_ids is not None
+        assert 0 < near.completion_tokens <= MAX_MODEL_LEN - near.prompt_tokens
+        # Past the context: the trajectory ends as context_exhausted, not an infrastructure error.
+        with pytest.raises(ContextLengthError):
+            await client.complete(
+                long_chat(1100), tools=[], max_tokens=16, temperature=1.0, top_p=1.0
+            )
 
 
 # --- the benchmark runner --------------------------------------------------------------------
