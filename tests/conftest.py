@@ -14,11 +14,10 @@ from .cluster import Cluster, ClusterError, build
 from .fixtures.openai_server import ScriptedServer
 from .fixtures.vllm import (
     VllmServer,
-    VllmUnavailable,
     build_model,
     rendered_container,
     training_run,
-    vllm_python,
+    vllm_python_or_skip,
 )
 from .paths import ROOT
 
@@ -73,12 +72,7 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     Its environment comes from `bash .ci/vllm-env.sh`; without it the tests are skipped, except
     under CI=true or CRL_VLLM=1 where that is a failure.
     """
-    try:
-        python = vllm_python()
-    except VllmUnavailable as error:
-        if os.environ.get("CI") or os.environ.get("CRL_VLLM") == "1":
-            pytest.fail(str(error))
-        pytest.skip(str(error))
+    python = vllm_python_or_skip()
     workdir = tmp_path_factory.mktemp("vllm")
     model = build_model(workdir / "model")
     server = VllmServer(python, rendered_container(training_run(model)), workdir / "vllm.log")
