@@ -77,6 +77,24 @@ async def agent_run(vllm: VllmServer, task: Task, spec: AgentSpec = SPEC) -> Tra
 # --- the operator's probes -------------------------------------------------------------------
 
 
+def test_the_server_runs_the_deployments_arguments(vllm: VllmServer) -> None:
+    rendered = vllm.container["args"]
+    # `vllm serve MODEL` as `api_server --model MODEL`; host and port are this machine's; every
+    # other argument exactly as the operator deploys it, in the same order.
+    assert vllm.args[:2] == ["--model", rendered[0]]
+
+    def value(flag: str) -> str:
+        return vllm.args[vllm.args.index(flag) + 1]
+
+    assert (value("--host"), value("--port")) == ("127.0.0.1", str(vllm.port))
+    unchanged = [a for a in vllm.args[2:] if a not in ("127.0.0.1", str(vllm.port))]
+    assert unchanged == [a for a in rendered[1:] if a not in ("0.0.0.0", "8000")]
+    for flag in ("--enable-auto-tool-choice", "--enable-lora", "--logprobs-mode"):
+        assert flag in vllm.args
+    deployed_env = {e["name"]: e["value"] for e in vllm.container["env"]}
+    assert deployed_env.items() <= vllm.env.items()
+
+
 def test_health_and_models_answer_as_the_probes_and_the_agent_use_them(vllm: VllmServer) -> None:
     probes = {vllm.container[p]["httpGet"]["path"] for p in ("startupProbe", "readinessProbe")}
     assert probes == {"/health"}
