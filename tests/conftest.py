@@ -16,6 +16,7 @@ from .fixtures.vllm import (
     VllmServer,
     build_model,
     rendered_container,
+    serving,
     training_run,
     vllm_python_or_skip,
 )
@@ -76,14 +77,8 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     workdir = tmp_path_factory.mktemp("vllm")
     model = build_model(workdir / "model")
     server = VllmServer(python, rendered_container(training_run(model)), workdir / "vllm.log")
-    try:
-        server.start()
-    except RuntimeError as error:
-        pytest.fail(str(error))
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

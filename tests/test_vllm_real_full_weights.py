@@ -22,6 +22,7 @@ from tests.fixtures.vllm import (
     VllmServer,
     build_model,
     rendered_container,
+    serving,
     vllm_python_or_skip,
 )
 
@@ -48,14 +49,8 @@ def full_weights_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vl
         }
     )
     server = VllmServer(python, rendered_container(run), workdir / "vllm.log")
-    try:
-        server.start()
-    except RuntimeError as error:
-        pytest.fail(str(error))
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.stop()
 
 
 def call(server: VllmServer, method: str, route: str, body: object = None) -> httpx.Response:
