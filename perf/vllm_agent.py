@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from crl_worker.train import toy  # noqa: E402
 from crl_worker.train.weights import AdapterUpdate, LoraAdapterSync  # noqa: E402
+from tests.fixtures.lora_run import SUBPROCESS_ENV, write_run  # noqa: E402
 from tests.fixtures.vllm import (  # noqa: E402
     VllmServer,
     build_model,
@@ -50,7 +51,6 @@ from tests.fixtures.vllm import (  # noqa: E402
     training_run,
     vllm_python,
 )
-from tests.test_train_server import SUBPROCESS_ENV, write_run  # noqa: E402
 from tests.test_vllm_real_lora import write_adapter  # noqa: E402
 
 

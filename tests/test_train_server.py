@@ -12,7 +12,6 @@ restart the trainer loads its adapter again before the next batch and finishes t
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -22,7 +21,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -34,10 +32,10 @@ from crl_worker.agent.client import ChatClient, Completion, ModelServerError  # 
 from crl_worker.agent.trajectory import Trajectory  # noqa: E402
 from crl_worker.train import toy  # noqa: E402
 
+from .fixtures.lora_run import RUN, SUBPROCESS_ENV, write_run  # noqa: E402
 from .fixtures.toy_server import ToyServer, ToyServerProcess, read_request_log  # noqa: E402
 from .paths import ROOT  # noqa: E402
 
-RUN = "toyrun"
 BASE = "toy"
 ADAPTER = "toy-lora"
 IM_END = 3
@@ -57,8 +55,6 @@ TOOLS = [
         },
     }
 ]
-#: Small models on a shared 2-core machine: one thread each is faster than fighting for cores.
-SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 # --- fixtures -----------------------------------------------------------------------------------
@@ -315,56 +311,6 @@ async def test_adapters_load_apply_unload_and_restart(
 
 
 # --- LoRA training through the server -----------------------------------------------------------
-
-
-def write_run(
-    dest: Path,
-    model_dir: Path,
-    tasks: Path,
-    *,
-    max_staleness: int,
-    checkpoint_every: int = 10,
-    zero_stage: int = 0,
-) -> Path:
-    """A TrainingRun with LoRA and runtime adapters, sized for a few CPU seconds a step."""
-    manifest = {
-        "apiVersion": "coderepair.io/v1alpha1",
-        "kind": "TrainingRun",
-        "metadata": {"name": RUN},
-        "spec": {
-            "model": {"name": str(model_dir), "dtype": "float32"},
-            "tasks": {"format": "task", "path": str(tasks)},
-            "rollout": {
-                "pool": {"maxSandboxes": 4},
-                "agent": {
-                    "maxTurns": 3,
-                    "maxTokensPerTurn": 16,
-                    "maxTotalTokens": 512,
-                    "temperature": 1.0,
-                },
-                "reward": {"type": "tests"},
-            },
-            "algorithm": {
-                "numGenerations": 4,
-                "tasksPerStep": 1,
-                "steps": 3,
-                "learningRate": 1.0e-3,
-                "maxStaleness": max_staleness,
-                "lora": {"rank": 8, "alpha": 16, "targetModules": ["q_proj", "v_proj"]},
-            },
-            "weightSync": "lora-adapter",
-            "trainer": {
-                "nodes": 1,
-                "gpusPerNode": 0,
-                "deepspeed": {"zeroStage": zero_stage},
-                "gradientCheckpointing": False,
-            },
-            "checkpoints": {"everySteps": checkpoint_every, "keepLast": 3},
-        },
-    }
-    path = dest / "run.yaml"
-    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    return path
 
 
 @pytest.fixture

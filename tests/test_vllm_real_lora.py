@@ -26,8 +26,8 @@ import yaml
 
 from crl_worker.train import toy
 from crl_worker.train.weights import AdapterUpdate, LoraAdapterSync
+from tests.fixtures.lora_run import RUN, SUBPROCESS_ENV, write_run
 from tests.fixtures.vllm import LORA_RANK, VllmServer
-from tests.test_train_server import RUN, SUBPROCESS_ENV, write_run
 
 log = logging.getLogger(__name__)
 
