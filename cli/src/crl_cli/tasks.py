@@ -13,14 +13,14 @@ import asyncio
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from crl_cli.common import INVALID, USAGE, Output, err, out
+from crl_cli.common import INVALID, USAGE, Output, err, out, sandbox_config
 from crl_worker.api.common import TaskFilter, TaskFormat
 from crl_worker.errors import CrlError, SandboxError
 from crl_worker.harness.check import InstanceCheck, check_tasks
@@ -72,24 +72,6 @@ def _detect_format(file: Path) -> str:
     return (
         "task" if isinstance(first, dict) and isinstance(first.get("test"), dict) else "swe-bench"
     )
-
-
-def _sandbox_config(value: str | None) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    text = value
-    if not value.lstrip().startswith("{"):
-        try:
-            text = Path(value).read_text()
-        except OSError as exc:
-            raise typer.BadParameter(f"not a JSON object or a readable file: {exc}") from exc
-    try:
-        loaded = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"not a JSON object or a JSON file: {exc}") from exc
-    if not isinstance(loaded, dict):
-        raise typer.BadParameter("the sandbox config must be a JSON object")
-    return loaded
 
 
 def _table(results: list[InstanceCheck]) -> Table:
@@ -191,7 +173,7 @@ def check(
     try:
         # Once, before any instance: a bad config is the command line's mistake, not a
         # sandbox failure to report on every instance.
-        config = parse_config(_sandbox_config(sandbox))
+        config = parse_config(sandbox_config(sandbox))
     except SandboxError as exc:
         err.print(f"[red]error:[/] --sandbox: {escape(str(exc))}", highlight=False)
         raise typer.Exit(USAGE) from exc
