@@ -2,9 +2,14 @@
 
 A task says ``python: "3.9"`` (or ``"3.9.18"``, or nothing). Candidates, in this order:
 ``python3.9`` on ``PATH``, ``$PYENV_ROOT/versions/3.9*/bin`` (``~/.pyenv`` by default), and
-``uv python find 3.9`` when uv is installed and nothing else matched. Each candidate is run once to read its real version
-(pyenv shims exist for versions that are not active and fail when run), and the highest matching
-version wins. Results are cached for the life of the process.
+``uv python find 3.9`` when uv is installed and nothing else matched. Each candidate is run once
+to read its real version (pyenv shims exist for versions that are not active and fail when run),
+and the highest matching version wins.
+
+A task without a version gets ``python3`` on ``PATH`` (whatever version that is), as the docs
+say, not the newest interpreter installed. ``PATH`` here is the worker's without the worker's own
+virtual environment (:func:`host_path`): a task's environment is never built on the worker's.
+Results are cached for the life of the process.
 """
 
 from __future__ import annotations
@@ -42,6 +47,15 @@ class Interpreter:
 
 class MissingInterpreterError(SandboxError):
     """The interpreter a task needs is not installed on this machine."""
+
+
+def host_path() -> str:
+    """The worker's ``PATH`` without the worker's own virtual environment's ``bin``."""
+    own = {str(Path(sys.prefix) / "bin")} if sys.prefix != sys.base_prefix else set()
+    if os.environ.get("VIRTUAL_ENV"):
+        own.add(str(Path(os.environ["VIRTUAL_ENV"]) / "bin"))
+    parts = [p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep) if p]
+    return os.pathsep.join(p for p in parts if p not in own)
 
 
 def pyenv_root() -> Path:
@@ -102,7 +116,7 @@ def _candidates(wanted: tuple[int, ...], search_path: str | None) -> list[str]:
         names.append(f"python{wanted[0]}.{wanted[1]}")
     names += [f"python{wanted[0]}", "python"]
     paths: list[str] = []
-    for directory in (search_path or os.environ.get("PATH", "")).split(os.pathsep):
+    for directory in (search_path or host_path()).split(os.pathsep):
         for name in names:
             candidate = os.path.join(directory, name)
             if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
@@ -127,11 +141,13 @@ def _uv_find(prefix: str, search_path: str | None) -> str | None:
         return None
     try:
         proc = subprocess.run(
-            [uv, "python", "find", "--no-python-downloads", prefix],
+            # --system: never a virtual environment (the worker's own, or a .venv in the cwd).
+            [uv, "python", "find", "--system", "--no-python-downloads", prefix],
             capture_output=True,
             text=True,
             timeout=20,
             check=False,
+            env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"},
         )
     except (OSError, subprocess.SubprocessError):
         logger.debug("uv python find failed", exc_info=True)
@@ -144,7 +160,7 @@ def available(search_path: str | None = None) -> tuple[Interpreter, ...]:
     """Every Python interpreter found on ``PATH`` and in pyenv (for error messages)."""
     paths: list[str] = []
     pattern = re.compile(r"^python\d(\.\d+)?$")
-    for directory in (search_path or os.environ.get("PATH", "")).split(os.pathsep):
+    for directory in (search_path or host_path()).split(os.pathsep):
         try:
             names = os.listdir(directory)
         except OSError:
@@ -165,13 +181,36 @@ def available(search_path: str | None = None) -> tuple[Interpreter, ...]:
     return tuple(sorted(found.values()))
 
 
+def _default_python(search_path: str | None) -> Interpreter:
+    """``python3`` on ``PATH`` (the first that runs: a pyenv shim of an inactive version fails)."""
+    tried = []
+    for directory in (search_path or host_path()).split(os.pathsep):
+        candidate = os.path.join(directory, "python3")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            interpreter = probe(candidate)
+            if interpreter is not None and interpreter.version[0] == 3:
+                logger.debug("Python (default): %s (%s)", candidate, interpreter.version_text)
+                return interpreter
+            tried.append(candidate)
+    existing = ", ".join(f"{i.version_text} ({i.path})" for i in available(search_path))
+    raise MissingInterpreterError(
+        "the task names no Python version, so it gets python3 on PATH, but "
+        + (f"none of {', '.join(tried)} runs" if tried else "there is no python3 on PATH")
+        + f". Interpreters found: {existing or 'none'}. Install python3, or give the task a "
+        "version (python: '3.11')."
+    )
+
+
 @functools.lru_cache(maxsize=64)
 def find_python(version: str | None, *, search_path: str | None = None) -> Interpreter:
     """The best interpreter for ``version`` (``None``: ``python3`` on ``PATH``).
 
-    Raises :class:`MissingInterpreterError` naming what was wanted and what exists.
+    ``search_path`` defaults to :func:`host_path` (the worker's ``PATH`` without its own virtual
+    environment). Raises :class:`MissingInterpreterError` naming what was wanted and what exists.
     """
-    wanted = _parse(version) if version else (3,)
+    if not version:
+        return _default_python(search_path)
+    wanted = _parse(version)
 
     def matching(paths: list[str]) -> list[Interpreter]:
         return [
