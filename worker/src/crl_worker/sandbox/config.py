@@ -42,6 +42,11 @@ class LocalSandboxConfig(BaseModel):
     """Variables copied from the worker's environment into the sandbox's when set (the rest of
     the worker's environment, credentials included, stays out). The default list holds proxy,
     certificate, package-index and cache settings, which installs need."""
+    tools: list[str] = Field(default_factory=list)
+    """Host commands the sandbox may run besides the task's environment and the system
+    directories (``PATH`` does not continue into the worker's): each is linked into the sandbox's
+    ``tools`` folder when found on the worker's ``PATH``, e.g. ``["node", "make"]``. ``git`` and
+    ``patch`` always are, and ``mvn``/``gradle`` for Java tasks."""
     keep: bool = False
     """Leave the sandbox's folder in place on close (for debugging)."""
     interrupt_grace: float = Field(default=1.0, gt=0)

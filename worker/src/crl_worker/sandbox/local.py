@@ -9,9 +9,22 @@ Layout of one sandbox (under ``root``, default the system temp dir)::
 Provisioning: clone (see :mod:`crl_worker.sandbox.repos`), virtual environment (see
 :mod:`crl_worker.sandbox.interpreters`), the task's ``install`` commands in the session, then the
 base-state snapshot (:mod:`crl_worker.sandbox.gitstate`) and a fresh session. The shell gets a
-clean environment: ``PATH`` and ``HOME`` of the worker (without the worker's own virtual
-environment), the session defaults, the venv or ``JAVA_HOME``, and ``task.env``; the worker's other
-variables (API keys among them) do not reach the agent.
+clean environment: ``HOME`` of the worker, the session defaults, the variables of
+``env_passthrough``, the venv or ``JAVA_HOME``, and ``task.env``; the worker's other variables (API
+keys among them) do not reach the agent.
+
+``PATH`` never continues into the worker's: a ``pytest`` (or ``pip``, ``python``) installed on this
+machine would run tests against the machine's packages instead of the task's environment. It is,
+in this order:
+
+1. the task's environment: ``<sandbox>/venv/bin`` (Python) or ``$JAVA_HOME/bin`` (Java);
+2. ``<sandbox>/tools``: links to the few host tools the sandbox needs that are not in the system
+   directories — ``git`` and ``patch`` (the harness runs them), ``mvn``/``gradle`` for Java tasks,
+   and the names in the config's ``tools``;
+3. the system directories :data:`SYSTEM_PATH` (``/usr/sbin:/usr/bin:/sbin:/bin``; not
+   ``/usr/local/bin``, where ``pip install`` of the system Python puts its console scripts).
+
+A ``PATH`` in ``task.env`` replaces all of it.
 """
 
 from __future__ import annotations
@@ -21,8 +34,8 @@ import logging
 import os
 import re
 import shutil
-import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from crl_worker.errors import SandboxError
@@ -33,6 +46,7 @@ from crl_worker.sandbox.interpreters import (
     MissingInterpreterError,
     find_python,
     find_uv,
+    host_path,
 )
 from crl_worker.sandbox.session import SESSION_ENV
 from crl_worker.sandbox.shell import ShellSandbox
@@ -43,24 +57,43 @@ logger = logging.getLogger(__name__)
 
 _INSTALL_OUTPUT = 64 << 10
 
-
-def _host_path() -> str:
-    """The worker's ``PATH`` without the worker's own virtual environment."""
-    own = {str(Path(sys.prefix) / "bin")} if sys.prefix != sys.base_prefix else set()
-    if os.environ.get("VIRTUAL_ENV"):
-        own.add(str(Path(os.environ["VIRTUAL_ENV"]) / "bin"))
-    parts = [p for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep) if p]
-    return os.pathsep.join(p for p in parts if p not in own)
+#: The system's base directories, the end of every local sandbox's ``PATH``.
+SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+#: Host tools every sandbox gets (the harness applies patches with them).
+HARNESS_TOOLS = ("git", "patch")
+#: Host tools a Java sandbox gets besides the JDK.
+JAVA_TOOLS = ("mvn", "gradle")
 
 
 def _java_home() -> str | None:
     """``$JAVA_HOME``, else the JDK that ``java`` on ``PATH`` belongs to."""
     if os.environ.get("JAVA_HOME"):
         return os.environ["JAVA_HOME"]
-    java = shutil.which("java", path=_host_path())
+    java = shutil.which("java", path=host_path())
     if java is None:
         return None
     return str(Path(java).resolve().parent.parent)
+
+
+def link_tools(directory: Path, names: Iterable[str]) -> list[str]:
+    """Link each host tool of ``names`` that is not in :data:`SYSTEM_PATH` into ``directory``.
+
+    Returns the names found nowhere (the caller decides whether that matters).
+    """
+    missing = []
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in dict.fromkeys(names):
+        if shutil.which(name, path=SYSTEM_PATH) is not None:
+            continue
+        found = shutil.which(name, path=host_path())
+        if found is None:
+            missing.append(name)
+            continue
+        link = directory / name
+        if not link.exists():
+            # Scripts such as mvn find their installation by resolving their own links.
+            link.symlink_to(Path(found).resolve())
+    return missing
 
 
 class LocalSandbox(ShellSandbox):
@@ -127,8 +160,15 @@ class LocalSandbox(ShellSandbox):
         self.workdir = str(repo)
 
         env = self._base_env()
+        tools = [*HARNESS_TOOLS, *self.config.tools]
+        if task.language == "java":
+            tools += JAVA_TOOLS
+        missing = await asyncio.to_thread(link_tools, self.root / "tools", tools)
+        if missing:
+            logger.debug("%s: host tools not found: %s", self.name, ", ".join(missing))
+        env["PATH"] = f"{self.root / 'tools'}{os.pathsep}{SYSTEM_PATH}"
         if task.language == "python":
-            env.update(await self._python_env())
+            env.update(await self._python_env(env["PATH"]))
         elif task.language == "java":
             env.update(self._java_env(env["PATH"]))
         env.update(task.env)
@@ -157,7 +197,6 @@ class LocalSandbox(ShellSandbox):
 
     def _base_env(self) -> dict[str, str]:
         env = {
-            "PATH": _host_path(),
             "HOME": os.environ.get("HOME", str(Path.home())),
             "LANG": "C.UTF-8",
             "SHELL": "/bin/bash",
@@ -168,7 +207,7 @@ class LocalSandbox(ShellSandbox):
         env.update(SESSION_ENV)
         return env
 
-    async def _python_env(self) -> dict[str, str]:
+    async def _python_env(self, path: str) -> dict[str, str]:
         assert self.root is not None
         try:
             interpreter = await asyncio.to_thread(find_python, self.task.python)
@@ -188,11 +227,11 @@ class LocalSandbox(ShellSandbox):
         await self._make_venv(interpreter, self.venv)
         return {
             "VIRTUAL_ENV": str(self.venv),
-            "PATH": f"{self.venv / 'bin'}{os.pathsep}{_host_path()}",
+            "PATH": f"{self.venv / 'bin'}{os.pathsep}{path}",
         }
 
     async def _make_venv(self, interpreter: Interpreter, venv: Path) -> None:
-        uv = find_uv(_host_path()) if self.config.use_uv else None
+        uv = find_uv(host_path()) if self.config.use_uv else None
         extra = ["--system-site-packages"] if self.config.system_site_packages else []
         attempts: list[list[str]] = []
         if uv is not None:
