@@ -91,7 +91,11 @@ class Recipe:
 
 # --- building blocks --------------------------------------------------------------------------
 
-PYTEST = "pytest -rA {tests}"
+# -rA lists every outcome, but a skip there is a location ("SKIPPED [1] t.py:12: why"), not a
+# test id; -v adds one "path::test SKIPPED (why)" line per test, so a skipped PASS_TO_PASS test
+# is graded skipped (kept), not missing. (A JUnit XML report would carry ids as class names,
+# which do not map back to pytest's path::name ids.)
+PYTEST = "pytest -rA -v {tests}"
 # Old astropy releases print one line per test only in the classic console style.
 PYTEST_CLASSIC = "pytest -rA -vv -o console_output_style=classic --tb=no {tests}"
 # SymPy's own runner; --verbose lists every test with its outcome, -C turns the cache off so
@@ -387,13 +391,19 @@ _add("scikit-learn/scikit-learn", ["1.3", "1.4", "1.5", "1.6", "*"], Recipe(lang
 _add("mwaskom/seaborn", ["0.11", "0.12", "0.13", "0.14", "*"], Recipe(language="python",
      python="3.9", image_only=True, test_command=PYTEST, log_format="pytest"))  # fmt: skip
 
+#: The generic recipe's test command: the task environment's own pytest (``python -m``, never a
+#: ``pytest`` found elsewhere), no cache folder written into the checkout, and per-test lines.
+GENERIC_PYTEST = "python -m pytest -rA -v -p no:cacheprovider {tests}"
+
 #: Used for a Python repository the table does not know (SWE-Gym's repositories, new ones):
-#: pytest over the patch's test files inside the instance's image.
+#: pytest installed into the task's environment with the checkout (editable, so the tests import
+#: the checkout, not another copy of the package), run over the patch's test files. A record's
+#: own ``python``, ``install``, ``test_cmd`` and ``env`` replace these (docs/tasks.md).
 GENERIC_PYTHON = Recipe(
     language="python",
     python=None,
-    install=(EDITABLE,),
-    test_command=PYTEST,
+    install=(_pip("pytest"), EDITABLE),
+    test_command=GENERIC_PYTEST,
     log_format="pytest",
     notes="generic: the repository is not in the recipe table",
 )
