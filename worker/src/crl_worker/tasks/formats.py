@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ from crl_worker.errors import TaskFormatError
 from crl_worker.tasks.model import Language, Task, TestSpec
 from crl_worker.tasks.recipes import (
     GENERIC_PYTHON,
+    PYTEST,
     BuildSystem,
     Recipe,
     java_recipe,
@@ -132,6 +134,85 @@ _SWEBENCH_FIELDS = (
 )
 
 
+#: Per-record harness keys a ``swe-bench``/``swe-gym`` record may carry (names as SWE-bench's
+#: harness specs spell them); they replace what the recipe says (docs/tasks.md).
+RECORD_HARNESS_KEYS = (
+    "python",
+    "pre_install",
+    "pip_packages",
+    "install",
+    "test_cmd",
+    "test_command",
+    "log_format",
+    "env",
+)
+#: SWE-bench spec keys that cannot be honoured, with the reason: such a record is refused rather
+#: than loaded with the key dropped.
+REFUSED_RECORD_KEYS = {
+    "packages": "conda packages: local sandboxes build a virtual environment, not a conda one; "
+    "give pip_packages or install commands instead",
+    "eval_commands": "commands run before each test run: fold them into test_cmd "
+    "('source env.sh && pytest -rA'), or write the record in the task format (test.pre)",
+    "env_setup": "a conda environment script: give install commands instead",
+    "docker_specs": "image build settings: give image_name, or build images with crl tasks images",
+}
+
+
+def _commands(record: Record, ref: RecordRef, name: str) -> list[str]:
+    """A command list: a list of strings, a JSON string holding one, or one command string."""
+    value = record.get(name)
+    if isinstance(value, str) and not value.lstrip().startswith("["):
+        return [value] if value.strip() else []
+    return string_list(record, ref, name)
+
+
+def _record_harness(
+    record: Record, ref: RecordRef, fields: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """``fields`` (the recipe's) with the record's own harness keys applied; the keys used."""
+    for key, reason in REFUSED_RECORD_KEYS.items():
+        if record.get(key) not in (None, "", [], {}):
+            raise ref.error(f"is not supported: {reason}", key)
+    used = [k for k in RECORD_HARNESS_KEYS if record.get(k) not in (None, "", [], {})]
+    if not used:
+        return fields, []
+    fields = dict(fields)
+    if "python" in used:
+        fields["python"] = text(record, ref, "python").removeprefix("python")
+    install = list(fields["install"])
+    if "install" in used:
+        install = _commands(record, ref, "install")
+    if "pip_packages" in used:
+        packages = _commands(record, ref, "pip_packages")
+        if len(packages) == 1:  # SWE-bench writes them as one space-separated string
+            packages = packages[0].split()
+        install = ["python -m pip install " + " ".join(shlex.quote(p) for p in packages), *install]
+    if "pre_install" in used:
+        install = [*_commands(record, ref, "pre_install"), *install]
+    fields["install"] = install
+    test: TestSpec = fields["test"]
+    updates: dict[str, Any] = {}
+    for key in ("test_cmd", "test_command"):
+        if key in used:
+            command = " && ".join(_commands(record, ref, key))
+            # SWE-bench's test_cmd takes the test files after it.
+            updates["command"] = command if "{tests}" in command else f"{command} {{tests}}"
+    if "log_format" in used:
+        updates["log_format"] = text(record, ref, "log_format")
+    if updates:
+        try:
+            fields["test"] = TestSpec.model_validate({**test.model_dump(), **updates})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ref.error(first["msg"], "log_format") from None
+    if "env" in used:
+        env = mapping(record, ref, "env")
+        if not all(isinstance(v, str | int | float) for v in env.values()):
+            raise ref.error("must map names to strings", "env")
+        fields["env"] = {**fields["env"], **{k: str(v) for k, v in env.items()}}
+    return fields, used
+
+
 def _swebench_like(
     record: Record, ref: RecordRef, options: ConvertOptions, image_of: Callable[[str], str]
 ) -> Task:
@@ -152,6 +233,11 @@ def _swebench_like(
         metadata["recipe"] = "table"
     if recipe.image_only:
         metadata["image_only"] = True
+    harness, used = _record_harness(record, ref, _recipe_fields(recipe, version))
+    for key in used:
+        metadata.pop(key, None)
+    if used:
+        metadata["record_keys"] = used
     default_image = optional_text(record, ref, "image_name") or image_of(instance_id)
     return _build(
         ref,
@@ -169,7 +255,7 @@ def _swebench_like(
         created_at=optional_text(record, ref, "created_at"),
         image=_image(options, default_image, instance_id=instance_id, repo=repo, version=version),
         metadata=metadata,
-        **_recipe_fields(recipe, version),
+        **harness,
     )
 
 
@@ -557,7 +643,7 @@ def convert_quixbugs(record: Record, ref: RecordRef, options: ConvertOptions) ->
         test_file = f"python_testcases/test_{program.lower()}.py"
         fail_to_pass = explicit or [test_file]
         # The test file is the id (no test patch names it); results match it as a prefix.
-        test = TestSpec(command="pytest -rA {tests}", log_format="pytest", select="ids")
+        test = TestSpec(command=PYTEST, log_format="pytest", select="ids")
         fields: dict[str, Any] = {
             "language": "python",
             "python": optional_text(record, ref, "python") or "3.9",
@@ -646,7 +732,7 @@ def convert_bugsinpy(record: Record, ref: RecordRef, options: ConvertOptions) ->
     lines = raw.splitlines() if isinstance(raw, str) else string_list(record, ref, "run_test")
     runner, ids = _bugsinpy_tests(lines, ref)
     if runner == "pytest":
-        test = TestSpec(command="pytest -rA {tests}", log_format="pytest", select="ids")
+        test = TestSpec(command=PYTEST, log_format="pytest", select="ids")
     else:
         test = TestSpec(command="python -m unittest -v {tests}", log_format="unittest",
                         select="ids")  # fmt: skip
@@ -702,7 +788,7 @@ def convert_polyglot(record: Record, ref: RecordRef, options: ConvertOptions) ->
             "language": "python",
             "python": "3.11",
             "install": ["python -m pip install pytest"],
-            "test": TestSpec(command="pytest -rA {tests}", log_format="pytest", select="ids"),
+            "test": TestSpec(command=PYTEST, log_format="pytest", select="ids"),
         }
         fail_to_pass = tests
     elif language_name == "java":
