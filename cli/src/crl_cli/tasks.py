@@ -45,6 +45,7 @@ _VERDICT_STYLE = {
     "unresolved": "yellow",
     "patch-failed": "red",
     "error": "red",
+    "environment-error": "red",
     "mixed": "magenta",
     "not-run": "dim",
 }

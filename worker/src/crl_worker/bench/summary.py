@@ -167,6 +167,7 @@ def build_summary(
         "resolved": resolved,
         "unresolved": len(valid) - resolved,
         "errored": len(errored),
+        "environmentErrors": sum(r.environment_error for r in errored),
         "resolveRate": resolve_rate(resolved, len(valid)),
         "passAtK": pass_at_k_values(records, ks),
         "repositories": repositories,

@@ -8,7 +8,10 @@ and no patch ``runs`` times each. An instance passes when
 - no run without a patch is resolved,
 - no listed test changes status between runs of the same patch (a flaky test makes the reward
   noise), and
-- nothing failed in the harness (an instance that could not be checked is not valid).
+- nothing failed in the harness (an instance that could not be checked is not valid), and
+- every run graded something: a run that selected no test, or reported none (the runner is
+  missing, a usage error, a conftest that does not import), is an ``environment-error``, shown
+  with its exit code and the tail of its log, never ``unresolved``.
 
 Findings that do not make an instance invalid but say its lists are off are kept as warnings:
 a FAIL_TO_PASS test that already passes without the fix, a PASS_TO_PASS test that fails without
@@ -37,7 +40,9 @@ from crl_worker.tasks.model import Task
 
 logger = logging.getLogger(__name__)
 
-Verdict = Literal["resolved", "unresolved", "patch-failed", "error", "mixed", "not-run"]
+Verdict = Literal[
+    "resolved", "unresolved", "patch-failed", "environment-error", "error", "mixed", "not-run"
+]
 
 
 @dataclass
@@ -75,7 +80,13 @@ class InstanceCheck:
         """A JSON-ready summary (per-test outcomes of each run included, logs left out)."""
 
         def runs(results: Sequence[EvalResult]) -> list[dict[str, Any]]:
-            return [r.model_dump(mode="json", exclude={"log", "instance_id"}) for r in results]
+            out = []
+            for r in results:
+                run = r.model_dump(mode="json", exclude={"log", "instance_id"})
+                if r.environment_error is not None:
+                    run["log_tail"] = r.log_tail()
+                out.append(run)
+            return out
 
         return {
             "instance_id": self.instance_id,
@@ -95,7 +106,9 @@ def _verdict(results: Sequence[EvalResult]) -> Verdict:
         return "not-run"
     kinds: set[Verdict] = set()
     for r in results:
-        if r.infrastructure_error is not None:
+        if r.environment_error is not None:
+            kinds.add("environment-error")
+        elif r.infrastructure_error is not None:
             kinds.add("error")
         elif not r.patch_applied:
             kinds.add("patch-failed")
@@ -121,7 +134,13 @@ def judge(check: InstanceCheck, task: Task) -> InstanceCheck:
     """Fill ``flaky``, ``problems`` and ``warnings`` from the runs (pure)."""
     for label, results in (("gold", check.gold), ("no patch", check.no_patch)):
         for r in results:
-            if r.infrastructure_error is not None:
+            if r.environment_error is not None:
+                tail = r.log_tail(12)
+                check.problems.append(
+                    f"{label}: environment error: {r.environment_error}"
+                    + (f"; log tail:\n{tail}" if tail else "")
+                )
+            elif r.infrastructure_error is not None:
                 check.problems.append(f"{label}: harness error: {r.infrastructure_error}")
     flaky = dict.fromkeys([*flaky_tests(check.gold), *flaky_tests(check.no_patch)])
     check.flaky = list(flaky)

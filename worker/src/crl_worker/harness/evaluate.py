@@ -13,7 +13,12 @@ One call of :func:`evaluate` does, in the sandbox's own shell session:
 Who is at fault decides the result. A model patch that does not apply is the model's answer:
 ``patch_applied=False``, not resolved. The sandbox dying, the test run outliving its time limit,
 or a test patch that does not apply to its own base files is not an answer at all:
-``infrastructure_error`` is set and rewards leave the rollout out.
+``infrastructure_error`` is set and rewards leave the rollout out. Neither is a test run that
+graded nothing: no test selected (the command is then not run: most runners given no arguments
+run the whole suite), or a run that reported no test at all (runner not found, exit 127; a usage
+error or a conftest that does not import, pytest's exit 4; nothing collected, exit 5).
+``environment_error`` says what happened, with the exit code, and ``infrastructure_error`` is set
+too: the environment, not the answer, failed.
 
 Patches go through ``git apply`` first and ``patch --fuzz`` second (a model's diff often has
 slightly wrong line numbers or context), as SWE-bench's harness does.
@@ -172,19 +177,47 @@ async def reset_files(sandbox: Sandbox, files: Sequence[str], base_commit: str) 
     return out
 
 
+class NothingSelectedError(ValueError):
+    """The test command takes ``{tests}`` but the task selects none."""
+
+
 def build_test_command(task: Task) -> str:
-    """``task.test.command`` with ``{tests}`` replaced by the selected tests, shell-quoted."""
+    """``task.test.command`` with ``{tests}`` replaced by the selected tests, shell-quoted.
+
+    Raises :class:`NothingSelectedError` when the command has ``{tests}`` and nothing is selected:
+    run without arguments, most runners would run the whole suite.
+    """
     command = task.test.command
     if "{tests}" not in command:
         return command
     arguments = test_arguments(task)
     if not arguments:
-        logger.warning(
-            "%s: no tests selected for {tests} (select=%s); the command runs without them",
-            task.instance_id,
-            task.test.select,
+        raise NothingSelectedError(
+            f"no tests selected for {{tests}} (select: {task.test.select}): the test patch "
+            "touches no test file and the FAIL_TO_PASS/PASS_TO_PASS ids name none; the command "
+            "was not run (without arguments it would run the whole suite)"
         )
     return command.replace("{tests}", " ".join(shlex.quote(a) for a in arguments))
+
+
+#: What an exit status means when the run reported no tests (any runner).
+_EXIT_MEANINGS = {126: "the command is not executable", 127: "command not found"}
+#: pytest's exit statuses (``pytest.ExitCode``).
+_PYTEST_EXIT_MEANINGS = {
+    1: "tests failed, yet none was reported (a wrong log format?)",
+    2: "interrupted (errors while collecting)",
+    3: "internal error",
+    4: "usage error: a bad option, or a conftest.py that does not import",
+    5: "no tests collected",
+}
+
+
+def no_tests_reason(exit_code: int | None, log_format: str) -> str:
+    """Why a run that reported no test probably failed, from its exit status."""
+    meaning = _EXIT_MEANINGS.get(exit_code) if exit_code is not None else None
+    if meaning is None and log_format == "pytest" and exit_code is not None:
+        meaning = _PYTEST_EXIT_MEANINGS.get(exit_code)
+    return f"exit {exit_code}" + (f": {meaning}" if meaning else "")
 
 
 def _glob_word(pattern: str) -> str:
@@ -241,7 +274,10 @@ def _result(
     test_command: str = "",
     exit_code: int | None = None,
     tests_timed_out: bool = False,
+    environment_error: str | None = None,
 ) -> EvalResult:
+    if environment_error is not None:
+        infrastructure_error = f"environment error: {environment_error}"
     return EvalResult(
         instance_id=task.instance_id,
         resolved=graded is not None
@@ -254,6 +290,7 @@ def _result(
         pass_to_pass_fraction=graded.pass_to_pass_fraction if graded else 0.0,
         patch_applied=patch_applied,
         infrastructure_error=infrastructure_error,
+        environment_error=environment_error,
         tests_timed_out=tests_timed_out,
         test_command=test_command,
         exit_code=exit_code,
@@ -309,7 +346,12 @@ async def evaluate(
             code, out = await _step(sandbox, command)
             run.add(f"pre: {command} (exit {code})", out)
 
-        test_command = build_test_command(task)
+        try:
+            test_command = build_test_command(task)
+        except NothingSelectedError as exc:
+            logger.warning("%s: %s", task.instance_id, exc)
+            run.add("nothing to run", str(exc))
+            return _result(task, started, run, environment_error=str(exc))
         limit = timeout if timeout is not None else task.timeouts.test
         result = await sandbox.run(
             _in_workdir(sandbox, test_command), timeout=limit, max_output=TEST_OUTPUT_CAP
@@ -339,9 +381,19 @@ async def evaluate(
             durations = junit_durations(reports)
         else:
             statuses = parse_log(task.test.log_format, result.output)
-        if not statuses:
-            logger.info(
-                "%s: the test run reported no tests (exit %s)", task.instance_id, result.exit_code
+        if not statuses and (task.test.log_format != "junit" or result.exit_code in _EXIT_MEANINGS):
+            # A Java build that fails before writing reports is left to grading (every test
+            # MISSING: not resolved): a candidate patch that does not compile is a wrong answer.
+            why = "the test run reported no tests ("
+            why += no_tests_reason(result.exit_code, task.test.log_format) + ")"
+            logger.warning("%s: %s", task.instance_id, why)
+            return _result(
+                task,
+                started,
+                run,
+                test_command=test_command,
+                exit_code=result.exit_code,
+                environment_error=why,
             )
         graded = grade(statuses, task.fail_to_pass, task.pass_to_pass, durations=durations)
         return _result(

@@ -57,6 +57,12 @@ class EvalResult(BaseModel):
     infrastructure_error: str | None = None
     """Set when the harness itself failed (sandbox died, test run timed out): no verdict, and
     rewards must exclude the rollout instead of scoring it 0."""
+    environment_error: str | None = None
+    """Set when the test run graded nothing: no tests were selected, or the run reported no test
+    at all (the runner is missing, a usage error, a conftest that does not import, nothing
+    collected): what happened, with the exit code. ``infrastructure_error`` is set too (``environment
+    error: ...``), so rewards and the benchmark runner leave the attempt out instead of scoring
+    it as a wrong answer; ``crl tasks check`` shows it as the ``environment-error`` verdict."""
     tests_timed_out: bool = False
     """The test run itself outlived its timeout (``infrastructure_error`` says so too). Training
     leaves such a rollout out; the benchmark runner counts it as unresolved, as SWE-bench does."""
@@ -68,3 +74,7 @@ class EvalResult(BaseModel):
     """Seconds the evaluation took."""
     log: str = ""
     """The test run's output (capped)."""
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last ``lines`` lines of :attr:`log`."""
+        return "\n".join(self.log.rstrip().splitlines()[-lines:])

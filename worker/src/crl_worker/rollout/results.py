@@ -106,6 +106,15 @@ class AttemptResult(BaseModel):
         """The attempt has no verdict."""
         return self.resolved is None
 
+    @property
+    def environment_error(self) -> bool:
+        """The attempt has no verdict because its test run graded nothing (the task's
+        environment: runner missing, nothing collected, nothing selected), not because a
+        machine failed; counted among the errored attempts, and apart in the summary."""
+        return self.resolved is None and (self.infrastructure_error or "").startswith(
+            "evaluation: environment error:"
+        )
+
 
 def fingerprint(identity: Mapping[str, Any]) -> str:
     """A short stable hash of a JSON-ready mapping (keys sorted)."""
