@@ -369,3 +369,33 @@ async def test_an_environment_error_is_never_scored_as_a_wrong_answer(
     (trajectory,) = [json.loads(line) for line in store.trajectories_file.read_text().splitlines()]
     evaluation = EvalResult.model_validate(trajectory["evaluation"])
     assert tests_score(evaluation) is None
+
+
+def test_crl_tasks_check_shows_an_environment_error_with_its_exit_code_and_log(
+    unitconv: RecordRepo, tmp_path: Path
+) -> None:
+    """The table and the JSON of ``crl tasks check`` name the verdict, the exit code and the end
+    of the log (before: 'unresolved' and every listed id MISSING, no exit code, no log)."""
+    task = _convert(unitconv.record).model_copy(
+        update={
+            "source": str(unitconv.path),
+            "install": [],
+            "test": _convert(unitconv.record).test.model_copy(
+                update={"command": "echo collecting; no-such-runner {tests}"}
+            ),
+        }
+    )
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text(task.model_dump_json() + "\n")
+    env = {**os.environ, "COLUMNS": "200", "CRL_CACHE_DIR": str(tmp_path / "cache")}
+    table = run([*CRL, "tasks", "check", str(task_file)], timeout=600, env=env)
+    assert table.returncode == 1, table.stdout + table.stderr
+    assert "environment-error" in table.stdout
+    assert "exit 127" in table.stdout and "command not found" in table.stdout
+    assert "MISSING" not in table.stdout
+    done = run([*CRL, "tasks", "check", str(task_file), "-o", "json"], timeout=600, env=env)
+    (row,) = map(json.loads, done.stdout.splitlines())
+    assert (row["gold"], row["no_patch"]) == ("environment-error", "environment-error")
+    gold = row["gold_runs"][0]
+    assert gold["exit_code"] == 127 and "collecting" in gold["log_tail"]
+    assert "no-such-runner" in gold["log_tail"]
