@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from crl_worker import rewards
 from crl_worker.agent.gold import GoldPolicy
 from crl_worker.api.common import AgentSpec
 from crl_worker.bench.runner import BenchmarkRunner
@@ -29,7 +30,6 @@ from crl_worker.errors import TaskFormatError
 from crl_worker.harness.check import InstanceCheck, judge
 from crl_worker.harness.evaluate import evaluate
 from crl_worker.harness.result import EvalResult, TestStatus
-from crl_worker.rewards import tests_score
 from crl_worker.rollout.results import ResultsStore
 from crl_worker.rollout.setup import Sandboxes
 from crl_worker.sandbox import interpreters
@@ -368,7 +368,7 @@ async def test_an_environment_error_is_never_scored_as_a_wrong_answer(
     assert outcome.summary["unresolved"] == 0 and outcome.summary["resolveRate"] is None
     (trajectory,) = [json.loads(line) for line in store.trajectories_file.read_text().splitlines()]
     evaluation = EvalResult.model_validate(trajectory["evaluation"])
-    assert tests_score(evaluation) is None
+    assert rewards.tests_score(evaluation) is None
 
 
 def test_crl_tasks_check_shows_an_environment_error_with_its_exit_code_and_log(
