@@ -17,6 +17,7 @@ from types import TracebackType
 from pydantic import BaseModel, ConfigDict, Field
 
 from crl_worker.api.contract import SandboxState
+from crl_worker.sandbox.files import FileTooLarge, confine
 
 #: Output kept per command unless the caller asks for another cap (bytes).
 DEFAULT_MAX_OUTPUT = 1 << 20
@@ -73,6 +74,27 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     async def write_file(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path``, creating parent directories."""
+
+    async def read_file_limited(self, path: str, limit: int) -> bytes:
+        """Like :meth:`read_file`, but :class:`~crl_worker.sandbox.files.FileTooLarge` for a
+        file over ``limit`` bytes. This default reads the whole file first; backends that can
+        stop at the limit (and refuse devices and FIFOs) override it."""
+        data = await self.read_file(path)
+        if len(data) > limit:
+            raise FileTooLarge(path, limit, len(data))
+        return data
+
+    async def read_confined(self, path: str, limit: int) -> bytes:
+        """A bounded read of a path that must lie inside :attr:`workdir`
+        (:class:`~crl_worker.sandbox.files.PathOutsideSandbox` otherwise): what an untrusted
+        caller (the pool gateway's file API) may ask for. This default checks the path as
+        written; backends that can resolve symbolic links safely override it."""
+        return await self.read_file_limited(confine(self.workdir, path), limit)
+
+    async def write_confined(self, path: str, data: bytes) -> None:
+        """:meth:`write_file` of a path that must lie inside :attr:`workdir` (see
+        :meth:`read_confined`)."""
+        await self.write_file(confine(self.workdir, path), data)
 
     @abc.abstractmethod
     async def reset(self) -> None:
