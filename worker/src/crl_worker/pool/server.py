@@ -24,6 +24,7 @@ from typing import TypeVar
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from crl_worker.api.contract import Env
 from crl_worker.errors import SandboxError
 from crl_worker.pool.leases import (
     LeaseRecord,
@@ -108,7 +109,7 @@ async def _auth(
             401,
             "unauthorized",
             "the pool gateway needs 'Authorization: Bearer <token>' (the pool's token: "
-            "$CRL_POOL_TOKEN in its clients)",
+            f"${Env.POOL_TOKEN.value} in its clients)",
             **{"WWW-Authenticate": 'Bearer realm="crl-pool"'},
         )
     return await handler(request)
