@@ -457,3 +457,55 @@ def _raw_fuzz(port: int, rng: random.Random, count: int) -> list[str]:
         if status.startswith(b"5"):
             errors.append(f"{data[:80]!r}: {answer[:120]!r}")
     return errors
+
+
+# --- the sandbox layer, on both kinds of transport -------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["local", "exec"])
+async def test_confined_files_on_both_transports(tmp_path: Path, outside: Path, kind: str) -> None:
+    """The checks the gateway relies on, in the local backend's transport and in the exec one
+    a pod uses (here over local processes, exactly the commands a pod exec would run)."""
+    from crl_worker.sandbox.files import NotARegularFile
+    from crl_worker.sandbox.shell import ShellSandbox
+    from crl_worker.sandbox.transport import LocalTransport, ProcessTransport, Transport
+
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "a.txt").write_bytes(b"inside")
+    (tree / "big").write_bytes(b"x" * 5000)
+    (tree / "leak").symlink_to(outside / "secret")
+    (tree / "out").symlink_to(outside)
+    (tree / "zero").symlink_to("/dev/zero")
+    (tree / "sub" / "up").symlink_to("../a.txt")
+    os.mkfifo(tree / "fifo")
+    transport: Transport = LocalTransport() if kind == "local" else ProcessTransport(cwd=str(tree))
+    sandbox = ShellSandbox(transport, workdir=str(tree), snapshot=False)
+    try:
+        for path in ["a.txt", str(tree / "a.txt"), "sub/up", "sub/../a.txt"]:
+            assert await sandbox.read_confined(path, 100) == b"inside", path
+        for path in ["leak", "out/secret", str(outside / "secret"), "../outside/secret", "a\0"]:
+            with pytest.raises(PathOutsideSandbox):
+                await sandbox.read_confined(path, 100)
+        for path in ["zero", "fifo", "/dev/zero"]:
+            with pytest.raises((NotARegularFile, PathOutsideSandbox)):
+                await asyncio.wait_for(sandbox.read_confined(path, 100), 30)
+        with pytest.raises(FileTooLarge):
+            await sandbox.read_confined("big", 4999)
+        assert len(await sandbox.read_confined("big", 5000)) == 5000
+        # Unconfined but bounded (the agent's view tool): /dev/zero is refused all the same.
+        with pytest.raises(NotARegularFile):
+            await asyncio.wait_for(sandbox.read_file_limited("/dev/zero", 100), 30)
+        for path in ["out/new", "out/deep/new", "../escape", str(outside / "new"), "leak"]:
+            with pytest.raises(PathOutsideSandbox):
+                await sandbox.write_confined(path, b"x")
+        assert sorted(p.name for p in outside.iterdir()) == ["secret"]
+        assert (outside / "secret").read_text() == SECRET
+        await sandbox.write_confined("new/dir/f", b"hi")
+        assert (tree / "new" / "dir" / "f").read_bytes() == b"hi"
+        await sandbox.write_confined("sub/up", b"through an inside link")
+        assert (tree / "a.txt").read_bytes() == b"through an inside link"
+        with pytest.raises(IsADirectoryError):
+            await sandbox.write_confined("sub", b"x")
+    finally:
+        await transport.aclose()
