@@ -242,7 +242,9 @@ def render_offline(
     children: list[dict[str, Any]] = []
     notes = [
         "rendered as if inference were ready (the operator creates the trainer and runner"
-        " Jobs only then); evaluation Benchmarks appear as checkpoints are saved"
+        " Jobs only then); evaluation Benchmarks appear as checkpoints are saved; each"
+        " RolloutPool's token Secret (<pool>-gateway-token) is made by the operator once, with"
+        " a random value, and is not shown"
     ]
     for resource in resources:
         state = RenderState.offline()
