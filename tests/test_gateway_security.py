@@ -242,6 +242,13 @@ async def test_reads_writes_and_outputs_are_bounded(gateway: Gateway, task: Task
         result = (await http.post(run, json=flood)).json()
         assert result["truncated"] is True
         assert len(result["output"].encode()) <= LIMIT + 1024
+        # A diff over the limit (random bytes: git's binary diff cannot shrink them).
+        noise = {"command": "rm big && head -c 2000000 /dev/urandom > noise"}
+        assert (await http.post(run, json=noise)).json()["exit_code"] == 0
+        answer = await http.get(f"/v1/leases/{lease_id}/diff")
+        assert answer.status_code == 413 and answer.json()["error"] == "too-large"
+        assert (await http.post(run, json={"command": "rm noise"})).json()["exit_code"] == 0
+        assert (await http.get(f"/v1/leases/{lease_id}/diff")).status_code == 200
         grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
         assert grown_mb < 200, f"the gateway grew by {grown_mb:.0f} MB"
         assert (await http.delete(f"/v1/leases/{lease_id}")).status_code == 200

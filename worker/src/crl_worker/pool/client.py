@@ -363,7 +363,7 @@ def _error(response: httpx.Response, method: str, path: str) -> Exception:
         return FileNotFoundError(message)
     if code == "is-a-directory":
         return IsADirectoryError(message)
-    if code == "too-large" or (response.status_code == 413 and path.endswith("/files")):
+    if response.status_code == 413 and path.endswith("/files"):
         return FileTooLarge(path, -1, message=f"pool gateway: {message}")
     if code == "bad-path":
         return PathOutsideSandbox(message)

@@ -289,10 +289,13 @@ async def reset(request: web.Request) -> web.Response:
 
 
 async def diff(request: web.Request) -> web.Response:
-    """GET /v1/leases/{id}/diff: the repository's changes against the base state."""
+    """GET /v1/leases/{id}/diff: the repository's changes against the base state (413 beyond
+    the read limit)."""
+
+    limit = request.app[LIMITS_KEY].max_read
 
     async def do_diff(sandbox: Sandbox) -> str:
-        return await sandbox.diff()
+        return await sandbox.diff_limited(limit)
 
     return _json(DiffResponse(diff=await _record(request).call(do_diff)))
 

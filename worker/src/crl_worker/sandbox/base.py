@@ -114,6 +114,15 @@ class Sandbox(abc.ABC):
         """The agent's changes against the task's base commit as a binary-safe unified diff:
         new files included, provisioning artefacts (build outputs, environments) left out."""
 
+    async def diff_limited(self, limit: int) -> str:
+        """:meth:`diff`, or :class:`~crl_worker.sandbox.files.FileTooLarge` when it is over
+        ``limit`` bytes. This default computes the whole diff first; backends that can stop
+        at the limit override it."""
+        text = await self.diff()
+        if len(text.encode("utf-8", "surrogateescape")) > limit:
+            raise FileTooLarge("the diff", limit)
+        return text
+
     def report_state(self, state: SandboxState) -> None:
         """Hear the pool's view of this sandbox (a pool calls it at each change of state).
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import posixpath
+import shlex
 
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult, Sandbox
@@ -231,6 +232,23 @@ class ShellSandbox(Sandbox):
     async def diff(self) -> str:
         """The changes against the task's base commit, new files included (binary-safe)."""
         out = await self._script(DIFF_SCRIPT, "computing the diff")
+        return out.decode("utf-8", "replace")
+
+    async def diff_limited(self, limit: int) -> str:
+        """:meth:`diff`, never holding more than ``limit`` + 1 bytes of it:
+        :class:`~crl_worker.sandbox.files.FileTooLarge` beyond."""
+        bounded = f"set -o pipefail\nbash -c {shlex.quote(DIFF_SCRIPT)} | head -c {int(limit) + 1}"
+        code, out, err = await self.transport.run_script(
+            bounded, self.workdir, timeout=SCRIPT_TIMEOUT
+        )
+        if len(out) > limit:
+            # git was cut off by head (SIGPIPE): the exit code says nothing more.
+            raise FileTooLarge("the diff", limit)
+        if code != 0:
+            message = (err or out).decode("utf-8", "replace").strip()[-2000:]
+            raise SandboxError(
+                f"{self.name}: computing the diff failed in {self.workdir} (exit {code}): {message}"
+            )
         return out.decode("utf-8", "replace")
 
     async def _script(self, script: str, what: str) -> bytes:
