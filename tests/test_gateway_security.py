@@ -516,3 +516,71 @@ async def test_confined_files_on_both_transports(tmp_path: Path, outside: Path, 
             await sandbox.write_confined("sub", b"x")
     finally:
         await transport.aclose()
+
+
+# --- the command line's token -----------------------------------------------------------------
+
+
+def test_a_local_gateway_makes_a_token_and_says_how_to_use_it_without_logging_it(
+    tmp_path: Path, task: Task
+) -> None:
+    import subprocess
+    import sys
+
+    from crl_worker.api.contract import Env
+
+    from .cluster import free_port
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(task.model_dump_json() + "\n")
+    env = {k: v for k, v in os.environ.items() if k != Env.POOL_TOKEN}
+    env[Env.CACHE_DIR] = str(tmp_path / "cache")
+    port = free_port()
+    log = tmp_path / "gateway.log"
+    argv = [sys.executable, "-m", "crl_worker.pool", "--tasks", str(tasks), "--format", "task",
+            "--backend", "local", "--pool", "mine", "--port", str(port),
+            "--local-root", str(tmp_path / "sb")]  # fmt: skip
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        token_file = tmp_path / "cache" / "pool" / "mine.token"
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        token = token_file.read_text().strip()
+        assert len(token) >= 40
+        body = {"instance_id": "nope"}
+        assert httpx.post(f"{url}/v1/leases", json=body, timeout=10).status_code == 401
+        auth = {"Authorization": f"Bearer {token}"}
+        answer = httpx.post(f"{url}/v1/leases", json=body, headers=auth, timeout=10)
+        assert answer.status_code == 404  # admitted: the instance is unknown
+    finally:
+        process.terminate()
+        process.wait(30)
+    text = log.read_text()
+    assert f"export {Env.POOL_TOKEN.value}=$(cat {token_file})" in text
+    assert token not in text
+
+
+def test_a_kubernetes_gateway_refuses_to_start_without_a_token(tmp_path: Path, task: Task) -> None:
+    import subprocess
+    import sys
+
+    from crl_worker.api.contract import Env
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(task.model_dump_json() + "\n")
+    env = {k: v for k, v in os.environ.items() if k != Env.POOL_TOKEN}
+    argv = [sys.executable, "-m", "crl_worker.pool", "--tasks", str(tasks), "--format", "task",
+            "--backend", "kubernetes", "--kubeconfig", str(tmp_path / "none")]  # fmt: skip
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "no token" in result.stderr and Env.POOL_TOKEN.value in result.stderr
