@@ -6,7 +6,9 @@ floor     one Python process creates what the operator would, and nothing more: 
           each run's render output by server-side apply (the same manifests, the same field
           manager), renders and applies each inline RolloutPool's children, watches the
           inference Deployments and applies each trainer Service and Job as soon as that run's
-          inference is available. No status writes, no cache, no retries.
+          inference is available. No status writes, no cache, no retries. It applies each
+          run's children in the operator's two waves (config, RBAC and Services, then the
+          workloads), up to --apply-concurrency at once, as the operator does.
 operator  `python -m crl_operator` (a subprocess, watching its own namespace) does the same
           from the N TrainingRuns applied at once.
 
@@ -20,7 +22,8 @@ requests the API server served in each phase (apiserver_request_total before/aft
 resource: everyone's, kube-controller-manager and kwok included, which is why it is shown
 apart), requests per child, and the operator's memory (RSS, peak RSS).
 
-Run: .venv/bin/python perf/operator_scale.py [--runs 100] [--workers 8] [--profile REPORT]
+Run: .venv/bin/python perf/operator_scale.py [--runs 100] [--workers 8] [--apply-concurrency 4]
+     [--profile REPORT]
 
 ``--profile REPORT`` runs the operator under perf/sampling_profiler.py (every thread sampled every
 5 ms) and writes where its time went to REPORT. The machine's load average is printed before and
@@ -46,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from crl_operator.apply import Kube, load_api_client  # noqa: E402
 from crl_operator.builders import RenderState, render  # noqa: E402
+from crl_operator.reconcile import WORKLOAD_KINDS  # noqa: E402
 from crl_operator.status import deployment_state  # noqa: E402
 from crl_worker.api import RolloutPool, TrainingRun  # noqa: E402
 from tests.operator_process import OperatorProcess, metric_sum, parse_metrics  # noqa: E402
@@ -124,19 +128,35 @@ def apply_runs(kube: Kube, namespace: str, n: int, workers: int) -> list[dict[st
 # --- floor --------------------------------------------------------------------------------------
 
 
-def floor(kube: Kube, namespace: str, n: int, workers: int, timeout: float) -> float:
+def floor(
+    kube: Kube, namespace: str, n: int, workers: int, concurrency: int, timeout: float
+) -> float:
     """Create every child directly; returns seconds until all trainer Jobs exist."""
     t0 = time.perf_counter()
     runs = apply_runs(kube, namespace, n, workers)
     models = [TrainingRun.model_validate(r) for r in runs]
+    appliers = ThreadPoolExecutor(workers * concurrency) if concurrency > 1 else None
+
+    def apply_all(children: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Apply in the operator's two waves; returns the live objects in `children`'s order."""
+        live: dict[int, dict[str, Any]] = {}
+        for workloads in (False, True):
+            wave = [
+                (i, c) for i, c in enumerate(children) if (c["kind"] in WORKLOAD_KINDS) == workloads
+            ]
+            if appliers is None or len(wave) < 2:
+                live.update((i, kube.apply(c)) for i, c in wave)
+            else:
+                done = appliers.map(lambda ic: (ic[0], kube.apply(ic[1])), wave)
+                live.update(done)
+        return [live[i] for i in range(len(children))]
 
     def first_wave(run: TrainingRun) -> None:
-        for child in render(run, namespace, RenderState(inference_ready=False)):
-            live = kube.apply(child)
+        children = render(run, namespace, RenderState(inference_ready=False))
+        for child, live in zip(children, apply_all(children), strict=True):
             if child["kind"] == "RolloutPool":
                 pool = RolloutPool.model_validate(live)
-                for grandchild in render(pool, namespace, RenderState(inference_ready=True)):
-                    kube.apply(grandchild)
+                apply_all(render(pool, namespace, RenderState(inference_ready=True)))
 
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(first_wave, models))
@@ -150,9 +170,13 @@ def floor(kube: Kube, namespace: str, n: int, workers: int, timeout: float) -> f
 
     def second_wave(run: TrainingRun) -> None:
         before = {(c["kind"], c["metadata"]["name"]) for c in render(run, namespace, RenderState())}
-        for child in render(run, namespace, RenderState(inference_ready=True)):
-            if (child["kind"], child["metadata"]["name"]) not in before:
-                kube.apply(child)
+        apply_all(
+            [
+                child
+                for child in render(run, namespace, RenderState(inference_ready=True))
+                if (child["kind"], child["metadata"]["name"]) not in before
+            ]
+        )
 
     deadline = time.monotonic() + timeout
     with ThreadPoolExecutor(workers) as pool:
@@ -172,6 +196,8 @@ def floor(kube: Kube, namespace: str, n: int, workers: int, timeout: float) -> f
                 time.sleep(0.5)
         for f in futures:
             f.result()
+    if appliers is not None:
+        appliers.shutdown()
     return time.perf_counter() - t0
 
 
@@ -198,6 +224,7 @@ def with_operator(
     namespace: str,
     n: int,
     workers: int,
+    concurrency: int,
     timeout: float,
     log: Path,
     profile: Path | None = None,
@@ -214,7 +241,7 @@ def with_operator(
         kubeconfig,
         namespaces=[namespace],
         log_path=log,
-        extra_args=["--workers", str(workers)],
+        extra_args=["--workers", str(workers), "--apply-concurrency", str(concurrency)],
         resync_seconds=300,
         python_args=python_args,
     )
@@ -293,6 +320,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--workers", type=int, default=8)
+    p.add_argument(
+        "--apply-concurrency",
+        type=int,
+        default=4,
+        help="children applied at once per run, by both the floor and the operator (default 4)",
+    )
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--profile", type=Path, help="write the operator's sampling profile here")
     a = p.parse_args(argv)
@@ -311,8 +344,10 @@ def main(argv: list[str] | None = None) -> int:
         ns_operator = cluster.namespace("bench-operator")
 
         api0 = apiserver_counts(kube)
-        floor_kube = Kube(load_api_client(kubeconfig, pool_size=a.workers * 2))
-        floor_s = floor(floor_kube, ns_floor, a.runs, a.workers, a.timeout)
+        floor_kube = Kube(
+            load_api_client(kubeconfig, pool_size=a.workers * (1 + a.apply_concurrency))
+        )
+        floor_s = floor(floor_kube, ns_floor, a.runs, a.workers, a.apply_concurrency, a.timeout)
         api1 = apiserver_counts(kube)
         op_s, op_requests, (rss, peak), polls, reconciles = with_operator(
             kube,
@@ -320,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             ns_operator,
             a.runs,
             a.workers,
+            a.apply_concurrency,
             a.timeout,
             workdir / "operator.log",
             a.profile,
@@ -350,7 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     applies = (writes(floor_requests, False), writes(op_requests, False))
     statuses = (writes(floor_requests, True), writes(op_requests, True))
     api = (sum(apiserver_floor.values()), sum(apiserver_op.values()))
-    print(f"\nruns: {a.runs}   children (pool children included): {children}")
+    print(
+        f"\nruns: {a.runs}   children (pool children included): {children}"
+        f"   workers: {a.workers}   apply concurrency: {a.apply_concurrency}"
+    )
     print(f"{'':44}{'floor':>10}{'operator':>10}{'ratio':>8}")
     print(
         f"{'seconds until all runs are ready':44}{floor_s:>10.1f}{op_s:>10.1f}{op_s / floor_s:>8.2f}"

@@ -1,6 +1,6 @@
 """`crl bench` and `crl compare`: run a Benchmark on this machine, compare two results folders.
 
-`crl bench FILE` runs the Benchmark manifest's suite with local sandboxes: `--agent gold`
+`crl bench FILE` runs the Benchmark manifest's suite with local (or `--sandbox`) sandboxes: `--agent gold`
 replays each instance's gold patch through the agent's own tools (a harness check), `--agent
 openai` talks to any OpenAI-compatible endpoint. It resumes from the results folder unless told
 to `--restart`. `crl compare RESULTS BASELINE` is the paired comparison over shared instances;
@@ -27,7 +27,15 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from crl_cli.common import INVALID, Output, err, out, single_resource, usage_error
+from crl_cli.common import (
+    INVALID,
+    Output,
+    err,
+    out,
+    sandbox_config,
+    single_resource,
+    usage_error,
+)
 from crl_worker.api import Benchmark
 from crl_worker.api.contract import Env
 
@@ -143,6 +151,14 @@ def bench(
         Path | None,
         typer.Option("--tasks", help="Task file to use instead of the suite's source."),
     ] = None,
+    sandbox: Annotated[
+        str | None,
+        typer.Option(
+            "--sandbox",
+            help='Sandbox config as JSON or a JSON file (default: {"type": "local"}); e.g.'
+            ' {"type": "docker", "network": "none"} with tasks that name their images.',
+        ),
+    ] = None,
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="At most this many instances.")
     ] = None,
@@ -184,7 +200,7 @@ def bench(
         Output, typer.Option("--output", "-o", help="text (a table) or json (the summary).")
     ] = Output.text,
 ) -> None:
-    """Run a Benchmark's suite on this machine with local sandboxes.
+    """Run a Benchmark's suite on this machine with local sandboxes (or --sandbox's).
 
     Every attempt runs the agent and then the evaluation in the same sandbox; results go to a
     folder (results.jsonl, trajectories.jsonl, summary.json) and a rerun resumes where the last
@@ -212,6 +228,7 @@ def bench(
             parallelism=jobs,
             retries=retries,
             max_errors=max_errors,
+            sandbox=sandbox_config(sandbox),
         )
     except BenchTasksError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)

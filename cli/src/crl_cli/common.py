@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -56,3 +57,22 @@ def single_resource(file: Path, kind: type[R], command: str) -> R:
             f"{file} holds {len(found)} {kind.__name__}s; {command} runs a file with one"
         )
     return found[0]
+
+
+def sandbox_config(value: str | None) -> dict[str, Any] | None:
+    """The `--sandbox` option: a JSON object, or the path of a file holding one."""
+    if value is None:
+        return None
+    text = value
+    if not value.lstrip().startswith("{"):
+        try:
+            text = Path(value).read_text()
+        except OSError as exc:
+            raise typer.BadParameter(f"not a JSON object or a readable file: {exc}") from exc
+    try:
+        loaded = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not a JSON object or a JSON file: {exc}") from exc
+    if not isinstance(loaded, dict):
+        raise typer.BadParameter("the sandbox config must be a JSON object")
+    return loaded

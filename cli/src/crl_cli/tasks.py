@@ -13,20 +13,23 @@ import asyncio
 import json
 import logging
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from crl_cli.common import INVALID, USAGE, Output, err, out
+from crl_cli.common import INVALID, USAGE, Output, err, out, sandbox_config
 from crl_worker.api.common import TaskFilter, TaskFormat
 from crl_worker.errors import CrlError, SandboxError
 from crl_worker.harness.check import InstanceCheck, check_tasks
 from crl_worker.sandbox.registry import parse_config
 from crl_worker.tasks.formats import CONVERTERS
-from crl_worker.tasks.loaders import load_tasks
+from crl_worker.tasks.loaders import LoadResult, load_tasks
+
+if TYPE_CHECKING:
+    from crl_worker.sandbox.images import TaskImage
 
 logger = logging.getLogger(__name__)
 
@@ -71,24 +74,6 @@ def _detect_format(file: Path) -> str:
     )
 
 
-def _sandbox_config(value: str | None) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    text = value
-    if not value.lstrip().startswith("{"):
-        try:
-            text = Path(value).read_text()
-        except OSError as exc:
-            raise typer.BadParameter(f"not a JSON object or a readable file: {exc}") from exc
-    try:
-        loaded = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"not a JSON object or a JSON file: {exc}") from exc
-    if not isinstance(loaded, dict):
-        raise typer.BadParameter("the sandbox config must be a JSON object")
-    return loaded
-
-
 def _table(results: list[InstanceCheck]) -> Table:
     table = Table(title="Task check", show_lines=False)
     table.add_column("instance", no_wrap=True)
@@ -112,6 +97,36 @@ def _table(results: list[InstanceCheck]) -> Table:
             problems,
         )
     return table
+
+
+def _load(file: Path, format: str, instance: list[str] | None, limit: int | None) -> LoadResult:
+    """The task file's tasks (format detected when empty); exits with a message when the
+    format is unknown or the file cannot be read."""
+    if not format:
+        format = _detect_format(file)
+    if format not in _formats():
+        err.print(
+            f"[red]error:[/] unknown format {escape(format)!r}; use one of: "
+            + ", ".join(_formats()),
+            highlight=False,
+        )
+        raise typer.Exit(USAGE)
+    if not file.exists():
+        err.print(f"[red]error:[/] {escape(str(file))} does not exist", highlight=False)
+        raise typer.Exit(USAGE)
+    try:
+        task_filter = TaskFilter(instance_ids=instance or None, limit=limit)
+        return load_tasks(file, cast(TaskFormat, format), task_filter)
+    except (CrlError, OSError, ValueError, ValidationError) as exc:
+        err.print(f"[red]error:[/] cannot read {escape(str(file))}: {escape(str(exc))}")
+        raise typer.Exit(INVALID) from exc
+
+
+def _unread(loaded: LoadResult) -> list[tuple[str, str]]:
+    """(instance id, problem) for records that could not be read and ids the file lacks."""
+    return [(e.record or "?", f"unreadable record: {e}") for e in loaded.errors] + [
+        (i, "no record in the file has this instance id") for i in loaded.missing_ids
+    ]
 
 
 @app.command()
@@ -154,28 +169,11 @@ def check(
     ] = Output.text,
 ) -> None:
     """Run each instance with its gold patch (must resolve) and without (must not)."""
-    if not format:
-        format = _detect_format(file)
-    if format not in _formats():
-        err.print(
-            f"[red]error:[/] unknown format {escape(format)!r}; use one of: "
-            + ", ".join(_formats()),
-            highlight=False,
-        )
-        raise typer.Exit(USAGE)
-    if not file.exists():
-        err.print(f"[red]error:[/] {escape(str(file))} does not exist", highlight=False)
-        raise typer.Exit(USAGE)
-    try:
-        task_filter = TaskFilter(instance_ids=instance or None, limit=limit)
-        loaded = load_tasks(file, cast(TaskFormat, format), task_filter)
-    except (CrlError, OSError, ValueError, ValidationError) as exc:
-        err.print(f"[red]error:[/] cannot read {escape(str(file))}: {escape(str(exc))}")
-        raise typer.Exit(INVALID) from exc
+    loaded = _load(file, format, instance, limit)
     try:
         # Once, before any instance: a bad config is the command line's mistake, not a
         # sandbox failure to report on every instance.
-        config = parse_config(_sandbox_config(sandbox))
+        config = parse_config(sandbox_config(sandbox))
     except SandboxError as exc:
         err.print(f"[red]error:[/] --sandbox: {escape(str(exc))}", highlight=False)
         raise typer.Exit(USAGE) from exc
@@ -196,15 +194,10 @@ def check(
         )
     )
     # Records that could not be read, and ids asked for that the file lacks, are failures too.
-    unreadable = [
-        InstanceCheck(instance_id=e.record or "?", problems=[f"unreadable record: {e}"])
-        for e in loaded.errors
+    everything = [
+        *results,
+        *(InstanceCheck(instance_id=i, problems=[problem]) for i, problem in _unread(loaded)),
     ]
-    missing = [
-        InstanceCheck(instance_id=i, problems=["no record in the file has this instance id"])
-        for i in loaded.missing_ids
-    ]
-    everything = [*results, *unreadable, *missing]
 
     if output is Output.json:
         for r in everything:
@@ -217,4 +210,145 @@ def check(
     if not everything:
         err.print("[yellow]warning:[/] no instance selected", highlight=False)
     if any(not r.ok for r in everything):
+        raise typer.Exit(INVALID)
+
+
+def _kept(result: TaskImage, published: set[str]) -> str:
+    """What the "built" column says of a task nothing was built for."""
+    if result.instance_id in published:
+        return "published"
+    return "reused" if result.ok else ""
+
+
+def _bases(values: list[str] | None) -> dict[str, str]:
+    bases: dict[str, str] = {}
+    for value in values or []:
+        language, sep, image = value.partition("=")
+        if not sep or not language or not image:
+            raise typer.BadParameter(
+                f"{value!r}: give LANGUAGE=IMAGE, e.g. python=python:3.12-slim"
+            )
+        bases[language] = image
+    return bases
+
+
+@app.command()
+def images(
+    file: Annotated[Path, typer.Argument(help="Task file: .json, .jsonl or .parquet.")],
+    out_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Write the tasks, each with its image, to this JSONL file (native task format).",
+        ),
+    ] = None,
+    format: Annotated[
+        str, typer.Option("--format", "-f", help="Record format (default: detected).")
+    ] = "",
+    instance: Annotated[
+        list[str] | None,
+        typer.Option("--instance", "-i", help="Only this instance id (repeatable)."),
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="At most this many instances.")
+    ] = None,
+    base: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--base",
+            help="Base image of a language's tasks, LANGUAGE=IMAGE (repeatable; {python} is the"
+            " task's version). Default: python=python:{python}-slim-bookworm,"
+            " java=maven:3.9-eclipse-temurin-17.",
+        ),
+    ] = None,
+    prefix: Annotated[
+        str,
+        typer.Option(
+            "--prefix",
+            help="First part of every image name: a registry path to push them to, or a plain"
+            " local name.",
+        ),
+    ] = "crl",
+    rebuild_published: Annotated[
+        bool,
+        typer.Option(
+            "--rebuild-published",
+            help="Also build tasks that already name an image (SWE-bench's published images are"
+            " kept by default).",
+        ),
+    ] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Tasks at a time.")] = 1,
+    docker_host: Annotated[
+        str | None,
+        typer.Option("--docker-host", help="Engine address (default: DOCKER_HOST or the socket)."),
+    ] = None,
+    network: Annotated[
+        str,
+        typer.Option("--network", help="The builds' network mode (install commands download)."),
+    ] = "host",
+    output: Annotated[
+        Output, typer.Option("--output", "-o", help="text (a table) or json (one object per line).")
+    ] = Output.text,
+) -> None:
+    """Build each task's image (toolchain, environment, instance; reused when unchanged)."""
+    from crl_worker.sandbox.images import TaskImage, TaskImageBuilder  # the docker SDK: here only
+
+    loaded = _load(file, format, instance, limit)
+    try:
+        builder = TaskImageBuilder.connect(
+            docker_host, prefix=prefix, bases=_bases(base), network=network or None
+        )
+    except SandboxError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(INVALID) from exc
+    published = [t for t in loaded.tasks if t.image and not rebuild_published]
+    wanted = [t for t in loaded.tasks if not (t.image and not rebuild_published)]
+
+    def progress(found: TaskImage) -> None:
+        if output is Output.text:
+            mark = "[green]ok[/]" if found.ok else "[red]failed[/]"
+            err.print(f"{escape(found.instance_id)}: {mark}", highlight=False)
+
+    results = asyncio.run(builder.build_all(wanted, jobs=jobs, progress=progress))
+    results += [TaskImage(t.instance_id, image=t.image) for t in published]
+    results += [TaskImage(i, error=problem) for i, problem in _unread(loaded)]
+    if out_file is not None:
+        by_id = {r.instance_id: r for r in results if r.ok}
+        with_images = [
+            t.model_copy(update={"image": by_id[t.instance_id].image})
+            for t in loaded.tasks
+            if t.instance_id in by_id
+        ]
+        try:
+            out_file.parent.mkdir(parents=True, exist_ok=True)
+            out_file.write_text(
+                "".join(json.dumps(t.model_dump(mode="json")) + "\n" for t in with_images)
+            )
+        except OSError as exc:
+            err.print(f"[red]error:[/] cannot write {escape(str(out_file))}: {exc}")
+            raise typer.Exit(INVALID) from exc
+
+    if output is Output.json:
+        for r in results:
+            out.print(json.dumps(r.to_dict()), highlight=False, soft_wrap=True, markup=False)
+    else:
+        published_ids = {t.instance_id for t in published}
+        table = Table("instance", "image", "built", "seconds", "error")
+        for r in results:
+            table.add_row(
+                escape(r.instance_id),
+                escape(r.image or ""),
+                ", ".join(r.built) or _kept(r, published_ids),
+                f"{r.seconds:.1f}",
+                escape((r.error or "").splitlines()[0] if r.error else ""),
+            )
+        out.print(table)
+        ok = sum(r.ok for r in results)
+        out.print(f"{ok} of {len(results)} tasks have their image", highlight=False)
+        if out_file is not None:
+            out.print(f"tasks with their images: {escape(str(out_file))}", highlight=False)
+    for r in results:
+        if r.error and output is Output.text:
+            err.print(f"[red]{escape(r.instance_id)}:[/] {escape(r.error)}", highlight=False)
+    if any(not r.ok for r in results):
         raise typer.Exit(INVALID)

@@ -23,7 +23,7 @@ def run(settings: Settings) -> None:
     if settings.metrics_port:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # *_created: noise
         start_http_server(settings.metrics_port)
-    kube = Kube(load_api_client(settings.kubeconfig, pool_size=settings.workers * 2))
+    kube = Kube(load_api_client(settings.kubeconfig, pool_size=settings.connections))
     runtime = Runtime(settings, kube)
     registry = build_registry(runtime)
     log.info(

@@ -51,7 +51,7 @@ class Runtime:
         self.settings = settings
         self.kube = kube
         self.cache = Cache()
-        self.reconciler = Reconciler(kube, self.cache)
+        self.reconciler = Reconciler(kube, self.cache, apply_threads=settings.apply_threads)
         self.queue: Any = None  # a WorkQueue, made inside the running loop
         self.executor = ThreadPoolExecutor(settings.workers, thread_name_prefix="reconcile")
         self.tasks: list[asyncio.Task[None]] = []

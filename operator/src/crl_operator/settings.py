@@ -27,11 +27,23 @@ class Settings:
     peering_name: str | None = None
     workers: int = 8
     """Reconciles running at once (threads: the Kubernetes client is synchronous)."""
+    apply_concurrency: int = 4
+    """Children one reconcile applies at once, within a wave (1: one after another)."""
     resync_seconds: float = 60.0
     """Every resource is reconciled at least this often, events or not (drift repair)."""
     kubeconfig: str | None = None
     watch_server_timeout: int = 300
     watch_client_timeout: int = 330
+
+    @property
+    def apply_threads(self) -> int:
+        """Threads shared by all reconciles for their concurrent applies (0: none)."""
+        return self.workers * self.apply_concurrency if self.apply_concurrency > 1 else 0
+
+    @property
+    def connections(self) -> int:
+        """HTTP connections to keep to the API server: one per thread that writes."""
+        return self.workers + self.apply_threads
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Settings:
@@ -92,6 +104,12 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         help="reconciles at once (default 8)",
     )
     p.add_argument(
+        "--apply-concurrency",
+        type=int,
+        default=int(env("CRL_OPERATOR_APPLY_CONCURRENCY", "4")),
+        help="children one reconcile applies at once, config before workloads (default 4)",
+    )
+    p.add_argument(
         "--resync-seconds",
         type=float,
         default=float(env("CRL_OPERATOR_RESYNC_SECONDS", "60")),
@@ -113,6 +131,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         standalone=a.peering is None,
         peering_name=a.peering,
         workers=max(1, a.workers),
+        apply_concurrency=max(1, a.apply_concurrency),
         resync_seconds=max(5.0, a.resync_seconds),
         kubeconfig=a.kubeconfig,
     )

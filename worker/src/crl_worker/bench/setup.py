@@ -17,6 +17,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from crl_worker.agent.loop import tune_gc
 from crl_worker.bench.config import (
@@ -120,6 +121,7 @@ def prepare_benchmark(
     retries: int = 1,
     max_errors: int | None = None,
     pool_url: str | None = None,
+    sandbox: Mapping[str, Any] | None = None,
     require_endpoint: bool = True,
     reporter: ProgressReporter | None = None,
     progress: ProgressCallback | None = None,
@@ -134,7 +136,8 @@ def prepare_benchmark(
        identity, moved aside first with ``restart``;
     5. something answers at the endpoint: refused when ``require_endpoint``, else a warning (in
        a cluster the server may still be starting; the client's retries wait for it);
-    6. sandboxes leased from the pool gateway at ``pool_url``, else local ones.
+    6. sandboxes leased from the pool gateway at ``pool_url``, else made from the ``sandbox``
+       config (default: local ones).
 
     ``baseline`` is a results folder to compare with at the end, named ``spec.baseline.name``
     (a Benchmark, as the operator's status requires) and judged with its confidence level and
@@ -180,7 +183,7 @@ def prepare_benchmark(
                     raise BenchConfigError(str(exc)) from exc
                 logger.warning("%s", exc)
         try:
-            sandboxes = Sandboxes.make(pool_url)
+            sandboxes = Sandboxes.make(pool_url, sandbox)
         except SandboxError as exc:
             raise BenchConfigError(str(exc)) from exc
         policies = Policies.make(agent, endpoint)
