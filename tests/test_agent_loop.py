@@ -564,6 +564,40 @@ async def test_view_numbers_lines_as_the_shell_does_and_refuses_binary_and_non_u
     assert (await sandbox.read_file("latin1.txt")) == b"caf\xe9\n"
 
 
+async def test_view_refuses_devices_fifos_and_huge_files_without_reading_them(
+    server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
+) -> None:
+    """Issue 17: ``view /dev/zero`` grew ``crl bench`` to 2.4 GB. Only regular files up to
+    MAX_FILE_BYTES are read; the rest is refused at once, with a hint."""
+    import resource
+
+    from crl_worker.agent.tools import MAX_FILE_BYTES
+
+    setup = f"mkfifo fifo && head -c {MAX_FILE_BYTES + 1} /dev/zero > huge.bin && ln -s /dev/zero z"
+    task = keyed(roman_task, "devices")
+    server.script(
+        "devices",
+        call("shell", {"command": setup}),
+        call("view", {"path": "/dev/zero"}),
+        call("view", {"path": "z"}),
+        call("view", {"path": "fifo"}),
+        call("view", {"path": "huge.bin"}),
+        call("edit", {"path": "huge.bin", "old_str": "", "new_str": "x"}),
+        call("submit"),
+    )
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    trajectory = await run_agent(task, sandbox, client, AgentSpec())
+    assert time.monotonic() - started < 60
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mb < 100, f"grew by {grown_mb:.0f} MB"
+    _, zero, link, fifo, huge, create = (t.tool_calls[0] for t in trajectory.turns[:6])
+    for refused in (zero, link, fifo):
+        assert refused.error and "not a regular file" in refused.output, refused.output
+    assert huge.error and f"larger than {MAX_FILE_BYTES} bytes; use shell" in huge.output
+    assert create.error and "already exists" in create.output
+
+
 async def test_a_server_without_usage(roman_task: Task, sandbox: Sandbox) -> None:
     """No ``usage`` in the answers: the token ids measure the context when the server sends
     them; with neither, the run still ends by its other limits, tokens counted as 0."""

@@ -481,7 +481,10 @@ async def test_the_runner_job_command_with_a_pool_gateway(
             "--agent",
             "gold",
             cwd=tmp_path,
-            env=_env(CRL_POOL_URL=gateway.url, CRL_RESULTS_DIR=str(results)),
+            # As the operator starts the runner: the gateway's URL and its token.
+            env=_env(
+                CRL_POOL_URL=gateway.url, CRL_POOL_TOKEN=gateway.token, CRL_RESULTS_DIR=str(results)
+            ),
         )
     finally:
         stop(gateway)

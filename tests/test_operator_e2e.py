@@ -670,6 +670,14 @@ def test_rolloutpool_scale_and_sandbox_counts(
         lambda: (p := kube.get("RolloutPool", namespace, "swe-gym")) and is_(p, "Ready") and p,
         op=operator,
     )
+    # The gateway's token: a Secret the pool owns, created once.
+    secret = wait_for(
+        "the token Secret",
+        lambda: kube.get("Secret", namespace, "swe-gym-gateway-token"),
+        op=operator,
+    )
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == pool["metadata"]["uid"]
+    assert len(secret["data"]["token"]) >= 40
     cluster.kubectl("scale", "rpool/swe-gym", "-n", namespace, "--replicas=3")
     config = "swe-gym-config"
 
@@ -684,6 +692,11 @@ def test_rolloutpool_scale_and_sandbox_counts(
         )
 
     wait_for("spec.replicas, status.desired and the gateway config at 3", scaled, op=operator)
+    # Reconciles of a changed spec leave the token alone (never re-drawn, never re-applied).
+    again = kube.get("Secret", namespace, "swe-gym-gateway-token")
+    assert again is not None
+    assert again["data"] == secret["data"]
+    assert again["metadata"]["resourceVersion"] == secret["metadata"]["resourceVersion"]
     # Act as the gateway: three sandbox pods owned by the pool, one per state.
     owner = {"apiVersion": "coderepair.io/v1alpha1", "kind": "RolloutPool", "name": "swe-gym",
              "uid": pool["metadata"]["uid"], "controller": True}  # fmt: skip

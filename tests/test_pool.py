@@ -25,6 +25,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from crl_worker.api.contract import Env
 from crl_worker.errors import SandboxError
 from crl_worker.pool import GatewayClient, PoolBusyError, RemoteSandbox
 from crl_worker.pool.__main__ import build_config, parser
@@ -42,6 +43,10 @@ from .fixtures.repos import python_task
 
 ROOT = Path(__file__).resolve().parent.parent
 SECOND = "crl-fixtures__romankit-2"
+#: The bearer token :func:`launch` gives every gateway it starts.
+TOKEN = "test-pool-token-0123456789"
+#: Headers of a raw request the gateway admits.
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture
@@ -61,10 +66,13 @@ def task_file(tmp_path: Path, tasks: list[Task]) -> Path:
 class GatewayProcess:
     """A gateway subprocess and its base URL."""
 
-    def __init__(self, process: subprocess.Popen[bytes], url: str, log: Path) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], url: str, log: Path, token: str = TOKEN
+    ) -> None:
         self.process = process
         self.url = url
         self.log = log
+        self.token = token
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """Every sample of /metrics, keyed by name and sorted labels (pool label dropped)."""
@@ -84,6 +92,7 @@ def launch(flags: list[str], log: Path, env: dict[str, str] | None = None) -> Ga
     """Start ``python -m crl_worker.pool FLAGS --port P`` and wait until /healthz answers."""
     port = free_port()
     argv = [sys.executable, "-m", "crl_worker.pool", "--port", str(port), *flags]
+    env = {**(os.environ if env is None else env), Env.POOL_TOKEN: TOKEN}
     with log.open("wb") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     gateway = GatewayProcess(process, f"http://127.0.0.1:{port}", log)
@@ -137,7 +146,7 @@ def start_gateway(task_file: Path, tmp_path: Path) -> Iterator[Callable[..., Gat
 
 @asynccontextmanager
 async def client(gateway: GatewayProcess) -> AsyncIterator[GatewayClient]:
-    async with GatewayClient(gateway.url) as c:
+    async with GatewayClient(gateway.url, token=gateway.token) as c:
         yield c
 
 
@@ -211,7 +220,9 @@ async def test_dirty_release_replaces_the_sandbox(
         assert second.sandbox_id != first.sandbox_id
         assert second.uses == 0
         # The query string says it too (DELETE bodies are optional).
-        raw = httpx.delete(f"{gateway.url}/v1/leases/{second.lease_id}?broken=true", timeout=30)
+        raw = httpx.delete(
+            f"{gateway.url}/v1/leases/{second.lease_id}?broken=true", headers=AUTH, timeout=30
+        )
         assert raw.status_code == 200
         assert raw.json() == {"action": "replace", "reason": "broken"}
     assert gateway.metric("crl_pool_sandboxes_replaced_total", reason="dirty") == 1
@@ -309,6 +320,7 @@ async def test_back_pressure_waits_then_times_out_with_503(
             httpx.post,
             f"{gateway.url}/v1/leases",
             json={"instance_id": instance, "timeout": 0.5},
+            headers=AUTH,
             timeout=30,
         )
         assert raw.status_code == 503
@@ -339,6 +351,7 @@ async def test_a_lease_request_abandoned_by_its_client_stops_waiting(
                 httpx.post,
                 f"{gateway.url}/v1/leases",
                 json={"instance_id": SECOND, "timeout": 120},
+                headers=AUTH,
                 timeout=httpx.Timeout(1.0, connect=5.0),
             )
         await _wait_for(lambda: gateway.metric("crl_pool_waiting_requests") == 0)
@@ -395,14 +408,16 @@ async def test_prefetch_makes_the_next_lease_warm(
 async def test_errors_say_what_is_wrong(start_gateway: Callable[..., GatewayProcess]) -> None:
     gateway = start_gateway("--max-sandboxes", "1", "--warm", "0")
     unknown = httpx.post(
-        f"{gateway.url}/v1/leases", json={"instance_id": "nope__nope-1"}, timeout=10
+        f"{gateway.url}/v1/leases", json={"instance_id": "nope__nope-1"}, headers=AUTH, timeout=10
     )
     assert unknown.status_code == 404
     assert unknown.json()["error"] == "unknown-instance"
-    lost = httpx.post(f"{gateway.url}/v1/leases/lease-0/run", json={"command": "true"}, timeout=10)
+    lost = httpx.post(
+        f"{gateway.url}/v1/leases/lease-0/run", json={"command": "true"}, headers=AUTH, timeout=10
+    )
     assert lost.status_code == 404
     assert lost.json()["error"] == "unknown-lease"
-    bad = httpx.post(f"{gateway.url}/v1/leases", json={"instance": "x"}, timeout=10)
+    bad = httpx.post(f"{gateway.url}/v1/leases", json={"instance": "x"}, headers=AUTH, timeout=10)
     assert bad.status_code == 400
     assert bad.json()["error"] == "bad-request"
     health = httpx.get(f"{gateway.url}/healthz", timeout=10).json()

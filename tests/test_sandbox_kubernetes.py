@@ -423,7 +423,7 @@ async def test_gateway_runs_a_pool_of_pods(
         assert "old-own" not in names and "old-orphan" not in names
         assert "sibling-sandbox" in names
 
-        async with GatewayClient(gateway.url) as gw:
+        async with GatewayClient(gateway.url, token=gateway.token) as gw:
             lease = await gw.lease(task.instance_id, timeout=120)
             assert lease.source == "cold"
             (pod,) = await _until("the leased pod", lambda: _pods(cluster, namespace, selector))

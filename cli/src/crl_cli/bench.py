@@ -253,6 +253,8 @@ def bench(
     else:
         out.print(summary_table(summary))
         out.print(f"results: {escape(str(folder.resolve()))}", highlight=False)
+    if agent is Agent.gold and not quiet:
+        _warn_about_gold_patches(folder)
     if outcome.gave_up:
         err.print(
             f"[red]gave up:[/] {escape(outcome.gave_up)}; {summary['done']} of"
@@ -275,6 +277,30 @@ def bench(
             highlight=False,
         )
         raise typer.Exit(ERRORED)
+
+
+def _warn_about_gold_patches(folder: Path) -> None:
+    """Say which instances' gold patches did not apply: their 'unresolved' is a broken task or
+    harness, not a hard instance."""
+    from crl_worker.rollout.results import ResultsError, read_results
+
+    try:
+        records = read_results(folder)
+    except ResultsError:
+        return
+    failed = sorted(
+        {r.instance_id for r in records if r.error and r.error.startswith("the gold patch")}
+    )
+    if failed:
+        shown = ", ".join(failed[:10]) + (
+            f" and {len(failed) - 10} more" if len(failed) > 10 else ""
+        )
+        err.print(
+            f"[yellow]warning:[/] the gold patch did not apply for {len(failed)} instances"
+            f" ({escape(shown)}): their tasks (patch, base commit) or the harness are broken;"
+            " see the 'error' field in results.jsonl",
+            highlight=False,
+        )
 
 
 def compare(

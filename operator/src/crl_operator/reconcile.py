@@ -11,6 +11,7 @@ nothing, which is what keeps the timer and the child events cheap.
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -30,6 +31,7 @@ from crl_operator.apply import (
     contains,
     controller_uid,
     fingerprint,
+    kind_info,
     to_prune,
 )
 from crl_operator.builders import BuildError, RenderState, ResolvedCheckpoint
@@ -110,6 +112,9 @@ class Reconciler:
         # resourceVersion of the progress ConfigMap whose malformed report was logged, per
         # Benchmark or TrainingRun: a bad report is logged once, not at every resync.
         self._bad_reports: dict[Key, str] = {}
+        # RolloutPools (key -> uid) whose token Secret is known to exist: created at most once
+        # per pool and operator process, never re-created with a new value.
+        self._tokens: dict[Key, str] = {}
         self._lock = threading.Lock()
         self._apply_pool = (
             ThreadPoolExecutor(apply_threads, thread_name_prefix="apply") if apply_threads else None
@@ -121,6 +126,7 @@ class Reconciler:
             self._applied.pop(key, None)
             self.status_versions.pop(key, None)
             self._bad_reports.pop(key, None)
+            self._tokens.pop(key, None)
 
     # --- entry point ----------------------------------------------------------------------
 
@@ -160,6 +166,19 @@ class Reconciler:
             desired = builders.render(resource, ns, state)
         except BuildError as err:
             return self._invalid(key, body, previous, generation, str(err))
+
+        if isinstance(resource, RolloutPool):
+            try:
+                # Before the gateway Deployment: its pods read the token from the Secret.
+                self._ensure_token(key, resource, ns, uid)
+            except KubeError as err:
+                if err.namespace_terminating:
+                    return Outcome("gone")
+                ERRORS.labels(kind=kind, reason=c.APPLY_FAILED).inc()
+                log.warning(
+                    "creating the token Secret of RolloutPool %s/%s failed: %s", ns, name, err
+                )
+                problem = problem or Problem(c.APPLY_FAILED, f"token Secret: {err.message}")
 
         for obj, failure in self._ensure_all(desired):
             if failure.namespace_terminating:
@@ -506,6 +525,23 @@ class Reconciler:
         self.cache.upsert(result)
         with self._lock:
             self._applied[key] = (fp, str(result["metadata"].get("resourceVersion")))
+
+    def _ensure_token(self, key: Key, pool: RolloutPool, namespace: str, uid: str) -> None:
+        """Create the pool's token Secret unless it exists: a create that the API server
+        refuses with 409 when it does (the operator never reads Secrets). Never applied: a
+        server-side apply of a freshly drawn value would rotate the token at every reconcile
+        and cut off every client holding the old one."""
+        if self._tokens.get(key) == uid:
+            return
+        secret = builders.token_secret(pool, namespace, secrets.token_urlsafe(32))
+        try:
+            self.kube.request("POST", "Secret", kind_info("Secret").path(namespace), body=secret)
+            log.info("created the token Secret %s/%s", namespace, secret["metadata"]["name"])
+        except KubeError as err:
+            if err.status != 409:
+                raise
+        with self._lock:
+            self._tokens[key] = uid
 
     def _replace_job(self, obj: Mapping[str, Any]) -> None:
         kind, ns, name = child_key(obj)

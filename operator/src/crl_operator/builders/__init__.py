@@ -9,7 +9,7 @@ output nor in :func:`retained`.
 | resource | children (apply order) |
 |---|---|
 | TrainingRun | ConfigMap; progress ConfigMap; vLLM Deployment + Service (+ peers Service for NCCL); inline RolloutPool; trainer headless Service, ServiceAccount, Role, RoleBinding and indexed Job (once inference is ready); evaluation Benchmarks |
-| RolloutPool | ConfigMap; gateway ServiceAccount, Role, RoleBinding, Deployment, Service; sandbox NetworkPolicy |
+| RolloutPool | ConfigMap; gateway ServiceAccount, Role, RoleBinding, Deployment, Service; gateway NetworkPolicy; sandbox NetworkPolicy (the token Secret: created once by the runtime, see `token_secret`) |
 | Benchmark | ConfigMap; progress ConfigMap; vLLM Deployment + Service (when served); inline RolloutPool; runner ServiceAccount, Role, RoleBinding and Job (once inference is ready) |
 """
 
@@ -48,7 +48,14 @@ from crl_operator.builders.meta import (
     owner_name,
     owner_references,
 )
-from crl_operator.builders.pool import gateway_objects, inline_pool, network_policy
+from crl_operator.builders.pool import (
+    gateway_network_policy,
+    gateway_objects,
+    inline_pool,
+    network_policy,
+    token_secret,
+    token_secret_name,
+)
 from crl_operator.builders.progress import progress_config_map, progress_name
 from crl_operator.builders.trainer import headless_service, job_name, trainer_job, trainer_rbac
 from crl_worker.api import AnyResource, Benchmark, RolloutPool, TrainingRun
@@ -77,6 +84,8 @@ __all__ = [
     "resolve_checkpoint",
     "retained",
     "runner_name",
+    "token_secret",
+    "token_secret_name",
     "worker_config",
 ]
 
@@ -151,6 +160,7 @@ def _training_run(run: TrainingRun, ns: str, state: RenderState) -> list[dict[st
 def _rollout_pool(pool: RolloutPool, ns: str) -> list[dict[str, Any]]:
     config = config_map(pool, ns)
     out = [config, *gateway_objects(pool, ns, content_hash(config["data"][CONFIG_KEY]))]
+    out.append(gateway_network_policy(pool, ns))
     policy = network_policy(pool, ns)
     if policy is not None:
         out.append(policy)
@@ -232,7 +242,9 @@ def render_offline(
     children: list[dict[str, Any]] = []
     notes = [
         "rendered as if inference were ready (the operator creates the trainer and runner"
-        " Jobs only then); evaluation Benchmarks appear as checkpoints are saved"
+        " Jobs only then); evaluation Benchmarks appear as checkpoints are saved; each"
+        " RolloutPool's token Secret (<pool>-gateway-token) is made by the operator once, with"
+        " a random value, and is not shown"
     ]
     for resource in resources:
         state = RenderState.offline()

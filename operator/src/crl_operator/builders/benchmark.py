@@ -48,7 +48,7 @@ from crl_operator.builders.pods import (
     task_mount,
     volume_or_scratch,
 )
-from crl_operator.builders.pool import gateway_url, pool_name
+from crl_operator.builders.pool import client_labels, gateway_url, pool_name, token_env
 from crl_operator.builders.progress import progress_name, reporter_rbac
 from crl_worker.api import API_VERSION, Benchmark, TrainingRun
 from crl_worker.api.common import DEFAULT_WORKER_IMAGE, InferenceSpec
@@ -240,6 +240,7 @@ def runner_job(
             env(Env.CONFIG, CONFIG_PATH),
             *model_env(bench, served),
             env(Env.POOL_URL, gateway_url(pool_name(bench))),
+            token_env(pool_name(bench)),
             env(Env.RESULTS_DIR, f"{RESULTS_DIR}/{results.path}"),
             env(Env.PROGRESS_CONFIGMAP, progress_name(bench)),
             *([env(Env.BASELINE_RESULTS, baseline)] if baseline else []),
@@ -261,7 +262,13 @@ def runner_job(
             "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
         },
         "template": {
-            "metadata": {"labels": {**labels(bench, COMPONENT_RUNNER), **kueue}},
+            "metadata": {
+                "labels": {
+                    **labels(bench, COMPONENT_RUNNER),
+                    **client_labels(pool_name(bench)),
+                    **kueue,
+                }
+            },
             "spec": {
                 "restartPolicy": "Never",
                 "enableServiceLinks": False,

@@ -1,6 +1,10 @@
 """A RolloutPool's children: the gateway (Deployment, Service, ServiceAccount, Role, binding),
-its ConfigMap and the NetworkPolicy of its sandboxes; and the inline pool a TrainingRun or a
-Benchmark owns.
+its ConfigMap, the NetworkPolicies of its gateway and of its sandboxes, and its token Secret;
+and the inline pool a TrainingRun or a Benchmark owns.
+
+The token Secret is not rendered with the other children: its value is random, and a render
+must be a pure function of the spec. The runtime creates it once, when missing
+(:func:`token_secret`); the gateway and every client of the pool read it by `secretKeyRef`.
 
 The gateway creates and deletes the sandbox pods itself (owned by the RolloutPool, labelled
 `coderepair.io/pool=<pool>` and `coderepair.io/role=sandbox`), so its Role may manage pods and
@@ -32,15 +36,20 @@ from crl_operator.builders.pods import (
     config_volume,
     env,
     env_field,
+    env_secret,
     http_probe,
     resources,
     task_mount,
 )
 from crl_worker.api import API_VERSION, Benchmark, RolloutPool, TrainingRun
-from crl_worker.api.contract import ROLE_SANDBOX, Env
-
-#: Port of the gateway's HTTP API (leases, exec) and its `/metrics`.
-GATEWAY_PORT = 8080
+from crl_worker.api.contract import (
+    GATEWAY_METRICS_PORT,
+    GATEWAY_PORT,
+    POOL_TOKEN_KEY,
+    ROLE_SANDBOX,
+    Env,
+    Label,
+)
 
 #: What the gateway may do in its namespace: manage the sandbox pods and run commands in them.
 GATEWAY_RULES: list[dict[str, Any]] = [
@@ -71,6 +80,59 @@ def gateway_name(pool: str) -> str:
 def gateway_url(pool: str) -> str:
     """The gateway's base URL inside the namespace."""
     return f"http://{gateway_name(pool)}:{GATEWAY_PORT}"
+
+
+def token_secret_name(pool: str) -> str:
+    """Name of a pool's token Secret (key :data:`POOL_TOKEN_KEY`)."""
+    return child_name(pool, "gateway-token")
+
+
+def token_env(pool: str) -> dict[str, Any]:
+    """The pool's token as the gateway and its clients get it (`CRL_POOL_TOKEN`)."""
+    return env_secret(Env.POOL_TOKEN, token_secret_name(pool), POOL_TOKEN_KEY)
+
+
+def client_labels(pool: str) -> dict[str, str]:
+    """The label on the pods that lease from `pool`: the gateway's NetworkPolicy admits them."""
+    return {Label.POOL_CLIENT: pool}
+
+
+def token_secret(pool: RolloutPool, namespace: str, token: str) -> dict[str, Any]:
+    """The pool's token Secret holding `token`, owned by the pool (created once, never
+    applied again: a second render would bring another random value)."""
+    name = owner_name(pool)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": object_meta(pool, token_secret_name(name), COMPONENT_GATEWAY, namespace),
+        "type": "Opaque",
+        "stringData": {POOL_TOKEN_KEY: token},
+    }
+
+
+def gateway_network_policy(pool: RolloutPool, namespace: str) -> dict[str, Any]:
+    """The gateway's NetworkPolicy: its API port only from the pool's clients (pods labelled
+    `coderepair.io/pool-client=<pool>`), its metrics port (`/metrics`, `/healthz`) from
+    anywhere; no egress rule (it reaches the API server and its sandboxes)."""
+    name = owner_name(pool)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": object_meta(
+            pool, child_name(name, COMPONENT_GATEWAY), COMPONENT_GATEWAY, namespace
+        ),
+        "spec": {
+            "podSelector": {"matchLabels": gateway_selector(pool)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": client_labels(name)}}],
+                    "ports": [{"protocol": "TCP", "port": GATEWAY_PORT}],
+                },
+                {"ports": [{"protocol": "TCP", "port": GATEWAY_METRICS_PORT}]},
+            ],
+        },
+    }
 
 
 def sandbox_selector(pool: str) -> dict[str, str]:
@@ -166,6 +228,7 @@ def gateway_objects(pool: RolloutPool, namespace: str, config_hash: str) -> list
         # it); offline there is no uid and the gateway reads it from the API.
         *([env(Env.POOL_UID, uid)] if uid else []),
         env(Env.CONFIG, CONFIG_PATH),
+        token_env(name),
     ]
     container: dict[str, Any] = {
         "name": "gateway",
@@ -182,16 +245,21 @@ def gateway_objects(pool: RolloutPool, namespace: str, config_hash: str) -> list
             "0.0.0.0",
             "--port",
             str(GATEWAY_PORT),
+            "--metrics-port",
+            str(GATEWAY_METRICS_PORT),
             "--log-format",
             "json",
             *(["--tasks", tasks.path] if tasks.path else []),
         ],
         "env": container_env,
-        "ports": [{"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "http", "containerPort": GATEWAY_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": GATEWAY_METRICS_PORT, "protocol": "TCP"},
+        ],
         "resources": resources(spec.resources, 0),
         "volumeMounts": [config_mount(), {"name": "tmp", "mountPath": "/tmp"}, *tasks.mounts],
-        "readinessProbe": http_probe("/healthz", "http", period=5, failures=3),
-        "livenessProbe": http_probe("/healthz", "http", period=15, failures=4, initial=10),
+        "readinessProbe": http_probe("/healthz", "metrics", period=5, failures=3),
+        "livenessProbe": http_probe("/healthz", "metrics", period=15, failures=4, initial=10),
         "securityContext": {**RESTRICTED_CONTAINER, "readOnlyRootFilesystem": True},
     }
     return [
@@ -258,7 +326,13 @@ def gateway_objects(pool: RolloutPool, namespace: str, config_hash: str) -> list
                 "type": "ClusterIP",
                 "selector": gateway_selector(pool),
                 "ports": [
-                    {"name": "http", "port": GATEWAY_PORT, "targetPort": "http", "protocol": "TCP"}
+                    {"name": "http", "port": GATEWAY_PORT, "targetPort": "http", "protocol": "TCP"},
+                    {
+                        "name": "metrics",
+                        "port": GATEWAY_METRICS_PORT,
+                        "targetPort": "metrics",
+                        "protocol": "TCP",
+                    },
                 ],
             },
         },

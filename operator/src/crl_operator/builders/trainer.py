@@ -56,7 +56,7 @@ from crl_operator.builders.pods import (
     user_env,
     volume_or_scratch,
 )
-from crl_operator.builders.pool import gateway_url, pool_name
+from crl_operator.builders.pool import client_labels, gateway_url, pool_name, token_env
 from crl_operator.builders.progress import progress_name, reporter_rbac
 from crl_worker.api import TrainingRun
 from crl_worker.api.contract import Env
@@ -143,6 +143,7 @@ def trainer_env(run: TrainingRun) -> list[dict[str, Any]]:
         env(Env.INFERENCE_MODEL, spec.model.name),
         env(Env.WEIGHT_SYNC, weight_sync_mode(run)),
         env(Env.POOL_URL, gateway_url(pool_name(run))),
+        token_env(pool_name(run)),
         env(Env.CHECKPOINT_DIR, CHECKPOINT_DIR),
         env(Env.PROGRESS_CONFIGMAP, progress_name(run)),
         env(Env.METRICS_PORT, str(METRICS_PORT)),
@@ -266,7 +267,13 @@ def trainer_job(run: TrainingRun, namespace: str) -> dict[str, Any]:
             ]
         },
         "template": {
-            "metadata": {"labels": {**labels(run, COMPONENT_TRAINER), **kueue}},
+            "metadata": {
+                "labels": {
+                    **labels(run, COMPONENT_TRAINER),
+                    **client_labels(pool_name(run)),
+                    **kueue,
+                }
+            },
             "spec": {
                 "subdomain": service_name(run),
                 "restartPolicy": "Never",

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from crl_worker.agent.client import Completion
+from crl_worker.agent.trajectory import Trajectory
 from crl_worker.tasks.model import Task
 
 #: The heredoc delimiter's stem; a suffix is added until no line of the patch equals it.
@@ -84,3 +85,19 @@ class GoldPolicy:
         if turn == 0 and "shell" in offered:
             return _tool_call(turn, "shell", {"command": apply_command(self.task.patch)})
         return _tool_call(turn, "submit", {})
+
+
+def gold_patch_failure(trajectory: Trajectory) -> str | None:
+    """Why the gold replay of ``trajectory`` did not apply its patch (``None`` when it did, or
+    when the trajectory is not a gold replay). A gold patch that does not apply means the task
+    or the harness is broken, not that the instance is hard."""
+    if trajectory.model != GoldPolicy.model:
+        return None
+    for turn in trajectory.turns:
+        for call in turn.tool_calls:
+            if call.name == "shell":
+                if call.exit_code == 0:
+                    return None
+                tail = call.output.strip()[-600:]
+                return f"the gold patch did not apply (exit code {call.exit_code}): {tail}"
+    return "the gold patch was never applied (the agent offers no shell tool)"

@@ -21,9 +21,13 @@ from typing import Any
 from crl_worker.agent.prompts import Prompts
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox.base import Sandbox
+from crl_worker.sandbox.files import FileTooLarge, NotARegularFile, PathOutsideSandbox
 
 #: Characters of output a tool returns at most (the middle of longer output is left out).
 DEFAULT_MAX_OUTPUT = 16_000
+#: Largest file the view and edit tools read (bytes): a bigger one (or ``/dev/zero``) is
+#: refused with a hint to use the shell, never read into memory.
+MAX_FILE_BYTES = 8 << 20
 
 #: Argument types of each tool: name -> (JSON type, required). The descriptions the model sees
 #: come from the template set's tools.yaml.
@@ -244,11 +248,17 @@ class Toolbox:
 
     async def _read_text(self, path: str) -> str:
         try:
-            data = await self.sandbox.read_file(path)
+            data = await self.sandbox.read_file_limited(path, MAX_FILE_BYTES)
         except FileNotFoundError:
             raise ToolCallError(f"{path} does not exist") from None
         except IsADirectoryError:
             raise
+        except FileTooLarge:
+            raise ToolCallError(
+                f"{path} is larger than {MAX_FILE_BYTES} bytes; use shell (head, sed -n, grep)"
+            ) from None
+        except (NotARegularFile, PathOutsideSandbox) as exc:
+            raise ToolCallError(f"{path} cannot be read with this tool: {exc}; use shell") from None
         except PermissionError:
             raise ToolCallError(f"{path} cannot be read (permission denied)") from None
         except OSError as exc:
@@ -306,7 +316,12 @@ class Toolbox:
             raise ToolCallError("the path is empty")
         if old_str == "":
             try:
-                await self.sandbox.read_file(path)
+                # Whether it exists, without reading it: 0 bytes allowed.
+                await self.sandbox.read_file_limited(path, 0)
+            except FileTooLarge:
+                pass  # it exists, with content
+            except (NotARegularFile, PathOutsideSandbox) as exc:
+                raise ToolCallError(f"{path} cannot be written with this tool: {exc}") from None
             except FileNotFoundError:
                 await self._write(path, new_str)
                 lines = new_str.count("\n") + (0 if new_str.endswith("\n") or not new_str else 1)
@@ -368,6 +383,8 @@ class Toolbox:
             await self.sandbox.write_file(path, text.encode("utf-8"))
         except IsADirectoryError:
             raise ToolCallError(f"{path} is a directory") from None
+        except (FileTooLarge, NotARegularFile, PathOutsideSandbox) as exc:
+            raise ToolCallError(f"{path} cannot be written with this tool: {exc}") from None
         except PermissionError:
             raise ToolCallError(f"{path} cannot be written (permission denied)") from None
         except OSError as exc:

@@ -42,6 +42,9 @@ class Env(StrEnum):
     """The API key's conventional name, read when ``CRL_API_KEY`` is unset (user-set)."""
     POOL_URL = "CRL_POOL_URL"
     """The pool gateway to lease sandboxes from; local sandboxes when unset."""
+    POOL_TOKEN = "CRL_POOL_TOKEN"
+    """The pool gateway's bearer token (from the pool's token Secret): the gateway admits only
+    requests that carry it, its clients send it. A local gateway makes one when unset."""
     RESULTS_DIR = "CRL_RESULTS_DIR"
     """The benchmark runner's results folder (on the results volume in a cluster)."""
     BASELINE_RESULTS = "CRL_BASELINE_RESULTS"
@@ -109,6 +112,9 @@ ENVIRONMENT: dict[Env, EnvVar] = {
     Env.API_KEY: EnvVar(frozenset({"benchmark-runner"}), user_set=True),
     Env.OPENAI_API_KEY: EnvVar(frozenset(), user_set=True),
     Env.POOL_URL: EnvVar(frozenset({"benchmark-runner", "trainer"}), user_set=True),
+    Env.POOL_TOKEN: EnvVar(
+        frozenset({"benchmark-runner", "trainer", "pool-gateway"}), user_set=True
+    ),
     Env.RESULTS_DIR: EnvVar(frozenset({"benchmark-runner"})),
     Env.BASELINE_RESULTS: EnvVar(frozenset({"benchmark-runner"})),
     Env.PROGRESS_CONFIGMAP: EnvVar(frozenset({"benchmark-runner", "trainer"})),
@@ -174,6 +180,9 @@ class Label(StrEnum):
     """What a pod is for (``sandbox``, ``gateway``, ...); NetworkPolicies select on it."""
     STEP = f"{_PREFIX}step"
     """The training step an evaluation Benchmark belongs to."""
+    POOL_CLIENT = f"{_PREFIX}pool-client"
+    """On the pods that lease from a pool (trainer, benchmark runner): the pool's name. The
+    gateway's NetworkPolicy admits API traffic only from pods carrying it."""
 
 
 def owner_label(kind: str) -> str:
@@ -216,6 +225,11 @@ class SandboxState(StrEnum):
 PROGRESS_KEY = "progress.json"
 #: The port the pool gateway listens on (the operator's Service targets it).
 GATEWAY_PORT = 8080
+#: The port the pool gateway serves ``/metrics`` and ``/healthz`` on in a cluster (no token;
+#: the NetworkPolicy admits it from anywhere, the API port only from the pool's clients).
+GATEWAY_METRICS_PORT = 9090
+#: The key of a pool's token Secret that holds the gateway's bearer token.
+POOL_TOKEN_KEY = "token"
 #: The port the trainer serves Prometheus metrics on (:attr:`Env.METRICS_PORT`'s value).
 TRAINER_METRICS_PORT = 9400
 #: Server-side-apply field managers: each writer owns its own fields.

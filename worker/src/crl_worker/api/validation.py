@@ -245,9 +245,30 @@ def cel_problems(
 # --- pydantic errors in a user's words --------------------------------------------------------
 
 
+#: Longest echo of a wrong value in a message (characters of its repr).
+MAX_ECHO = 200
+
+
+class _Echo:
+    """A value whose repr is cut to :data:`MAX_ECHO` characters: a 5 MB string in a manifest
+    is named, not printed back in full."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        text = repr(self.value)
+        if len(text) <= MAX_ECHO:
+            return text
+        size = len(self.value) if isinstance(self.value, str | bytes | list | dict) else None
+        what = f" ({size} long)" if size is not None else ""
+        return f"{text[: MAX_ECHO - 20]}...{what}"
+
+
 def _describe(err: ErrorDetails, schema: dict[str, Any]) -> str:
     """Turn one pydantic error into a sentence naming what is allowed."""
-    kind, loc, got = err["type"], err["loc"], err.get("input")
+    kind, loc, raw = err["type"], err["loc"], err.get("input")
+    got = _Echo(raw)
     node = _sub_schema(schema, loc)
     if kind == "missing":
         return "required field is missing"
@@ -255,10 +276,10 @@ def _describe(err: ErrorDetails, schema: dict[str, Any]) -> str:
         parent = _sub_schema(schema, loc[:-1]) or {}
         allowed = list(parent.get("properties", {}))
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-        msg = f"unknown field {loc[-1]!r}"
+        msg = f"unknown field {_Echo(loc[-1])!r}"
         if close:
             msg += f"; did you mean {close[0]!r}?"
-        return msg + (f" Allowed fields: {', '.join(allowed)}" if allowed else "")
+        return msg + (f"; allowed fields: {', '.join(allowed)}" if allowed else "")
     if kind in ("literal_error", "enum"):
         allowed_values = (node or {}).get("enum") or []
         return f"must be one of {', '.join(map(str, allowed_values))} (got {got!r})"
@@ -267,14 +288,14 @@ def _describe(err: ErrorDetails, schema: dict[str, Any]) -> str:
         hint = _PATTERN_HINTS.get(pattern, f"a string matching {pattern}")
         return f"must be {hint} (got {got!r})"
     if kind in ("model_type", "dict_type", "model_attributes_type"):
-        return f"must be a mapping of fields (got {type(got).__name__} {got!r})"
+        return f"must be a mapping of fields (got {type(raw).__name__} {got!r})"
     if kind == "list_type":
-        return f"must be a list (got {type(got).__name__} {got!r})"
+        return f"must be a list (got {type(raw).__name__} {got!r})"
     if kind == "value_error":
-        return f"{err['msg'].removeprefix('Value error, ')} (got {got!r})"
-    if kind == "string_type" and isinstance(got, bool):
+        return f"{_cut(err['msg'].removeprefix('Value error, '))} (got {got!r})"
+    if kind == "string_type" and isinstance(raw, bool):
         return (
-            f"must be a string (got the boolean {str(got).lower()}: YAML reads unquoted "
+            f"must be a string (got the boolean {str(raw).lower()}: YAML reads unquoted "
             "yes/no/on/off/y/n/true/false as booleans; quote the value)"
         )
     msg = err["msg"]
@@ -286,9 +307,14 @@ def _describe(err: ErrorDetails, schema: dict[str, Any]) -> str:
         ("Value should", "must"),
     ):
         msg = msg.replace(was, now)
-    if kind.endswith(("_type", "_parsing")) or isinstance(got, str | int | float):
+    if kind.endswith(("_type", "_parsing")) or isinstance(raw, str | int | float):
         msg += f" (got {got!r})"
-    return msg
+    return _cut(msg)
+
+
+def _cut(text: str, limit: int = 4 * MAX_ECHO) -> str:
+    """A message of pydantic's own (which may quote the value) cut to ``limit`` characters."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 # --- the pipeline ---------------------------------------------------------------------------

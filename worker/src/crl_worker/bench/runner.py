@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 from crl_worker.agent.client import Policy
 from crl_worker.agent.episode import run_episode, to_the_end
+from crl_worker.agent.gold import gold_patch_failure
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec
 from crl_worker.bench.compare import instance_attempts
@@ -395,6 +396,14 @@ class BenchmarkRunner:
                 0.0 if evaluation.tests_timed_out else tests_score(evaluation, "binary")
             )
         result = _result(trajectory, agent_seconds, eval_seconds, time.monotonic() - t0)
+        failure = gold_patch_failure(trajectory) if result.resolved is not None else None
+        if failure is not None:
+            # Not an ordinary 'unresolved': the task's patch, its base commit or the harness is
+            # wrong, and every model would be scored against a broken instance.
+            logger.warning(
+                "%s: %s; check the task (patch, base commit) or the harness", label, failure
+            )
+            result = result.model_copy(update={"error": failure})
         # Once the write started, the attempt is done even if the run is cancelled meanwhile.
         await to_the_end(
             asyncio.to_thread(self.store.append, result, trajectory.model_dump_json()),

@@ -2,6 +2,10 @@
 
 Settings come from the defaults, then the config file (``--config``: the operator's
 ``config.yaml`` or a RolloutPool manifest), then the flags; a flag wins over the file.
+
+The API's bearer token comes from ``--token-file``, else ``$CRL_POOL_TOKEN`` (the pool's token
+Secret in a cluster, where one is required). On one machine without either, the gateway makes
+one, writes it to a file only the user can read and logs how clients use it (never the token).
 """
 
 from __future__ import annotations
@@ -10,11 +14,12 @@ import argparse
 import asyncio
 import logging
 import os
+import secrets
 import sys
 from pathlib import Path
 from typing import Any, get_args
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from crl_worker.api.common import PoolSettings, TaskFormat
 from crl_worker.api.contract import Env
@@ -70,6 +75,22 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--run-as-user", type=int, help="user id of the sandbox containers")
     p.add_argument("--local-root", type=Path, help="directory of local sandboxes' checkouts")
+    p.add_argument(
+        "--token-file",
+        type=Path,
+        help=f"file holding the API's bearer token (default: ${Env.POOL_TOKEN}; on one machine"
+        " without either, a new token is written to this file or to the cache folder)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="a second port serving only /metrics and /healthz, without the token",
+    )
+    p.add_argument("--max-read-bytes", type=int, help="largest file the file API returns")
+    p.add_argument("--max-write-bytes", type=int, help="largest request body (a written file)")
+    p.add_argument(
+        "--max-output-bytes", type=int, help="most output one command keeps (then truncated)"
+    )
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--log-format", choices=["text", "json"], default="text")
     return p
@@ -105,6 +126,10 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
         "lease_ttl": "lease_ttl",
         "run_as_user": "run_as_user",
         "local_root": "local_root",
+        "metrics_port": "metrics_port",
+        "max_read_bytes": "max_read_bytes",
+        "max_write_bytes": "max_write_bytes",
+        "max_output_bytes": "max_output_bytes",
     }
     for arg, field in direct.items():
         value = getattr(args, arg)
@@ -134,6 +159,52 @@ def build_config(args: argparse.Namespace) -> GatewayConfig:
     return GatewayConfig.model_validate(fields)
 
 
+def default_token_file(pool: str) -> Path:
+    """Where a local gateway writes the token it makes: the cache folder."""
+    cache = Path(os.environ.get(Env.CACHE_DIR) or Path.home() / ".cache" / "coderepairrl")
+    return cache / "pool" / f"{pool}.token"
+
+
+def resolve_token(args: argparse.Namespace, config: GatewayConfig) -> GatewayConfig:
+    """The config with its bearer token: from ``--token-file``, ``$CRL_POOL_TOKEN``, or (one
+    machine only) a new one written to a file that only the user may read."""
+    token_file: Path | None = args.token_file
+    if token_file is not None and token_file.exists():
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise CrlError(f"cannot read the token file {token_file}: {exc}") from exc
+        if not token:
+            raise CrlError(f"the token file {token_file} is empty")
+        return config.model_copy(update={"token": SecretStr(token)})
+    if os.environ.get(Env.POOL_TOKEN, "").strip():
+        token = os.environ[Env.POOL_TOKEN].strip()
+        return config.model_copy(update={"token": SecretStr(token)})
+    if config.backend == "kubernetes":
+        raise CrlError(
+            f"no token: set ${Env.POOL_TOKEN} (the operator mounts the pool's token Secret) or"
+            " pass --token-file; a gateway in a cluster does not run without authentication"
+        )
+    path = token_file or default_token_file(config.pool)
+    token = secrets.token_urlsafe(32)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(token + "\n")
+        path.chmod(0o600)
+    except OSError as exc:
+        raise CrlError(f"cannot write the token file {path}: {exc}") from exc
+    logger.info(
+        "made a new API token for this gateway in %s; clients send it as 'Authorization:"
+        " Bearer <token>': export %s=$(cat %s)",
+        path,
+        Env.POOL_TOKEN.value,
+        path,
+    )
+    return config.model_copy(update={"token": SecretStr(token)})
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = parser().parse_args(argv)
@@ -141,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = build_config(args)
         tasks = load_tasks(config)
+        config = resolve_token(args, config)
         asyncio.run(serve(config, tasks))
     except (CrlError, ValidationError) as exc:
         logger.error("%s", exc)

@@ -16,12 +16,14 @@ for a local sandbox.
 from __future__ import annotations
 
 import logging
+import os
 from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from crl_worker.api.contract import Env
 from crl_worker.errors import SandboxError
 from crl_worker.pool.models import (
     DiffResponse,
@@ -36,6 +38,7 @@ from crl_worker.pool.models import (
     RunRequest,
 )
 from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult, Sandbox
+from crl_worker.sandbox.files import FileTooLarge, PathOutsideSandbox
 
 logger = logging.getLogger(__name__)
 
@@ -68,18 +71,39 @@ class PoolBusyError(GatewayError):
     """The pool stayed full until the lease request's timeout; ``retry_after`` says when to retry."""
 
 
+class _Bearer(httpx.Auth):
+    """Adds the pool's token to each request; its repr names no token."""
+
+    def __init__(self, token: str) -> None:
+        self._header = f"Bearer {token}"
+
+    def auth_flow(self, request: httpx.Request) -> Any:
+        """Set ``Authorization`` on the request."""
+        request.headers["Authorization"] = self._header
+        yield request
+
+    def __repr__(self) -> str:
+        return "_Bearer(<token>)"
+
+
 class GatewayClient:
-    """Typed calls to one pool gateway over a shared connection pool."""
+    """Typed calls to one pool gateway over a shared connection pool.
+
+    ``token`` is the gateway's bearer token; ``$CRL_POOL_TOKEN`` when not given.
+    """
 
     def __init__(
         self,
         base_url: str,
         *,
+        token: str | None = None,
         client: httpx.AsyncClient | None = None,
         connect_timeout: float = 10.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._own = client is None
+        token = token if token is not None else os.environ.get(Env.POOL_TOKEN, "").strip()
+        self._auth = _Bearer(token) if token else None
         self._client = client or httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(None, connect=connect_timeout),
@@ -107,7 +131,11 @@ class GatewayClient:
     ) -> httpx.Response:
         try:
             response = await self._client.request(
-                method, path, timeout=httpx.Timeout(timeout, connect=10.0), **kwargs
+                method,
+                path,
+                timeout=httpx.Timeout(timeout, connect=10.0),
+                auth=self._auth or httpx.USE_CLIENT_DEFAULT,
+                **kwargs,
             )
         except httpx.HTTPError as exc:
             raise GatewayError(
@@ -172,10 +200,14 @@ class GatewayClient:
         )
         return await self._model(response, CommandResult)
 
-    async def read_file(self, lease_id: str, path: str) -> bytes:
-        """GET /v1/leases/{id}/files?path=P."""
+    async def read_file(self, lease_id: str, path: str, *, max_bytes: int | None = None) -> bytes:
+        """GET /v1/leases/{id}/files?path=P (at most ``max_bytes``: the gateway answers 413,
+        raised as :class:`~crl_worker.sandbox.files.FileTooLarge`, for a larger file)."""
+        params: dict[str, str | int] = {"path": path}
+        if max_bytes is not None:
+            params["max_bytes"] = max_bytes
         response = await self._request(
-            "GET", f"/v1/leases/{lease_id}/files", params={"path": path}, timeout=600
+            "GET", f"/v1/leases/{lease_id}/files", params=params, timeout=600
         )
         return response.content
 
@@ -277,9 +309,22 @@ class RemoteSandbox(Sandbox):
         data: bytes = await self._guard(self._gateway.read_file(self._id(), path))
         return data
 
+    async def read_file_limited(self, path: str, limit: int) -> bytes:
+        """At most ``limit`` bytes of ``path``; the gateway refuses a larger file."""
+        data: bytes = await self._guard(self._gateway.read_file(self._id(), path, max_bytes=limit))
+        return data
+
+    async def read_confined(self, path: str, limit: int) -> bytes:
+        """The gateway confines every read to the working tree: :meth:`read_file_limited`."""
+        return await self.read_file_limited(path, limit)
+
     async def write_file(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` in the sandbox."""
         await self._guard(self._gateway.write_file(self._id(), path, data))
+
+    async def write_confined(self, path: str, data: bytes) -> None:
+        """The gateway confines every write to the working tree: :meth:`write_file`."""
+        await self.write_file(path, data)
 
     async def reset(self) -> None:
         """Reset the leased sandbox to its base state (the lease is kept)."""
@@ -318,6 +363,10 @@ def _error(response: httpx.Response, method: str, path: str) -> Exception:
         return FileNotFoundError(message)
     if code == "is-a-directory":
         return IsADirectoryError(message)
+    if response.status_code == 413 and path.endswith("/files"):
+        return FileTooLarge(path, -1, message=f"pool gateway: {message}")
+    if code == "bad-path":
+        return PathOutsideSandbox(message)
     retry = response.headers.get("Retry-After")
     retry_after = float(retry) if retry and retry.replace(".", "", 1).isdigit() else None
     text = f"pool gateway: {method} {path} answered {response.status_code} ({code}): {message}"

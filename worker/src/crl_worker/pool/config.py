@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from crl_worker.api.common import PoolSettings, TaskFilter, TaskFormat, TaskSource
 from crl_worker.api.rolloutpool import RolloutPoolSpec
@@ -27,6 +27,13 @@ from crl_worker.tasks.sources import TaskSourceError, load_source
 logger = logging.getLogger(__name__)
 
 Backend = Literal["local", "kubernetes"]
+
+#: Default bound of a file read through the gateway (bytes).
+DEFAULT_MAX_READ = 64 << 20
+#: Default bound of a request body, a file write included (bytes).
+DEFAULT_MAX_WRITE = 64 << 20
+#: Default bound of one command's kept output (bytes); requests may ask for less.
+DEFAULT_MAX_OUTPUT_CAP = 16 << 20
 
 
 class ConfigError(CrlError):
@@ -89,6 +96,19 @@ class GatewayConfig(BaseModel):
     """Context of the kubeconfig."""
     local_root: Path | None = None
     """Where local sandboxes keep their checkouts; the local backend's default when empty."""
+    token: SecretStr | None = None
+    """The bearer token every API request must carry (``$CRL_POOL_TOKEN``; the pool's token
+    Secret in a cluster). Empty: :class:`~crl_worker.pool.gateway.Gateway` makes one."""
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    """A second port serving only ``/metrics`` and ``/healthz`` (no token), so a NetworkPolicy
+    can admit scrapers there and the API's clients alone on :attr:`port`; none when empty."""
+    max_read_bytes: int = Field(default=DEFAULT_MAX_READ, ge=1)
+    """Largest file the file API returns (larger: 413)."""
+    max_write_bytes: int = Field(default=DEFAULT_MAX_WRITE, ge=1)
+    """Largest request body, a file written included (larger: 413)."""
+    max_output_bytes: int = Field(default=DEFAULT_MAX_OUTPUT_CAP, ge=1)
+    """Most output a command keeps, whatever its request's ``max_output`` says (beyond: cut
+    and marked ``truncated``)."""
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

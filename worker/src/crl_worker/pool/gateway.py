@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,7 +21,7 @@ from aiohttp import web
 from crl_worker.pool.config import GatewayConfig
 from crl_worker.pool.leases import SandboxFactory, SandboxPool
 from crl_worker.pool.metrics import PoolMetrics
-from crl_worker.pool.server import make_app
+from crl_worker.pool.server import Limits, make_app, make_metrics_app
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
 
@@ -78,7 +79,12 @@ class Gateway:
         self._cleanup: Cleanup = _nothing
         self.pool: SandboxPool | None = None
         self._runner: web.AppRunner | None = None
+        self._metrics_runner: web.AppRunner | None = None
         self.port: int | None = None
+        self.metrics_port: int | None = None
+        secret = config.token.get_secret_value() if config.token is not None else ""
+        #: The bearer token every API request must carry (made here when the config has none).
+        self.token = secret or secrets.token_urlsafe(32)
 
     async def start(self) -> None:
         """Prepare the backend, start the pool and listen."""
@@ -103,14 +109,20 @@ class Gateway:
             await self.pool.start()
             # A lease request whose client went away must stop waiting (or it would lease a
             # sandbox to nobody); operations on a lease shield themselves (see LeaseRecord.call).
-            self._runner = web.AppRunner(
-                make_app(self.pool, self.config.backend), access_log=None, handler_cancellation=True
+            limits = Limits(
+                max_read=self.config.max_read_bytes,
+                max_body=self.config.max_write_bytes,
+                max_output=self.config.max_output_bytes,
             )
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, self.config.host, self.config.port)
-            await site.start()
-            addresses = self._runner.addresses
-            self.port = int(addresses[0][1]) if addresses else self.config.port
+            app = make_app(self.pool, self.config.backend, token=self.token, limits=limits)
+            self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+            self.port = await self._listen(self._runner, self.config.port)
+            if self.config.metrics_port is not None:
+                metrics_app = make_metrics_app(self.pool, self.config.backend)
+                self._metrics_runner = web.AppRunner(metrics_app, access_log=None)
+                self.metrics_port = await self._listen(
+                    self._metrics_runner, self.config.metrics_port
+                )
             logger.info(
                 "pool gateway %s (%s backend, %d tasks) listening on %s:%s",
                 self.config.pool,
@@ -125,11 +137,19 @@ class Gateway:
             await self.stop()
             raise
 
+    async def _listen(self, runner: web.AppRunner, port: int) -> int:
+        await runner.setup()
+        site = web.TCPSite(runner, self.config.host, port)
+        await site.start()
+        addresses = runner.addresses
+        return int(addresses[0][1]) if addresses else port
+
     async def stop(self) -> None:
         """Stop listening, close every sandbox, release the backend."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        for runner in (self._runner, self._metrics_runner):
+            if runner is not None:
+                await runner.cleanup()
+        self._runner = self._metrics_runner = None
         try:
             if self.pool is not None:
                 await self.pool.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult
 
@@ -17,18 +17,35 @@ from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult
 LeaseSource = Literal["warm", "prefetched", "cold"]
 
 
+#: Longest timeout a request may ask for (seconds): a week.
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
+
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def _text(value: str) -> str:
+    """Refuse text no shell or file name can carry: a NUL byte, lone surrogates."""
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL byte")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid UTF-8 (no lone surrogates)") from None
+    return value
 
 
 class LeaseRequest(_Body):
     """Ask for a sandbox of one task instance."""
 
-    instance_id: str = Field(min_length=1)
+    instance_id: str = Field(min_length=1, max_length=1000)
     """The task instance the rollout works on."""
-    timeout: float | None = Field(default=None, gt=0)
+    timeout: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT)
     """Seconds to wait for a sandbox (back-pressure when the pool is full); the gateway's
     default when empty."""
+
+    _valid_id = field_validator("instance_id")(_text)
 
 
 class Lease(_Body):
@@ -55,11 +72,14 @@ class RunRequest(_Body):
 
     command: str
     """Shell command line."""
-    timeout: float | None = Field(default=None, gt=0)
+    timeout: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT)
     """Seconds before the command is interrupted (the session survives); the task's
     ``timeouts.command`` when empty."""
     max_output: int = Field(default=DEFAULT_MAX_OUTPUT, ge=0)
-    """Output bytes kept (beginning and end)."""
+    """Output bytes kept (beginning and end); the gateway keeps at most its own cap
+    (``--max-output-bytes``) whatever is asked."""
+
+    _valid_command = field_validator("command")(_text)
 
 
 class ReleaseRequest(_Body):
@@ -121,6 +141,9 @@ class Health(_Body):
 
 ErrorCode = Literal[
     "bad-request",
+    "bad-path",
+    "too-large",
+    "unauthorized",
     "unknown-instance",
     "unknown-lease",
     "file-not-found",

@@ -4,18 +4,27 @@ Bodies are the models of :mod:`crl_worker.pool.models`; file contents are raw by
 :class:`~crl_worker.pool.models.ErrorBody` with a status that says who should act: 4xx the caller,
 502 the sandbox failed (an infrastructure failure, never a wrong answer), 503 the pool is full
 (``Retry-After`` says when to try again).
+
+Security (see docs/security.md): every route but ``/healthz`` and ``/metrics`` needs
+``Authorization: Bearer <token>`` (401 otherwise); the file API reaches only the sandbox's
+working tree (400 ``bad-path`` otherwise) and only regular files; reads, bodies and command
+output are bounded by :class:`Limits` (413 ``too-large``, or output cut and marked
+``truncated``); a malformed request is a 400, never a 5xx.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import math
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
+from crl_worker.api.contract import Env
 from crl_worker.errors import SandboxError
 from crl_worker.pool.leases import (
     LeaseRecord,
@@ -36,16 +45,33 @@ from crl_worker.pool.models import (
     RunRequest,
 )
 from crl_worker.sandbox.base import CommandResult, Sandbox
+from crl_worker.sandbox.files import FileTooLarge, NotARegularFile, PathOutsideSandbox, check_path
 
 logger = logging.getLogger(__name__)
 
-#: Largest request body (a file written into a sandbox).
-MAX_BODY = 256 << 20
 _M = TypeVar("_M", bound=BaseModel)
 _T = TypeVar("_T")
 
+#: Routes open without a token: liveness probes and metrics scrapers carry none.
+OPEN_PATHS = frozenset({"/healthz", "/metrics"})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may make the gateway hold (bytes)."""
+
+    max_read: int = 64 << 20
+    """Largest file a read returns (larger: 413)."""
+    max_body: int = 64 << 20
+    """Largest request body, a written file included (larger: 413)."""
+    max_output: int = 16 << 20
+    """Most output a command keeps, whatever the request asks (beyond: cut, ``truncated``)."""
+
+
 POOL_KEY = web.AppKey("pool", SandboxPool)
 BACKEND_KEY = web.AppKey("backend", str)
+LIMITS_KEY = web.AppKey("limits", Limits)
+TOKEN_KEY = web.AppKey("token", bytes)
 
 
 def _error(status: int, code: ErrorCode, message: str, **headers: str) -> web.Response:
@@ -57,6 +83,36 @@ def _json(model: BaseModel, status: int = 200) -> web.Response:
     return web.Response(
         status=status, text=model.model_dump_json(), content_type="application/json"
     )
+
+
+@web.middleware
+async def _auth(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Admit a request to the API only with the pool's bearer token (compared in constant
+    time); the token is never logged or echoed."""
+    if request.path in OPEN_PATHS:
+        return await handler(request)
+    header = request.headers.get("Authorization", "")
+    scheme, _, offered = header.partition(" ")
+    expected = request.app[TOKEN_KEY]
+    given = offered.strip().encode("utf-8", "surrogateescape")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given, expected):
+        logger.warning(
+            "%s %s from %s: refused, %s",
+            request.method,
+            request.path,
+            request.remote,
+            "wrong token" if header else "no token",
+        )
+        return _error(
+            401,
+            "unauthorized",
+            "the pool gateway needs 'Authorization: Bearer <token>' (the pool's token: "
+            f"${Env.POOL_TOKEN.value} in its clients)",
+            **{"WWW-Authenticate": 'Bearer realm="crl-pool"'},
+        )
+    return await handler(request)
 
 
 @web.middleware
@@ -79,6 +135,14 @@ async def _errors(
     except IsADirectoryError as exc:
         # The caller's mistake (a path that names a directory), not the sandbox's failure.
         return _error(400, "is-a-directory", str(exc))
+    except (PathOutsideSandbox, NotARegularFile) as exc:
+        return _error(400, "bad-path", str(exc))
+    except FileTooLarge as exc:
+        return _error(413, "too-large", str(exc))
+    except OSError as exc:
+        # Permission denied, a name too long, a file where a directory was expected: the path
+        # the caller gave cannot be used.
+        return _error(400, "bad-path", f"{exc.strerror or exc}: {request.query.get('path', '')}")
     except PoolBusy as exc:
         return _error(
             503, "pool-busy", str(exc), **{"Retry-After": str(math.ceil(exc.retry_after))}
@@ -105,16 +169,30 @@ def _record(request: web.Request) -> LeaseRecord:
     return _pool(request).lease(request.match_info["lease_id"])
 
 
+def _bad_request(message: str) -> web.HTTPBadRequest:
+    return web.HTTPBadRequest(
+        text=ErrorBody(error="bad-request", message=message).model_dump_json(),
+        content_type="application/json",
+    )
+
+
 def _path(request: web.Request) -> str:
     path = request.query.get("path", "")
     if not path:
-        raise web.HTTPBadRequest(
-            text=ErrorBody(
-                error="bad-request", message="query parameter 'path' is required"
-            ).model_dump_json(),
-            content_type="application/json",
-        )
+        raise _bad_request("query parameter 'path' is required")
+    check_path(path)
     return path
+
+
+def _read_limit(request: web.Request) -> int:
+    """The gateway's read bound, or the smaller one the request asks for (``max_bytes``)."""
+    limit = request.app[LIMITS_KEY].max_read
+    asked = request.query.get("max_bytes")
+    if asked is None:
+        return limit
+    if not asked.isascii() or not asked.isdigit() or len(asked) > 19:
+        raise _bad_request("query parameter 'max_bytes' must be a non-negative integer")
+    return min(limit, int(asked))
 
 
 def _flag(value: str | None) -> bool:
@@ -166,31 +244,35 @@ async def release_lease(request: web.Request) -> web.Response:
 async def run_command(request: web.Request) -> web.Response:
     """POST /v1/leases/{id}/run: one command in the persistent session."""
     body = await _body(request, RunRequest)
+    max_output = min(body.max_output, request.app[LIMITS_KEY].max_output)
 
     async def run(sandbox: Sandbox) -> CommandResult:
-        return await sandbox.run(body.command, timeout=body.timeout, max_output=body.max_output)
+        return await sandbox.run(body.command, timeout=body.timeout, max_output=max_output)
 
     return _json(await _record(request).call(run))
 
 
 async def read_file(request: web.Request) -> web.Response:
-    """GET /v1/leases/{id}/files?path=P: the file's bytes."""
+    """GET /v1/leases/{id}/files?path=P[&max_bytes=N]: the bytes of a regular file inside the
+    working tree (413 beyond the read limit)."""
     path = _path(request)
+    limit = _read_limit(request)
 
     async def read(sandbox: Sandbox) -> bytes:
-        return await sandbox.read_file(path)
+        return await sandbox.read_confined(path, limit)
 
     data = await _record(request).call(read)
     return web.Response(body=data, content_type="application/octet-stream")
 
 
 async def write_file(request: web.Request) -> web.Response:
-    """PUT /v1/leases/{id}/files?path=P: write the body's bytes (parents created)."""
+    """PUT /v1/leases/{id}/files?path=P: write the body's bytes to a file inside the working
+    tree (parents created; 413 beyond the body limit)."""
     path = _path(request)
     data = await request.read()
 
     async def write(sandbox: Sandbox) -> None:
-        await sandbox.write_file(path, data)
+        await sandbox.write_confined(path, data)
 
     await _record(request).call(write)
     return web.Response(status=204)
@@ -207,10 +289,13 @@ async def reset(request: web.Request) -> web.Response:
 
 
 async def diff(request: web.Request) -> web.Response:
-    """GET /v1/leases/{id}/diff: the repository's changes against the base state."""
+    """GET /v1/leases/{id}/diff: the repository's changes against the base state (413 beyond
+    the read limit)."""
+
+    limit = request.app[LIMITS_KEY].max_read
 
     async def do_diff(sandbox: Sandbox) -> str:
-        return await sandbox.diff()
+        return await sandbox.diff_limited(limit)
 
     return _json(DiffResponse(diff=await _record(request).call(do_diff)))
 
@@ -221,11 +306,19 @@ async def prefetch(request: web.Request) -> web.Response:
     return _json(await _pool(request).prefetch(body.instance_ids))
 
 
-def make_app(pool: SandboxPool, backend: str) -> web.Application:
-    """The gateway's aiohttp application around a started pool."""
-    app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY)
+def make_app(
+    pool: SandboxPool, backend: str, *, token: str, limits: Limits | None = None
+) -> web.Application:
+    """The gateway's aiohttp application around a started pool, admitting requests that
+    carry ``token``."""
+    if not token:
+        raise ValueError("the pool gateway needs a non-empty token")
+    limits = limits or Limits()
+    app = web.Application(middlewares=[_auth, _errors], client_max_size=limits.max_body)
     app[POOL_KEY] = pool
     app[BACKEND_KEY] = backend
+    app[LIMITS_KEY] = limits
+    app[TOKEN_KEY] = token.encode("utf-8")
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/leases", create_lease)
@@ -236,4 +329,14 @@ def make_app(pool: SandboxPool, backend: str) -> web.Application:
     app.router.add_post("/v1/leases/{lease_id}/reset", reset)
     app.router.add_get("/v1/leases/{lease_id}/diff", diff)
     app.router.add_post("/v1/prefetch", prefetch)
+    return app
+
+
+def make_metrics_app(pool: SandboxPool, backend: str) -> web.Application:
+    """``/metrics`` and ``/healthz`` alone (no token), for a port of their own."""
+    app = web.Application(client_max_size=1 << 10)
+    app[POOL_KEY] = pool
+    app[BACKEND_KEY] = backend
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
     return app

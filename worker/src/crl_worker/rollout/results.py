@@ -122,11 +122,18 @@ def fingerprint(identity: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
+#: What to do about a corrupt results file, for a command that writes results (``crl bench``).
+RESTART_HINT = "move it aside (or run with --restart) to start over"
+#: The same for a command that only reads them (``crl compare``): it has no --restart.
+READ_ONLY_HINT = "repair or remove that line, or rerun the benchmark into a new folder"
+
+
+def _read_lines(path: Path, hint: str = RESTART_HINT) -> tuple[list[dict[str, Any]], int]:
     """The JSON objects of a JSONL file and the byte length of its whole, parsed lines.
 
     A last line without its newline, or one that is not JSON, is a write cut short: it is
-    logged and left out. A bad line anywhere else means the file is corrupt.
+    logged and left out. A bad line anywhere else means the file is corrupt (``hint`` says what
+    to do about it).
     """
     if not path.exists():
         return [], 0
@@ -158,8 +165,7 @@ def _read_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
                 )
                 break
             raise ResultsError(
-                f"{path}, line {number}: not a JSON object ({exc}); the file is corrupt — move "
-                "it aside (or run with --restart) to start over"
+                f"{path}, line {number}: not a JSON object ({exc}); the file is corrupt — {hint}"
             ) from exc
         objects.append(value)
         position += len(raw) + 1
@@ -247,7 +253,13 @@ class ResultsStore:
         """
         if self.path.exists() and not self.path.is_dir():
             raise ResultsError(f"{self.path} exists and is not a folder")
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ResultsError(
+                f"cannot create the results folder {self.path}: {exc.strerror or exc}; choose"
+                " a folder you can write (--results)"
+            ) from exc
         self._take_folder_lock()
         try:
             self._open(identity, restart=restart)
@@ -471,7 +483,7 @@ def read_results(path: Path) -> list[AttemptResult]:
     file = path / RESULTS_FILE if path.is_dir() else path
     if not file.exists():
         raise ResultsError(f"{path} has no {RESULTS_FILE}: is it a benchmark results folder?")
-    objects, _ = _read_lines(file)
+    objects, _ = _read_lines(file, READ_ONLY_HINT)
     latest: dict[tuple[str, int], AttemptResult] = {}
     for number, raw in enumerate(objects, 1):
         try:

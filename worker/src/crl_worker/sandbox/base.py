@@ -17,6 +17,7 @@ from types import TracebackType
 from pydantic import BaseModel, ConfigDict, Field
 
 from crl_worker.api.contract import SandboxState
+from crl_worker.sandbox.files import FileTooLarge, confine
 
 #: Output kept per command unless the caller asks for another cap (bytes).
 DEFAULT_MAX_OUTPUT = 1 << 20
@@ -74,6 +75,27 @@ class Sandbox(abc.ABC):
     async def write_file(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path``, creating parent directories."""
 
+    async def read_file_limited(self, path: str, limit: int) -> bytes:
+        """Like :meth:`read_file`, but :class:`~crl_worker.sandbox.files.FileTooLarge` for a
+        file over ``limit`` bytes. This default reads the whole file first; backends that can
+        stop at the limit (and refuse devices and FIFOs) override it."""
+        data = await self.read_file(path)
+        if len(data) > limit:
+            raise FileTooLarge(path, limit, len(data))
+        return data
+
+    async def read_confined(self, path: str, limit: int) -> bytes:
+        """A bounded read of a path that must lie inside :attr:`workdir`
+        (:class:`~crl_worker.sandbox.files.PathOutsideSandbox` otherwise): what an untrusted
+        caller (the pool gateway's file API) may ask for. This default checks the path as
+        written; backends that can resolve symbolic links safely override it."""
+        return await self.read_file_limited(confine(self.workdir, path), limit)
+
+    async def write_confined(self, path: str, data: bytes) -> None:
+        """:meth:`write_file` of a path that must lie inside :attr:`workdir` (see
+        :meth:`read_confined`)."""
+        await self.write_file(confine(self.workdir, path), data)
+
     @abc.abstractmethod
     async def reset(self) -> None:
         """Return the repository and the session to the base state (fresh cwd and environment)."""
@@ -91,6 +113,15 @@ class Sandbox(abc.ABC):
     async def diff(self) -> str:
         """The agent's changes against the task's base commit as a binary-safe unified diff:
         new files included, provisioning artefacts (build outputs, environments) left out."""
+
+    async def diff_limited(self, limit: int) -> str:
+        """:meth:`diff`, or :class:`~crl_worker.sandbox.files.FileTooLarge` when it is over
+        ``limit`` bytes. This default computes the whole diff first; backends that can stop
+        at the limit override it."""
+        text = await self.diff()
+        if len(text.encode("utf-8", "surrogateescape")) > limit:
+            raise FileTooLarge("the diff", limit)
+        return text
 
     def report_state(self, state: SandboxState) -> None:
         """Hear the pool's view of this sandbox (a pool calls it at each change of state).

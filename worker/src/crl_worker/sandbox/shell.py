@@ -14,14 +14,25 @@ image, or a checkout); ``start`` snapshots it as the base state and opens the se
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import posixpath
+import shlex
 
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult, Sandbox
+from crl_worker.sandbox.files import (
+    READ_SCRIPT,
+    WRITE_SCRIPT,
+    FileTooLarge,
+    confine,
+    read_local,
+    script_error,
+    write_local,
+)
 from crl_worker.sandbox.gitstate import DIFF_SCRIPT, RESET_SCRIPT, SNAPSHOT_SCRIPT
 from crl_worker.sandbox.session import ShellSession
-from crl_worker.sandbox.transport import Transport
+from crl_worker.sandbox.transport import ExecTransport, LocalTransport, Transport
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +165,58 @@ class ShellSandbox(Sandbox):
         """Write ``data`` to ``path`` (relative to the workdir), creating parent directories."""
         await self.transport.write_file(self._path(path), data)
 
+    async def read_file_limited(self, path: str, limit: int) -> bytes:
+        """At most ``limit`` bytes of the regular file ``path`` (relative to the workdir):
+        :class:`~crl_worker.sandbox.files.FileTooLarge` beyond, never more held in memory."""
+        return await self._bounded_read(self._path(path), limit, root=None)
+
+    async def read_confined(self, path: str, limit: int) -> bytes:
+        """A bounded read of a file inside the working tree, symbolic links followed and
+        checked (see :mod:`crl_worker.sandbox.files`)."""
+        return await self._bounded_read(confine(self.workdir, path), limit, root=self.workdir)
+
+    async def write_confined(self, path: str, data: bytes) -> None:
+        """Write a file inside the working tree; no symbolic link may lead outside it."""
+        full = confine(self.workdir, path)
+        transport = self.transport
+        if isinstance(transport, LocalTransport):
+            await asyncio.to_thread(write_local, self.workdir, full, data)
+            return
+        if isinstance(transport, ExecTransport):
+            argv = [transport.shell, "-c", WRITE_SCRIPT, "write", full, self.workdir]
+            code, _, err = await transport.exec_once(
+                [*argv, str(len(data))], stdin=data, timeout=600
+            )
+            self._script_failed(code, full, err, "writing")
+            return
+        await transport.write_file(full, data)
+
+    async def _bounded_read(self, full: str, limit: int, *, root: str | None) -> bytes:
+        transport = self.transport
+        if isinstance(transport, LocalTransport):
+            return await asyncio.to_thread(read_local, full, limit, root=root)
+        if isinstance(transport, ExecTransport):
+            argv = [transport.shell, "-c", READ_SCRIPT, "read", full, root or "", str(limit + 1)]
+            code, out, err = await transport.exec_once(argv, timeout=600)
+            self._script_failed(code, full, err, "reading")
+        else:
+            # A transport of its own (Docker): no bounded read; checked after the fact.
+            out = await transport.read_file(full)
+        if len(out) > limit:
+            raise FileTooLarge(full, limit)
+        return out
+
+    def _script_failed(self, code: int, full: str, err: bytes, what: str) -> None:
+        if code == 0:
+            return
+        message = err.decode("utf-8", "replace").strip()[-2000:]
+        known = script_error(code, full, message)
+        if known is not None:
+            raise known
+        if "Is a directory" in message:
+            raise IsADirectoryError(f"{full} is a directory")
+        raise SandboxError(f"{self.name}: {what} {full} failed (exit {code}): {message}")
+
     # --- base state ----------------------------------------------------------------------------
 
     async def reset(self) -> None:
@@ -169,6 +232,23 @@ class ShellSandbox(Sandbox):
     async def diff(self) -> str:
         """The changes against the task's base commit, new files included (binary-safe)."""
         out = await self._script(DIFF_SCRIPT, "computing the diff")
+        return out.decode("utf-8", "replace")
+
+    async def diff_limited(self, limit: int) -> str:
+        """:meth:`diff`, never holding more than ``limit`` + 1 bytes of it:
+        :class:`~crl_worker.sandbox.files.FileTooLarge` beyond."""
+        bounded = f"set -o pipefail\nbash -c {shlex.quote(DIFF_SCRIPT)} | head -c {int(limit) + 1}"
+        code, out, err = await self.transport.run_script(
+            bounded, self.workdir, timeout=SCRIPT_TIMEOUT
+        )
+        if len(out) > limit:
+            # git was cut off by head (SIGPIPE): the exit code says nothing more.
+            raise FileTooLarge("the diff", limit)
+        if code != 0:
+            message = (err or out).decode("utf-8", "replace").strip()[-2000:]
+            raise SandboxError(
+                f"{self.name}: computing the diff failed in {self.workdir} (exit {code}): {message}"
+            )
         return out.decode("utf-8", "replace")
 
     async def _script(self, script: str, what: str) -> bytes:
