@@ -248,6 +248,46 @@ async def test_a_run_that_grades_nothing_is_an_environment_error(
         assert "a_plugin_this_environment_lacks" in row["gold_runs"][0]["log_tail"]
 
 
+#: Candidate patches that keep every test from being reported: a conftest.py that does not
+#: import (pytest exits 4), a package that no longer imports (collection errors, exit 2).
+BREAKING_PATCHES = {
+    "conftest": (
+        "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/conftest.py\n@@ -0,0 +1 @@\n+import a_module_the_candidate_made_up\n"
+    ),
+    "package": (
+        "diff --git a/src/unitconv/broken.py b/src/unitconv/broken.py\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/src/unitconv/broken.py\n@@ -0,0 +1 @@\n+def (:\n"
+    ),
+}
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("breaking", sorted(BREAKING_PATCHES))
+async def test_a_candidate_that_breaks_the_test_run_is_graded_not_excused(
+    generic_sandbox: tuple[Task, Sandbox], breaking: str
+) -> None:
+    """A run that reports nothing because of the candidate's own change is its answer: the
+    tests run again at the base state, report there, and the candidate is graded (every test
+    missing), never excused as an environment error that rewards would leave out."""
+    task, sandbox = generic_sandbox
+    await sandbox.reset()
+    patch = BREAKING_PATCHES[breaking]
+    if breaking == "package":  # the package must import the broken module
+        init = (await sandbox.read_file("src/unitconv/__init__.py")).decode()
+        await sandbox.write_file(
+            "src/unitconv/__init__.py", (init + "\nfrom . import broken\n").encode()
+        )
+    result = await evaluate(sandbox, task, model_patch=patch)
+    assert result.environment_error is None, result.log
+    assert result.infrastructure_error is None
+    assert not result.resolved
+    assert {o.status for o in result.fail_to_pass} == {TestStatus.MISSING}
+    if breaking == "conftest":  # pytest reports nothing at all: the control run decides
+        assert "control run reported tests" in result.log
+    assert rewards.tests_score(result) == 0.0
+
+
 @pytest.mark.asyncio(loop_scope="module")
 async def test_nothing_selected_runs_nothing(generic_sandbox: tuple[Task, Sandbox]) -> None:
     """docs/tasks.md: with nothing to select, the test command is not run (pytest without

@@ -18,7 +18,9 @@ graded nothing: no test selected (the command is then not run: most runners give
 run the whole suite), or a run that reported no test at all (runner not found, exit 127; a usage
 error or a conftest that does not import, pytest's exit 4; nothing collected, exit 5).
 ``environment_error`` says what happened, with the exit code, and ``infrastructure_error`` is set
-too: the environment, not the answer, failed.
+too: the environment, not the answer, failed. Unless the candidate did it: when the working tree
+holds changes beyond the test files, the tests run again at the sandbox's base state, and if
+they report tests there the run that reported none is graded as the candidate's answer.
 
 Patches go through ``git apply`` first and ``patch --fuzz`` second (a model's diff often has
 slightly wrong line numbers or context), as SWE-bench's harness does.
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 from crl_worker.errors import InfrastructureError
 from crl_worker.harness.grading import Grade, grade
 from crl_worker.harness.parsers import junit_durations, parse_junit_reports, parse_log
-from crl_worker.harness.result import EvalResult
+from crl_worker.harness.result import EvalResult, TestStatus
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.selection import test_arguments
@@ -299,6 +301,87 @@ def _result(
     )
 
 
+@dataclass
+class _TestRun:
+    """What one run of the test command reported."""
+
+    exit_code: int | None
+    timed_out: bool
+    statuses: dict[str, TestStatus]
+    durations: dict[str, float]
+
+
+async def _run_tests(
+    sandbox: Sandbox, task: Task, run: _Run, test_command: str, limit: float
+) -> _TestRun:
+    """Steps 2 to 4 on the working tree as it is: test files reset and patched, stale reports
+    removed, ``pre`` and the test command run, the output (or reports) parsed."""
+    if task.test_patch.strip():
+        files = touched_files(task.test_patch)
+        run.add("reset test files", await reset_files(sandbox, files, task.base_commit))
+        try:
+            run.add("test patch", await apply_patch(sandbox, task.test_patch, name="test"))
+        except PatchError as exc:
+            # Its files were just reset to the base: the task itself is broken.
+            raise InfrastructureError(
+                f"the test patch of {task.instance_id} does not apply to its base files: "
+                f"{str(exc)[-2000:]}"
+            ) from exc
+    if task.test.log_format == "junit":
+        stale = await clear_junit_reports(sandbox, task.test.junit_reports)
+        run.add(f"stale junit reports removed: {stale}", "")
+    for command in task.test.pre:
+        code, out = await _step(sandbox, command)
+        run.add(f"pre: {command} (exit {code})", out)
+    result = await sandbox.run(
+        _in_workdir(sandbox, test_command), timeout=limit, max_output=TEST_OUTPUT_CAP
+    )
+    run.add(f"tests: {test_command} (exit {result.exit_code})", result.output)
+    if result.timed_out:
+        return _TestRun(result.exit_code, True, {}, {})
+    if result.truncated:
+        logger.warning(
+            "%s: test output beyond %d bytes was dropped; tests in the gap count as missing",
+            task.instance_id,
+            TEST_OUTPUT_CAP,
+        )
+    if task.test.log_format == "junit":
+        reports = await read_junit_reports(sandbox, task.test.junit_reports)
+        run.add(f"junit reports: {len(reports)}", "")
+        return _TestRun(
+            result.exit_code, False, parse_junit_reports(reports), junit_durations(reports)
+        )
+    return _TestRun(result.exit_code, False, parse_log(task.test.log_format, result.output), {})
+
+
+async def _blame_the_candidate(
+    sandbox: Sandbox, task: Task, run: _Run, test_command: str, limit: float, why: str
+) -> bool:
+    """Whether a run that reported no tests is the candidate's doing, not the environment's.
+
+    When the working tree holds changes beyond the test files, the tests run once more at the
+    sandbox's base state (``reset``, then the test patch). If they report tests there, the
+    candidate broke the test run (a module every test imports, a conftest.py, a runner option):
+    that is its answer, graded as such (every test missing), not an environment error that
+    rewards would leave out. Otherwise the environment is at fault. The sandbox is left at its
+    base state with the test patch; evaluation is the last thing done in it.
+    """
+    changed = set(touched_files(await sandbox.diff())) - set(touched_files(task.test_patch))
+    if not changed:
+        return False
+    run.add(f"control run: {why}; the tests run again at the base state", "")
+    await sandbox.reset()
+    control = await _run_tests(sandbox, task, run, test_command, limit)
+    if control.timed_out or not control.statuses:
+        return False
+    run.add(
+        "control run reported tests: the changes broke the test run (graded as the answer)",
+        "",
+    )
+    logger.info("%s: %s only with the candidate's changes", task.instance_id, why)
+    return True
+
+
 async def evaluate(
     sandbox: Sandbox,
     task: Task,
@@ -327,25 +410,6 @@ async def evaluate(
                 logger.info("%s: the model's patch does not apply", task.instance_id)
                 return _result(task, started, run, patch_applied=False)
 
-        if task.test_patch.strip():
-            files = touched_files(task.test_patch)
-            run.add("reset test files", await reset_files(sandbox, files, task.base_commit))
-            try:
-                run.add("test patch", await apply_patch(sandbox, task.test_patch, name="test"))
-            except PatchError as exc:
-                # Its files were just reset to the base: the task itself is broken.
-                raise InfrastructureError(
-                    f"the test patch of {task.instance_id} does not apply to its base files: "
-                    f"{str(exc)[-2000:]}"
-                ) from exc
-
-        if task.test.log_format == "junit":
-            stale = await clear_junit_reports(sandbox, task.test.junit_reports)
-            run.add(f"stale junit reports removed: {stale}", "")
-        for command in task.test.pre:
-            code, out = await _step(sandbox, command)
-            run.add(f"pre: {command} (exit {code})", out)
-
         try:
             test_command = build_test_command(task)
         except NothingSelectedError as exc:
@@ -353,11 +417,8 @@ async def evaluate(
             run.add("nothing to run", str(exc))
             return _result(task, started, run, environment_error=str(exc))
         limit = timeout if timeout is not None else task.timeouts.test
-        result = await sandbox.run(
-            _in_workdir(sandbox, test_command), timeout=limit, max_output=TEST_OUTPUT_CAP
-        )
-        run.add(f"tests: {test_command} (exit {result.exit_code})", result.output)
-        if result.timed_out:
+        tests = await _run_tests(sandbox, task, run, test_command, limit)
+        if tests.timed_out:
             return _result(
                 task,
                 started,
@@ -366,35 +427,22 @@ async def evaluate(
                 test_command=test_command,
                 tests_timed_out=True,
             )
-        if result.truncated:
-            logger.warning(
-                "%s: test output beyond %d bytes was dropped; tests in the gap count as missing",
-                task.instance_id,
-                TEST_OUTPUT_CAP,
-            )
-
-        durations: dict[str, float] = {}
-        if task.test.log_format == "junit":
-            reports = await read_junit_reports(sandbox, task.test.junit_reports)
-            run.add(f"junit reports: {len(reports)}", "")
-            statuses = parse_junit_reports(reports)
-            durations = junit_durations(reports)
-        else:
-            statuses = parse_log(task.test.log_format, result.output)
-        if not statuses and (task.test.log_format != "junit" or result.exit_code in _EXIT_MEANINGS):
+        statuses, durations = tests.statuses, tests.durations
+        if not statuses and (task.test.log_format != "junit" or tests.exit_code in _EXIT_MEANINGS):
             # A Java build that fails before writing reports is left to grading (every test
             # MISSING: not resolved): a candidate patch that does not compile is a wrong answer.
             why = "the test run reported no tests ("
-            why += no_tests_reason(result.exit_code, task.test.log_format) + ")"
-            logger.warning("%s: %s", task.instance_id, why)
-            return _result(
-                task,
-                started,
-                run,
-                test_command=test_command,
-                exit_code=result.exit_code,
-                environment_error=why,
-            )
+            why += no_tests_reason(tests.exit_code, task.test.log_format) + ")"
+            if not await _blame_the_candidate(sandbox, task, run, test_command, limit, why):
+                logger.warning("%s: %s", task.instance_id, why)
+                return _result(
+                    task,
+                    started,
+                    run,
+                    test_command=test_command,
+                    exit_code=tests.exit_code,
+                    environment_error=why,
+                )
         graded = grade(statuses, task.fail_to_pass, task.pass_to_pass, durations=durations)
         return _result(
             task,
@@ -402,7 +450,7 @@ async def evaluate(
             run,
             graded=graded,
             test_command=test_command,
-            exit_code=result.exit_code,
+            exit_code=tests.exit_code,
         )
     except (InfrastructureError, OSError) as exc:
         logger.warning("%s: evaluation failed in the harness: %s", task.instance_id, exc)
