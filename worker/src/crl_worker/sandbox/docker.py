@@ -26,11 +26,12 @@ import socket
 import ssl
 import tarfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import docker
 import docker.errors
+import requests.exceptions
 from docker.models.containers import Container
 
 from crl_worker.api.contract import DOCKER_SANDBOX_LABEL, Label
@@ -54,6 +55,9 @@ logger = logging.getLogger(__name__)
 STDOUT, STDERR = 1, 2
 _HEADER = 8
 _MAX_SYMLINKS = 16
+#: What a docker SDK call raises: the SDK's errors, and requests' when the engine's connection
+#: breaks (an engine that stopped or died answers with a refused or reset connection).
+ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
 
 
 # --- tar: files in and out of the container ------------------------------------------------
@@ -131,6 +135,40 @@ def unpack_entry(archive: bytes | Iterable[bytes]) -> ArchiveEntry:
             return ArchiveEntry("other")
     except tarfile.TarError as exc:
         raise SandboxError(f"the container returned a broken archive: {exc}") from exc
+
+
+# --- the engine ---------------------------------------------------------------------------------
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it wraps: causes, contexts, and exceptions among its arguments (requests
+    wraps urllib3's errors that way)."""
+    pending, seen = [exc], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        linked = (current.__cause__, current.__context__, *current.args)
+        pending += [c for c in linked if isinstance(c, BaseException)]
+
+
+def engine_error(where: str, exc: BaseException) -> str:
+    """One sentence for a failed connection to the engine: a socket this user may not open
+    (permission) is told apart from an engine that is not there."""
+    text = str(exc)
+    denied = any(isinstance(cause, PermissionError) for cause in _causes(exc))
+    if denied or "Permission denied" in text:
+        return (
+            f"permission denied on the Docker engine's socket at {where}: this user may not use "
+            "it. Add the user to the socket's group (usually `docker`), run rootless Docker and "
+            "set DOCKER_HOST to its socket, or use another sandbox type"
+        )
+    return (
+        f"cannot reach the Docker engine at {where}: {text}. Start Docker, or set DOCKER_HOST / "
+        "the docker sandbox config's base_url, or use another sandbox type"
+    )
 
 
 # --- the multiplexed exec stream ------------------------------------------------------------
@@ -252,7 +290,7 @@ class DockerTransport:
                 user=self.user,
             )
             response = await asyncio.to_thread(api.exec_start, exec_id["Id"], socket=True)
-        except docker.errors.DockerException as exc:
+        except ENGINE_ERRORS as exc:
             raise SandboxError(f"{self.name}: cannot start the shell: {exc}") from exc
         raw = _raw_socket(response)
         raw.setblocking(False)
@@ -272,7 +310,7 @@ class DockerTransport:
                 demux=True,
                 user=self.user,
             )
-        except docker.errors.DockerException as exc:
+        except ENGINE_ERRORS as exc:
             raise SandboxError(f"{self.name}: exec failed: {exc}") from exc
         # With demux=True the output is a (stdout, stderr) pair, either of which may be None.
         out, err = result.output if isinstance(result.output, tuple) else (result.output, None)
@@ -311,7 +349,7 @@ class DockerTransport:
                 entry = await asyncio.to_thread(unpack_entry, chunks)
             except docker.errors.NotFound:
                 raise FileNotFoundError(f"{path}: no such file in the sandbox") from None
-            except docker.errors.DockerException as exc:
+            except ENGINE_ERRORS as exc:
                 raise SandboxError(f"{self.name}: reading {path} failed: {exc}") from exc
             if entry.kind == "file":
                 return entry.data
@@ -337,7 +375,7 @@ class DockerTransport:
         archive = pack_file(name, data, mode=mode, uid=uid, gid=gid)
         try:
             ok = await asyncio.to_thread(self.container.put_archive, parent, archive)
-        except docker.errors.DockerException as exc:
+        except ENGINE_ERRORS as exc:
             raise SandboxError(f"{self.name}: writing {path} failed: {exc}") from exc
         if not ok:
             raise SandboxError(f"{self.name}: writing {path} failed")
@@ -417,10 +455,7 @@ class DockerSandbox(ShellSandbox):
                 client = docker.from_env()
             client.ping()
         except Exception as exc:  # the SDK raises DockerException and raw requests errors
-            raise SandboxError(
-                f"cannot reach the Docker engine at {where}: {exc}. Start Docker, or set "
-                "DOCKER_HOST / the docker sandbox config's base_url, or use another sandbox type"
-            ) from exc
+            raise SandboxError(engine_error(where, exc)) from exc
         return client
 
     def _create_container(self) -> Container:
@@ -435,9 +470,18 @@ class DockerSandbox(ShellSandbox):
                 present = False
             if self.config.pull == "always" or (not present and self.config.pull == "missing"):
                 logger.info("%s: pulling %s", self.name, image)
-                client.images.pull(image, platform=self.config.platform)
+                try:
+                    client.images.pull(image, platform=self.config.platform)
+                except ENGINE_ERRORS as exc:
+                    raise SandboxError(
+                        f"{self.name}: cannot pull {image} (pull={self.config.pull}): {exc}. "
+                        "Build or load the image into this engine, or fix its name or registry"
+                    ) from exc
             elif not present:
-                raise SandboxError(f"{self.name}: image {image} is not present and pull=never")
+                raise SandboxError(
+                    f"{self.name}: image {image} is not in the engine and pull=never: build or "
+                    "load it first"
+                )
             container = client.containers.run(
                 image,
                 entrypoint=["tail", "-f", "/dev/null"],
@@ -453,7 +497,7 @@ class DockerSandbox(ShellSandbox):
                 user=self.config.user,
                 platform=self.config.platform,
             )
-        except docker.errors.DockerException as exc:
+        except ENGINE_ERRORS as exc:
             raise SandboxError(
                 f"{self.name}: cannot create a container from {image}: {exc}"
             ) from exc
@@ -479,7 +523,7 @@ class DockerSandbox(ShellSandbox):
             if container is not None:
                 try:
                     await asyncio.to_thread(container.remove, force=True)
-                except docker.errors.DockerException:
+                except ENGINE_ERRORS:
                     logger.warning("%s: removing the container failed", self.name, exc_info=True)
             if client is not None:
                 await asyncio.to_thread(client.close)
