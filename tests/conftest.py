@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from .cluster import Cluster, ClusterError, build
+from .fixtures.docker import SANDBOX_PACKAGES, DockerEngine, debian_image, engine_or_skip
 from .fixtures.openai_server import ScriptedServer
 from .fixtures.vllm import (
     VllmServer,
@@ -37,6 +38,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
         if "vllm" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.vllm)
+        if "docker_engine" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.docker)
 
 
 @pytest.fixture(scope="session")
@@ -79,6 +82,25 @@ def vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     server = VllmServer(python, rendered_container(training_run(model)), workdir / "vllm.log")
     with serving(server):
         yield server
+
+
+@pytest.fixture(scope="session")
+def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEngine]:
+    """A real Docker engine (tests/fixtures/docker.py) on its own socket, shared by the session;
+    stopped, with every container it ran, at the end.
+
+    It needs root, dockerd and debootstrap (`apt-get install docker.io debootstrap`); without
+    them the tests are skipped with the reason, except under CI=true where that is a failure.
+    """
+    with engine_or_skip(tmp_path_factory.mktemp("docker")) as process:
+        yield process.engine
+
+
+@pytest.fixture(scope="session")
+def docker_base(docker_engine: DockerEngine) -> str:
+    """The tag of a Debian bookworm image with bash, git and Python 3 in the engine: built from
+    Debian packages once per recipe and kept in the cache (tests/fixtures/docker.py)."""
+    return debian_image(docker_engine, SANDBOX_PACKAGES)
 
 
 @pytest.fixture

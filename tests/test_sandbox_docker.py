@@ -1,11 +1,11 @@
-"""The Docker backend without a Docker engine: what can be checked on a machine that has none.
+"""The Docker backend's parts that need no engine (tests/test_sandbox_docker_engine.py runs it
+against a real one).
 
-Checked here, for real: config validation, the tar packing and unpacking that files travel in,
-the demultiplexing of Docker's exec stream, the shell session over such a stream (a real bash
-whose output a small helper process frames exactly as Docker does), the out-of-band signalling a
+Checked here: config validation, the tar packing and unpacking that files travel in, the
+demultiplexing of Docker's exec stream, the shell session over such a stream (a real bash whose
+output a small helper process frames exactly as Docker does), the out-of-band signalling a
 remote backend uses (including a shell that does not lead its process group, as in a container),
-and the error when no engine answers. Not checked: anything that needs a running engine
-(creating containers, exec sockets, get_archive/put_archive, reset in a container).
+and the error when no engine answers.
 """
 
 from __future__ import annotations
