@@ -1098,3 +1098,71 @@ def test_the_trainer_checks_its_config_before_the_launcher(
     assert calls[1:] == ([] if preflight_status else ["accelerate " + " ".join(args)])
     env_names = {e["name"]: e.get("value") for e in spec["env"]}
     assert env_names["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "270"
+
+
+# --- images: the project's registry, and another one ------------------------------------------
+
+
+def test_children_run_the_images_this_repository_builds() -> None:
+    """The defaults name images/build.sh's tags: the worker for the gateway and the runner, the
+    CUDA trainer for the trainer, at the version of pyproject.toml and the chart."""
+    import tomllib
+
+    from crl_worker.api.common import (
+        DEFAULT_TRAINER_IMAGE,
+        DEFAULT_WORKER_IMAGE,
+        IMAGE_REGISTRY,
+        IMAGE_VERSION,
+    )
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((ROOT / "charts" / "coderepairrl" / "Chart.yaml").read_text())
+    assert IMAGE_VERSION == version == chart["appVersion"]
+    assert f"{IMAGE_REGISTRY}/worker:{version}" == DEFAULT_WORKER_IMAGE
+    assert f"{IMAGE_REGISTRY}/trainer:{version}-cuda" == DEFAULT_TRAINER_IMAGE
+    build = (ROOT / "images" / "build.sh").read_text()
+    assert f"registry={IMAGE_REGISTRY}\n" in build
+    assert '"$registry/$component:$version"' in build  # worker:V
+    assert '"$registry/trainer:$version-cuda"' in build
+    images = {c["image"] for obj in _all_example_children() for c in _containers(obj)}
+    assert DEFAULT_WORKER_IMAGE in images and DEFAULT_TRAINER_IMAGE in images
+
+
+def _all_example_children() -> list[dict[str, Any]]:
+    children: list[dict[str, Any]] = []
+    for path in EXAMPLES:
+        children += render_offline(load_resources(path))[0]
+    return children
+
+
+def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+    return [*pod.get("initContainers", []), *pod.get("containers", [])]
+
+
+def test_another_registry_moves_only_this_projects_images() -> None:
+    from crl_operator.builders import relocate_images
+    from crl_operator.settings import parse_args
+    from crl_worker.api.common import IMAGE_REGISTRY
+
+    children = _all_example_children()
+    before = copy.deepcopy(children)
+    moved = relocate_images(children, "registry.example.com/crl")
+    assert children == before  # pure
+    assert relocate_images(children, None) is children
+    assert relocate_images(children, IMAGE_REGISTRY) is children
+    pairs = [
+        (old["image"], new["image"])
+        for a, b in zip(children, moved, strict=True)
+        for old, new in zip(_containers(a), _containers(b), strict=True)
+    ]
+    ours = [(o, n) for o, n in pairs if o.startswith(f"{IMAGE_REGISTRY}/")]
+    assert ours and all(n == o.replace(IMAGE_REGISTRY, "registry.example.com/crl") for o, n in ours)
+    others = [(o, n) for o, n in pairs if not o.startswith(f"{IMAGE_REGISTRY}/")]
+    assert others and all(o == n for o, n in others)  # vLLM, users' images: untouched
+    # only container images move: a RolloutPool child's spec keeps what the user wrote
+    for a, b in zip(children, moved, strict=True):
+        if a["kind"] not in ("Deployment", "Job"):
+            assert a == b
+    assert parse_args([]).image_registry is None
+    assert parse_args(["--image-registry", "r.example/x/"]).image_registry == "r.example/x"

@@ -25,7 +25,7 @@ FULLNAME = "crl-coderepairrl"
 
 #: Values that differ from every default (namespaced watch, another image, monitoring on).
 OTHER_VALUES: dict[str, Any] = {
-    "image": {"repository": "registry.example.com/crl/operator", "tag": "dev"},
+    "image": {"registry": "registry.example.com/crl/", "tag": "dev"},
     "imagePullSecrets": ["regcred"],
     "watch": {"scope": "namespaces", "namespaces": ["team-a", "team-b"]},
     "serviceAccount": {"create": True, "name": "crl-op", "annotations": {"a.example/b": "c"}},
@@ -133,6 +133,9 @@ def test_default_values_watch_the_whole_cluster(helm: str) -> None:
     [container] = pod["containers"]
     assert container["command"] == ["python", "-m", "crl_operator"]
     assert container["image"] == "ghcr.io/coderepairrl/operator:0.1.0"
+    assert {"name": "CRL_OPERATOR_IMAGE_REGISTRY", "value": "ghcr.io/coderepairrl"} in container[
+        "env"
+    ]
     args = container["args"]
     assert "--all-namespaces" in args and "--standalone" in args
     assert "--metrics-port=8080" in args and "--health-port=8081" in args
@@ -180,6 +183,10 @@ def test_namespaced_watch_binds_only_in_those_namespaces(helm: str, tmp_path: Pa
     assert "--log-format=text" in args and "--metrics-port=9090" in args
     assert args[-1] == "--kubeconfig=/dev/null"
     assert container["image"] == "registry.example.com/crl/operator:dev"
+    assert {
+        "name": "CRL_OPERATOR_IMAGE_REGISTRY",
+        "value": "registry.example.com/crl",
+    } in container["env"]
     monitor = one(docs, "ServiceMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "prom"

@@ -51,7 +51,12 @@ class Runtime:
         self.settings = settings
         self.kube = kube
         self.cache = Cache()
-        self.reconciler = Reconciler(kube, self.cache, apply_threads=settings.apply_threads)
+        self.reconciler = Reconciler(
+            kube,
+            self.cache,
+            apply_threads=settings.apply_threads,
+            image_registry=settings.image_registry,
+        )
         self.queue: Any = None  # a WorkQueue, made inside the running loop
         self.executor = ThreadPoolExecutor(settings.workers, thread_name_prefix="reconcile")
         self.tasks: list[asyncio.Task[None]] = []

@@ -34,7 +34,7 @@ from crl_operator.apply import (
     kind_info,
     to_prune,
 )
-from crl_operator.builders import BuildError, RenderState, ResolvedCheckpoint
+from crl_operator.builders import BuildError, RenderState, ResolvedCheckpoint, relocate_images
 from crl_operator.cache import Cache, Key
 from crl_operator.conditions import merge_conditions
 from crl_operator.metrics import APPLIES_SKIPPED, ERRORS, LATENCY, RECONCILES
@@ -99,11 +99,14 @@ class Reconciler:
         *,
         now: Callable[[], datetime] | None = None,
         apply_threads: int = 0,
+        image_registry: str | None = None,
     ):
         """`apply_threads`: threads shared by all reconciles to apply the children of one wave
-        at once (0 applies them one after another in the reconciling thread)."""
+        at once (0 applies them one after another in the reconciling thread). `image_registry`:
+        the registry this project's images are run from (:func:`relocate_images`)."""
         self.kube = kube
         self.cache = cache
+        self.image_registry = image_registry
         self.now = now or (lambda: datetime.now(UTC))
         # (kind, ns, name) -> (fingerprint of the manifest we applied, resourceVersion returned)
         self._applied: dict[Key, tuple[str, str]] = {}
@@ -163,7 +166,7 @@ class Reconciler:
         # `problem`: a Benchmark whose checkpoint cannot be resolved yet (it still renders).
         state, problem = self._render_state(resource, body, previous, report)
         try:
-            desired = builders.render(resource, ns, state)
+            desired = relocate_images(builders.render(resource, ns, state), self.image_registry)
         except BuildError as err:
             return self._invalid(key, body, previous, generation, str(err))
 

@@ -32,6 +32,9 @@ class Settings:
     resync_seconds: float = 60.0
     """Every resource is reconciled at least this often, events or not (drift repair)."""
     kubeconfig: str | None = None
+    image_registry: str | None = None
+    """Registry that replaces the project's default one (``ghcr.io/coderepairrl``) in the
+    images of the children: where a user pushed the images images/build.sh builds."""
     watch_server_timeout: int = 300
     watch_client_timeout: int = 330
 
@@ -120,6 +123,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         default=env("KUBECONFIG"),
         help="kubeconfig file outside a cluster (default: in-cluster, then $KUBECONFIG)",
     )
+    p.add_argument(
+        "--image-registry",
+        default=env("CRL_OPERATOR_IMAGE_REGISTRY") or None,
+        metavar="REGISTRY",
+        help="run this project's images (operator, worker, trainer) from REGISTRY instead of "
+        "ghcr.io/coderepairrl, e.g. registry.example.com/crl",
+    )
     a = p.parse_args(argv)
     return Settings(
         namespaces=tuple(a.namespace),
@@ -134,6 +144,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         apply_concurrency=max(1, a.apply_concurrency),
         resync_seconds=max(5.0, a.resync_seconds),
         kubeconfig=a.kubeconfig,
+        image_registry=a.image_registry.rstrip("/") if a.image_registry else None,
     )
 
 

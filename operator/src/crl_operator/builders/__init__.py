@@ -47,6 +47,7 @@ from crl_operator.builders.meta import (
     labels,
     owner_name,
     owner_references,
+    relocate_images,
 )
 from crl_operator.builders.pool import (
     gateway_network_policy,
@@ -79,6 +80,7 @@ __all__ = [
     "owner_name",
     "owner_references",
     "progress_name",
+    "relocate_images",
     "render",
     "render_offline",
     "resolve_checkpoint",

@@ -12,6 +12,7 @@ from typing import Any
 
 from crl_worker.api import API_VERSION, AnyResource
 from crl_worker.api.base import VolumeSource
+from crl_worker.api.common import IMAGE_REGISTRY
 from crl_worker.api.contract import Annotation, Label, owner_label
 
 #: The field manager and `app.kubernetes.io/managed-by` value of every child.
@@ -203,3 +204,30 @@ def object_meta(
 def content_hash(text: str) -> str:
     """A short stable hash of some content (for pod-template annotations)."""
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def relocate_images(objects: list[dict[str, Any]], registry: str | None) -> list[dict[str, Any]]:
+    """``objects`` with every container image under this project's default registry
+    (:data:`~crl_worker.api.common.IMAGE_REGISTRY`) moved to ``registry`` (the operator's
+    ``--image-registry``); other images, and everything when ``registry`` is empty, unchanged.
+
+    Pure: the objects are copied where an image changes, never modified.
+    """
+    if not registry or registry == IMAGE_REGISTRY:
+        return objects
+    prefix = f"{IMAGE_REGISTRY}/"
+
+    def move(node: Any, key: str = "") -> Any:
+        if isinstance(node, dict):
+            return {k: move(v, k) for k, v in node.items()}
+        if isinstance(node, list):
+            moved = [move(item) for item in node]
+            if key in ("containers", "initContainers"):
+                for container in moved:
+                    image = container.get("image") if isinstance(container, dict) else None
+                    if isinstance(image, str) and image.startswith(prefix):
+                        container["image"] = f"{registry}/{image.removeprefix(prefix)}"
+            return moved
+        return node
+
+    return [move(obj) for obj in objects]

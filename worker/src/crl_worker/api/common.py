@@ -23,8 +23,15 @@ from crl_worker.api.base import (
     with_rules,
 )
 
-#: The worker image every component runs unless a spec says otherwise.
-DEFAULT_WORKER_IMAGE = "ghcr.io/coderepairrl/worker:0.1.0"
+#: Where this project's images live by default (images/build.sh --registry): the operator's
+#: ``--image-registry`` (the chart's ``image.registry``) replaces it in every child it runs.
+IMAGE_REGISTRY = "ghcr.io/coderepairrl"
+#: The version the images are tagged with (pyproject.toml's; a test keeps them equal).
+IMAGE_VERSION = "0.1.0"
+#: The worker image (pool gateway, benchmark runner) unless a spec says otherwise.
+DEFAULT_WORKER_IMAGE = f"{IMAGE_REGISTRY}/worker:{IMAGE_VERSION}"
+#: The trainer image (the ``train`` extra and DeepSpeed on a CUDA base) unless a spec says otherwise.
+DEFAULT_TRAINER_IMAGE = f"{IMAGE_REGISTRY}/trainer:{IMAGE_VERSION}-cuda"
 #: The vLLM OpenAI-compatible server image: the vLLM release the tests run against
 #: (requirements/vllm.in, tests/test_vllm_real.py).
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
@@ -393,8 +400,8 @@ class DeepSpeedSpec(ApiModel):
 class TrainerSpec(ApiModel):
     """The trainer pods: an indexed Job, one pod per node, with accelerate and DeepSpeed."""
 
-    image: Image = DEFAULT_WORKER_IMAGE
-    """Worker image with the training dependencies."""
+    image: Image = DEFAULT_TRAINER_IMAGE
+    """Trainer image: the worker with the training dependencies (torch, TRL, DeepSpeed)."""
     nodes: int = Field(default=1, ge=1, le=512)
     """Trainer pods (nodes); rendezvous through a headless Service."""
     gpus_per_node: int = Field(default=8, ge=0, le=16)
@@ -457,8 +464,11 @@ class ResultsLocation(ApiModel):
 
 __all__ = [
     "DEFAULT_TOOL_CALL_PARSER",
+    "DEFAULT_TRAINER_IMAGE",
     "DEFAULT_VLLM_IMAGE",
     "DEFAULT_WORKER_IMAGE",
+    "IMAGE_REGISTRY",
+    "IMAGE_VERSION",
     "AgentSpec",
     "CheckpointSpec",
     "DeepSpeedSpec",
