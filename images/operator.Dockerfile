@@ -33,6 +33,14 @@ RUN /opt/uv/bin/uv pip install --quiet -c requirements/lock.txt \
       --build-constraints requirements/lock.txt --no-deps .
 
 FROM ${BASE_IMAGE}
+# The chart runs the operator as 65532 with a read-only root file system and a writable /tmp.
+RUN groupadd --gid 65532 crl \
+ && useradd --uid 65532 --gid 65532 --create-home --home-dir /home/crl --shell /usr/sbin/nologin crl
+COPY --from=builder /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH PYTHONPYCACHEPREFIX=/tmp/pycache PYTHONUNBUFFERED=1
+USER 65532:65532
+WORKDIR /home/crl
+# Last: the revision changes with every commit, and an ARG invalidates the steps after it.
 ARG VERSION=0.0.0
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="coderepairrl-operator" \
@@ -41,11 +49,4 @@ LABEL org.opencontainers.image.title="coderepairrl-operator" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.source="https://github.com/coderepairrl/coderepairrl" \
       org.opencontainers.image.licenses="Apache-2.0"
-# The chart runs the operator as 65532 with a read-only root file system and a writable /tmp.
-RUN groupadd --gid 65532 crl \
- && useradd --uid 65532 --gid 65532 --create-home --home-dir /home/crl --shell /usr/sbin/nologin crl
-COPY --from=builder /opt/venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH PYTHONPYCACHEPREFIX=/tmp/pycache PYTHONUNBUFFERED=1
-USER 65532:65532
-WORKDIR /home/crl
 CMD ["python", "-m", "crl_operator"]

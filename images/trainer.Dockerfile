@@ -43,15 +43,6 @@ RUN /opt/uv/bin/uv pip install --quiet -c requirements/lock.txt \
       --build-constraints requirements/lock.txt --no-deps .
 
 FROM python
-ARG VERSION=0.0.0
-ARG REVISION=unknown
-ARG VARIANT=cpu
-LABEL org.opencontainers.image.title="coderepairrl-trainer" \
-      org.opencontainers.image.description="CodeRepairRL's GRPO trainer (TRL, accelerate, DeepSpeed), ${VARIANT} variant" \
-      org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.source="https://github.com/coderepairrl/coderepairrl" \
-      org.opencontainers.image.licenses="Apache-2.0"
 RUN if ! command -v git > /dev/null; then \
       apt-get update -qq \
       && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends git > /dev/null \
@@ -64,4 +55,14 @@ ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1
 RUN python -c 'import crl_worker.train.__main__, deepspeed' && accelerate --help > /dev/null
 USER 65532:65532
 WORKDIR /home/crl
+# Last: the revision changes with every commit, and an ARG invalidates the steps after it.
+ARG VERSION=0.0.0
+ARG REVISION=unknown
+ARG VARIANT=cpu
+LABEL org.opencontainers.image.title="coderepairrl-trainer" \
+      org.opencontainers.image.description="CodeRepairRL's GRPO trainer (TRL, accelerate, DeepSpeed), ${VARIANT} variant" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="https://github.com/coderepairrl/coderepairrl" \
+      org.opencontainers.image.licenses="Apache-2.0"
 CMD ["python", "-m", "crl_worker.train", "--help"]

@@ -23,9 +23,9 @@ COPY pyproject.toml README.md ./
 # client's asyncio copy of itself (kubernetes/aio) and its bytecode (30 MB; compiled at import,
 # about a second); of pyarrow (which reads Parquet task files) Arrow Flight, the S3 file
 # system, C++ headers, Cython sources, its own tests and its libraries' symbol tables (90 MB);
-# and uv's binary (38 MB): in a
-# cluster the sandboxes are pods, and a local sandbox makes its venv with python -m venv
-# without it. The last line checks that what the worker imports still imports.
+# and uv's binary (38 MB): in a cluster the sandboxes are pods, and a local sandbox makes its
+# venv with python -m venv without it. The last line checks that what the worker imports still
+# imports.
 RUN /opt/uv/bin/uv pip install --quiet -c requirements/lock.txt \
       -r pyproject.toml --extra worker \
  && cd /opt/venv/lib/python3*/site-packages \
@@ -42,14 +42,6 @@ RUN /opt/uv/bin/uv pip install --quiet -c requirements/lock.txt \
       --build-constraints requirements/lock.txt --no-deps .
 
 FROM ${BASE_IMAGE}
-ARG VERSION=0.0.0
-ARG REVISION=unknown
-LABEL org.opencontainers.image.title="coderepairrl-worker" \
-      org.opencontainers.image.description="CodeRepairRL's pool gateway and benchmark runner" \
-      org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.source="https://github.com/coderepairrl/coderepairrl" \
-      org.opencontainers.image.licenses="Apache-2.0"
 RUN if ! command -v git > /dev/null; then \
       apt-get update -qq \
       && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends git > /dev/null \
@@ -64,4 +56,13 @@ ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1
 RUN python -c 'import crl_worker.pool.__main__, crl_worker.bench.__main__' && git --version
 USER 65532:65532
 WORKDIR /home/crl
+# Last: the revision changes with every commit, and an ARG invalidates the steps after it.
+ARG VERSION=0.0.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="coderepairrl-worker" \
+      org.opencontainers.image.description="CodeRepairRL's pool gateway and benchmark runner" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="https://github.com/coderepairrl/coderepairrl" \
+      org.opencontainers.image.licenses="Apache-2.0"
 CMD ["crl", "--help"]
