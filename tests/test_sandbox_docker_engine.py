@@ -35,6 +35,8 @@ from .fixtures.docker import DockerEngine, _processes_mentioning, debian_image, 
 from .fixtures.repos import FixtureRepo, unittest_repo
 
 WORKDIR = "/testbed"
+#: Label of the images the fixtures build (so that their old builds can be pruned).
+FIXTURE_LABEL = "io.coderepair.test-fixture"
 #: prctl(2): the calling process adopts its orphaned descendants.
 PR_SET_CHILD_SUBREAPER = 36
 #: prctl(2): drop a capability from the bounding set; capabilities(7) numbers.
@@ -52,10 +54,14 @@ def image(docker_engine: DockerEngine, docker_base: str, calendar: FixtureRepo) 
     context = calendar.path.parent
     (context / "Dockerfile").write_text(
         f"FROM {docker_base}\nCOPY {calendar.path.name} {WORKDIR}\nWORKDIR {WORKDIR}\n"
+        f"LABEL {FIXTURE_LABEL}=calendarkit\n"
     )
     tag = "crl-test/calendarkit:sandbox"
     built = docker_engine.cli("build", "-q", "-t", tag, str(context))
     assert built.returncode == 0, built.stderr
+    # each session's build replaces the last one's (the repository's files are new): the
+    # untagged ones would pile up in the cached data root
+    docker_engine.cli("image", "prune", "--force", "--filter", f"label={FIXTURE_LABEL}")
     return tag
 
 
