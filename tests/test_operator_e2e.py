@@ -25,8 +25,10 @@ import pytest
 import yaml
 
 from crl_operator.apply import Kube, load_api_client
-from crl_operator.builders import RenderState, render
+from crl_operator.builders import RenderState, relocate_images, render
+from crl_operator.builders.pool import gateway_name
 from crl_worker.api import KINDS
+from crl_worker.api.common import DEFAULT_WORKER_IMAGE, IMAGE_REGISTRY
 from crl_worker.rollout.report import ConfigMapReporter
 
 from .cluster import Cluster
@@ -42,6 +44,9 @@ CHILD_KINDS = (
     "NetworkPolicy", "RolloutPool", "Benchmark",
 )  # fmt: skip
 
+#: The operator's --image-registry in this module.
+OTHER_REGISTRY = "registry.example.com/crl"
+
 # Extra fake nodes for the examples' GPU appetite (2 trainer nodes x 8 GPUs, vLLM replicas).
 GPU_NODE_CAPACITY = {"cpu": "256", "memory": "2Ti", "pods": "250", "nvidia.com/gpu": "64"}
 
@@ -55,7 +60,13 @@ class Operator:
         self.proc = self._new()
 
     def _new(self) -> OperatorProcess:
-        return OperatorProcess(self.cluster.kubeconfig, log_path=self.log_path, resync_seconds=20)
+        # Another registry than the default one, as a user who pushed the images elsewhere runs it.
+        return OperatorProcess(
+            self.cluster.kubeconfig,
+            log_path=self.log_path,
+            resync_seconds=20,
+            extra_args=("--image-registry", OTHER_REGISTRY),
+        )
 
     def restart(self) -> None:
         """A fresh process (new ports), as Kubernetes would restart the pod."""
@@ -116,6 +127,14 @@ def operator(
 
 
 # --- helpers ------------------------------------------------------------------------------------
+
+
+def rendered_children(resource: Any, namespace: str) -> list[dict[str, Any]]:
+    """What this module's operator applies for `resource` (inference ready): the builders'
+    children with the project's images moved to its registry."""
+    return relocate_images(
+        render(resource, namespace, RenderState(inference_ready=True)), OTHER_REGISTRY
+    )
 
 
 def wait_for(
@@ -325,7 +344,7 @@ def test_examples_reach_ready(
     pool = kube.get("RolloutPool", namespace, "swe-gym")
     assert pool is not None
     live = owned(kube, namespace, pool["metadata"]["uid"])
-    rendered = render(model(pool), namespace, RenderState(inference_ready=True))
+    rendered = rendered_children(model(pool), namespace)
     assert {(c["kind"], c["metadata"]["name"]) for c in rendered} == set(live)
     from crl_operator.apply import contains
 
@@ -575,7 +594,7 @@ def test_killed_operator_recovers_without_duplicates(
         op=operator,
     )
     live = owned(kube, namespace, run["metadata"]["uid"])
-    rendered = render(model(run), namespace, RenderState(inference_ready=True))
+    rendered = rendered_children(model(run), namespace)
     assert set(live) == {(c["kind"], c["metadata"]["name"]) for c in rendered}
     # Nothing was created twice: exactly one Job, one Deployment and their pods.
     instance = "app.kubernetes.io/instance=survivor"
@@ -697,6 +716,11 @@ def test_rolloutpool_scale_and_sandbox_counts(
     assert again is not None
     assert again["data"] == secret["data"]
     assert again["metadata"]["resourceVersion"] == secret["metadata"]["resourceVersion"]
+    # The gateway runs the default worker image from the operator's registry.
+    gateway = kube.get("Deployment", namespace, gateway_name("swe-gym"))
+    assert gateway is not None
+    [container] = gateway["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == DEFAULT_WORKER_IMAGE.replace(IMAGE_REGISTRY, OTHER_REGISTRY)
     # Act as the gateway: three sandbox pods owned by the pool, one per state.
     owner = {"apiVersion": "coderepair.io/v1alpha1", "kind": "RolloutPool", "name": "swe-gym",
              "uid": pool["metadata"]["uid"], "controller": True}  # fmt: skip
@@ -893,7 +917,7 @@ def test_a_child_left_by_a_deleted_namesake_is_not_adopted(
     bench = KINDS["Benchmark"].model.model_validate(doc)
     [stale] = [
         c
-        for c in render(bench, namespace, RenderState(inference_ready=True))
+        for c in rendered_children(bench, namespace)
         if c["kind"] == "ConfigMap" and c["metadata"]["name"] == progress
     ]
     stale["metadata"]["ownerReferences"] = [
