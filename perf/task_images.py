@@ -60,8 +60,8 @@ def _layers(results: list[TaskImage]) -> str:
 
 
 def _verdicts(checks: list[InstanceCheck]) -> str:
-    gold = sum(c.gold == "resolved" for c in checks)
-    none = sum(c.no_patch == "resolved" for c in checks)
+    gold = sum(c.gold_verdict == "resolved" for c in checks)
+    none = sum(c.no_patch_verdict == "resolved" for c in checks)
     return f"gold {gold}/{len(checks)} resolved, no patch {none}/{len(checks)} resolved"
 
 
