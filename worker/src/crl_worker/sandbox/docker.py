@@ -171,6 +171,19 @@ def engine_error(where: str, exc: BaseException) -> str:
     )
 
 
+def connect(base_url: str | None = None) -> docker.DockerClient:
+    """A client of the engine at ``base_url`` (default: ``DOCKER_HOST`` or the local socket),
+    checked with a ping; one :class:`SandboxError` sentence (:func:`engine_error`) when it
+    cannot be used."""
+    where = base_url or "DOCKER_HOST or the default socket"
+    try:
+        client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+        client.ping()
+    except Exception as exc:  # the SDK raises DockerException and raw requests errors
+        raise SandboxError(engine_error(where, exc)) from exc
+    return client
+
+
 # --- the multiplexed exec stream ------------------------------------------------------------
 
 
@@ -447,16 +460,7 @@ class DockerSandbox(ShellSandbox):
             raise
 
     def _connect(self) -> docker.DockerClient:
-        where = self.config.base_url or "DOCKER_HOST or the default socket"
-        try:
-            if self.config.base_url:
-                client = docker.DockerClient(base_url=self.config.base_url)
-            else:
-                client = docker.from_env()
-            client.ping()
-        except Exception as exc:  # the SDK raises DockerException and raw requests errors
-            raise SandboxError(engine_error(where, exc)) from exc
-        return client
+        return connect(self.config.base_url)
 
     def _create_container(self) -> Container:
         client = self.transport.client

@@ -44,6 +44,7 @@ import docker.errors
 
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox import repos
+from crl_worker.sandbox.docker import connect
 from crl_worker.tasks.model import Task
 
 logger = logging.getLogger(__name__)
@@ -110,24 +111,6 @@ class TaskImage:
             "seconds": round(self.seconds, 2),
             "error": self.error,
         }
-
-
-def connect(base_url: str | None = None) -> docker.DockerClient:
-    """A client of the engine at `base_url` (default: ``DOCKER_HOST`` or the local socket),
-    checked with a ping; one clear :class:`SandboxError` when it cannot be reached."""
-    where = base_url or "DOCKER_HOST or the default socket"
-    try:
-        client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
-        client.ping()
-    except Exception as exc:  # the SDK raises DockerException and raw requests errors
-        hint = (
-            "the socket refuses this user: run as a member of its group, or point DOCKER_HOST "
-            "at an engine this user may use"
-            if "Permission denied" in str(exc)
-            else "start the engine, or set DOCKER_HOST"
-        )
-        raise SandboxError(f"cannot reach the Docker engine at {where}: {exc}; {hint}") from exc
-    return client
 
 
 def _safe(text: str) -> str:
