@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             "ls",
             "--filter",
             f"reference={prefix}*",
+            "--filter",
+            f"reference={prefix}*/*",
             "--format",
             "{{.Repository}} {{.Size}}",
         ).stdout.split("\n")
@@ -158,7 +160,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"Java fixture in its container: {time.perf_counter() - started:.1f} s, {_verdicts(checks)}"
                 )
-        engine.cli("image", "rm", "--force", *[r.image for r in cold if r.image])
+        # Untag by name (an image id may also carry the tests' tags: the same layers).
+        mine = engine.cli(
+            "image", "ls", "--filter", f"reference={prefix}*", "--filter",
+            f"reference={prefix}*/*", "--format", "{{.Repository}}:{{.Tag}}",
+        ).stdout.split()  # fmt: skip
+        if mine:
+            engine.cli("image", "rm", *mine)
     load_after = os.getloadavg()
     print(
         "\nload average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}, after: {:.2f} {:.2f} {:.2f}".format(
