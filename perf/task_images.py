@@ -8,7 +8,8 @@ the cache) and builds the Debian base images the tests use (``git python3 python
 with ``--java`` ``git openjdk-17-jdk-headless maven``), which stand for the public bases a user
 builds from. Then:
 
-- **cold**: every layer of every task built (a prefix of its own, so nothing is reused);
+- **cold**: every layer of every task built (a prefix of its own, so no layer is found by its
+  tag, and no build cache, so every step runs);
 - **warm**: the same again (every layer found by its content tag);
 - **one task changed**: one task's install commands changed, so only its instance layer builds;
 - **verdicts**: ``check_tasks`` (gold and no patch) on the Docker backend (no network) and on
@@ -82,9 +83,13 @@ def main(argv: list[str] | None = None) -> int:
             f"Debian base with {' '.join(SANDBOX_PACKAGES)}: {time.perf_counter() - started:.1f} s ({base})"
         )
         prefix = f"crl-perf-{uuid.uuid4().hex[:6]}"
+        # Cold: every step run (no build cache); the other two runs as a user's would.
+        cold_builder = TaskImageBuilder(
+            engine.client(), prefix=prefix, bases={"python": base}, no_cache=True
+        )
         builder = TaskImageBuilder(engine.client(), prefix=prefix, bases={"python": base})
 
-        cold_s, cold = _timed_build(builder, tasks, a.jobs)
+        cold_s, cold = _timed_build(cold_builder, tasks, a.jobs)
         failed = [r for r in cold if not r.ok]
         if failed:
             print(f"{len(failed)} tasks failed: {failed[0].error}")
@@ -144,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"\nDebian base with {' '.join(JAVA_PACKAGES)}: {time.perf_counter() - started:.1f} s"
             )
             java = java_repo(Path(tempfile.mkdtemp(prefix="crl-perf-java-"))).task
-            jbuilder = TaskImageBuilder(engine.client(), prefix=prefix, bases={"java": java_base})
+            jbuilder = TaskImageBuilder(
+                engine.client(), prefix=prefix, bases={"java": java_base}, no_cache=True
+            )
             java_s, (built,) = _timed_build(jbuilder, [java], 1)
             print(
                 f"Java fixture image (Maven warm-up included): {java_s:.1f} s, {built.error or 'ok'}"

@@ -279,6 +279,13 @@ def images(
         ),
     ] = False,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Tasks at a time.")] = 1,
+    no_cache: Annotated[
+        bool,
+        typer.Option(
+            "--no-cache",
+            help="Run every build step again instead of taking it from the engine's build cache.",
+        ),
+    ] = False,
     docker_host: Annotated[
         str | None,
         typer.Option("--docker-host", help="Engine address (default: DOCKER_HOST or the socket)."),
@@ -297,7 +304,11 @@ def images(
     loaded = _load(file, format, instance, limit)
     try:
         builder = TaskImageBuilder.connect(
-            docker_host, prefix=prefix, bases=_bases(base), network=network or None
+            docker_host,
+            prefix=prefix,
+            bases=_bases(base),
+            network=network or None,
+            no_cache=no_cache,
         )
     except SandboxError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)

@@ -239,6 +239,8 @@ class TaskImageBuilder:
     `prefix`: the first part of every image name (a registry path such as
     ``registry.example.com/team/crl`` names where the images will be pushed).
     `network`: the build's network mode (install commands fetch packages).
+    `no_cache`: build every step again, even where the engine's build cache holds it (a
+    layer whose content tag exists is still reused: remove the image to rebuild it).
     """
 
     def __init__(
@@ -248,11 +250,13 @@ class TaskImageBuilder:
         prefix: str = "crl",
         bases: Mapping[str, str] | None = None,
         network: str | None = "host",
+        no_cache: bool = False,
     ) -> None:
         self.client = client
         self.prefix = prefix.rstrip("/")
         self.bases = {**DEFAULT_BASES, **(bases or {})}
         self.network = network
+        self.no_cache = no_cache
         self._locks: dict[tuple[int, str], asyncio.Lock] = {}
 
     @classmethod
@@ -309,6 +313,7 @@ class TaskImageBuilder:
                 forcerm=True,
                 decode=True,
                 network_mode=self.network,
+                nocache=self.no_cache,
             )
             for kind, text in _stream_lines(chunks):
                 if kind == "error":
