@@ -52,6 +52,16 @@ class NotARegularFile(CrlError):
     """The path names a device, a FIFO or a socket: only regular files are read or written."""
 
 
+def _regular(fd: int, path: str) -> os.stat_result:
+    """The open file's status; refuses a directory and anything that is not a regular file."""
+    info = os.fstat(fd)
+    if stat.S_ISDIR(info.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+    if not stat.S_ISREG(info.st_mode):
+        raise NotARegularFile(f"{path} is not a regular file (a device, FIFO or socket)")
+    return info
+
+
 def check_path(path: str) -> None:
     """Refuse a path no file system holds: empty, with a NUL byte, not UTF-8, too long."""
     if not path:
@@ -107,11 +117,7 @@ def read_local(path: str, limit: int, *, root: str | None = None) -> bytes:
         raise PathOutsideSandbox(f"{path} leads outside the sandbox's working tree")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-        if not stat.S_ISREG(info.st_mode):
-            raise NotARegularFile(f"{path} is not a regular file (a device, FIFO or socket)")
+        info = _regular(fd, path)
         if real_root is not None:
             opened = _fd_path(fd)
             if opened is not None and not inside(opened, real_root):
@@ -198,11 +204,7 @@ def _write_walk(real_root: str, parts: list[str], data: bytes, path: str) -> Non
                 raise _LinkMet(len(parts) - 1) from None
             raise
         try:
-            info = os.fstat(fd)
-            if stat.S_ISDIR(info.st_mode):
-                raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
-            if not stat.S_ISREG(info.st_mode):
-                raise NotARegularFile(f"{path} is not a regular file (a device, FIFO or socket)")
+            _regular(fd, path)
             os.ftruncate(fd, 0)
             view = memoryview(data)
             while view:
