@@ -70,13 +70,19 @@ class Sandboxes:
     gateway: GatewayClient | None = None
 
     @classmethod
-    def make(cls, pool_url: str | None, config: Mapping[str, Any] | None = None) -> Sandboxes:
-        """Leases from the pool gateway at ``pool_url``, else sandboxes made from ``config``
-        (default: local)."""
+    def make(
+        cls,
+        pool_url: str | None,
+        config: Mapping[str, Any] | None = None,
+        *,
+        token: str | None = None,
+    ) -> Sandboxes:
+        """Leases from the pool gateway at ``pool_url`` (with its bearer ``token``, default
+        ``$CRL_POOL_TOKEN``), else sandboxes made from ``config`` (default: local)."""
         if pool_url:
             from crl_worker.pool.client import GatewayClient, RemoteSandbox
 
-            gateway = GatewayClient(pool_url)
+            gateway = GatewayClient(pool_url, token=token)
             return cls(
                 factory=lambda task: RemoteSandbox(gateway, task.instance_id), gateway=gateway
             )

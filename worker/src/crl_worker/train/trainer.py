@@ -167,7 +167,7 @@ class TrainingJob:
         from crl_worker.rollout.setup import Sandboxes
 
         s = self.settings
-        pool_url = s.pool_url
+        pool_url, token = s.pool_url, None
         if pool_url is None:
             from crl_worker.api.common import PoolSettings
             from crl_worker.pool.config import GatewayConfig
@@ -183,7 +183,8 @@ class TrainingJob:
             self.gateway = Gateway(config, list(self.tasks.values()))
             await self.gateway.start()
             pool_url = f"http://127.0.0.1:{self.gateway.port}"
-        self.sandboxes = Sandboxes.make(pool_url)
+            token = self.gateway.token  # made in memory: only this process holds it
+        self.sandboxes = Sandboxes.make(pool_url, token=token)
         pool = self.spec.rollout.pool
         self.runner = RolloutRunner(
             agent=self.spec.rollout.agent,
