@@ -102,6 +102,21 @@ def _running(pid: int) -> bool:
     return stat[stat.rfind(")") + 2] != "Z"
 
 
+def _host_pids(marker: str) -> list[int]:
+    """Running processes on this machine whose command line holds ``marker``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline and _running(int(entry)):
+            found.append(int(entry))
+    return found
+
+
 def pytest_install() -> list[str]:
     """Install pytest the fast way when uv is around (it is linked into the venv)."""
     return ["uv pip install -q pytest" if find_uv() else "pip install -q pytest", BUILD]
@@ -274,17 +289,22 @@ async def test_timeout_kills_a_command_that_ignores_sigint(sandbox: LocalSandbox
 
 async def test_background_process(sandbox: LocalSandbox, tmp_path: Path) -> None:
     pid_file = tmp_path / "bg.pid"
+    marker = f"crl-bg-{os.urandom(4).hex()}"
     started = time.monotonic()
-    result = await sandbox.run(f"sleep 300 & echo $! > {pid_file}; echo started")
+    result = await sandbox.run(
+        f"sh -c 'sleep 300; :' {marker} & echo $! > {pid_file}; echo started"
+    )
     assert result.output == "started\n" and result.exit_code == 0
     assert time.monotonic() - started < 2
+    # the pid the sandbox saw is its own (a namespace's); the host's is found by command line
     pid = int(pid_file.read_text())
+    assert len(_host_pids(marker)) == 1
     # an interrupted foreground command leaves the background job alone
     assert (await sandbox.run("sleep 100", timeout=0.3)).timed_out
     assert (await sandbox.run(f"kill -0 {pid} && echo alive")).output == "alive\n"
     # reset (a fresh session) ends every process the old one started
     await sandbox.reset()
-    assert not _running(pid)
+    assert _host_pids(marker) == []
 
 
 async def test_output_cap_keeps_head_and_tail(sandbox: LocalSandbox) -> None:

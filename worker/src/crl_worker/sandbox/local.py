@@ -25,6 +25,11 @@ in this order:
    ``/usr/local/bin``, where ``pip install`` of the system Python puts its console scripts).
 
 A ``PATH`` in ``task.env`` replaces all of it.
+
+Isolation (``isolation``, see :mod:`crl_worker.sandbox.isolation`): the shell and the base-state
+scripts run in PID and mount namespaces of their own where the machine allows, so the sandbox sees
+only its own processes and every process it started dies when it closes. Inside, ``$$`` of the
+shell is 1 and the pids the agent sees are the namespace's.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from crl_worker.errors import SandboxError
-from crl_worker.sandbox import repos
+from crl_worker.sandbox import isolation, repos
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.interpreters import (
     Interpreter,
@@ -173,6 +178,7 @@ class LocalSandbox(ShellSandbox):
             env.update(self._java_env(env["PATH"]))
         env.update(task.env)
         self.transport.env = env
+        self.transport.prefix = await isolation.shell_prefix(self.config.isolation, name=self.name)
 
         await self.open_session()
         for number, command in enumerate(task.install, 1):
