@@ -273,6 +273,21 @@ async def test_timeout_interrupts_the_command_not_the_session(sandbox: LocalSand
     assert after.output == "1\ncalc\n" and after.exit_code == 0
 
 
+async def test_very_short_timeouts_leave_no_framing_and_keep_the_session(
+    sandbox: LocalSandbox,
+) -> None:
+    """A timeout that strikes while the shell still reads the command line, or just as the
+    command ends: the output is the command's (whole or none of it), never a marker, and the
+    session answers afterwards. Before, a begin marker came back as output now and then, and
+    the sync line was lost (the session declared dead) about once in a few hundred."""
+    timeouts = [0.0001, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05]
+    for number in range(1000):
+        result = await sandbox.run("echo hello", timeout=timeouts[number % len(timeouts)])
+        assert result.output in ("", "hello\n"), (number, result)
+        assert result.timed_out or result.exit_code == 0
+    assert (await sandbox.run("echo still")).output == "still\n"
+
+
 async def test_timeout_interrupts_a_shell_loop(sandbox: LocalSandbox) -> None:
     result = await sandbox.run("while :; do :; done", timeout=0.5)
     assert result.timed_out
