@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -222,3 +223,44 @@ async def test_isolation_required_but_unavailable_is_an_error(
     sandbox = LocalSandbox(LocalSandboxConfig(root=str(tmp_path)), plain_task(repo))
     async with sandbox:
         assert (await sandbox.run("echo $$")).output.strip() != "1"
+
+
+def folders(root: Path) -> list[Path]:
+    return sorted(path for path in root.iterdir() if path.name.startswith("crl-"))
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM", "SIGINT"])
+async def test_folders_of_a_stopped_worker_are_gone_by_the_next_start(
+    repo: tuple[Path, str], tmp_path: Path, sig: str
+) -> None:
+    config = LocalSandboxConfig(root=str(tmp_path))
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            HOLD,
+            plain_task(repo).model_dump_json(),
+            config.model_dump_json(exclude_defaults=True),
+            "echo hi",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        left = Path(worker.stdout.readline().strip())
+        assert folders(tmp_path) == [left]
+        worker.send_signal(getattr(signal, sig))
+        worker.wait(timeout=30)
+    finally:
+        worker.kill()
+        worker.wait()
+    # a folder in use, and one kept on purpose, stay
+    async with LocalSandbox(config, plain_task(repo)) as busy:
+        kept = LocalSandbox(config.model_copy(update={"keep": True}), plain_task(repo))
+        async with kept:
+            pass
+        async with LocalSandbox(config, plain_task(repo)) as fresh:
+            assert folders(tmp_path) == sorted([busy.root, kept.root, fresh.root])
+    assert folders(tmp_path) == [kept.root]

@@ -178,6 +178,13 @@ class LocalTransport:
         return self._proc.pid if self._proc is not None else None
 
     @property
+    def shell_pid(self) -> int | None:
+        """Process id, on this machine's side of any namespace, of the current shell itself
+        (None when there is none, or it has not started yet)."""
+        found = self._host_shell()
+        return found[0] if found is not None else None
+
+    @property
     def shell_open(self) -> bool:
         """Whether the current shell process has not exited."""
         return self._proc is not None and self._proc.returncode is None
@@ -241,18 +248,25 @@ class LocalTransport:
         wait for the shell. In a PID namespace, killing the shell (its process 1) kills every
         process of the namespace, detached ones included."""
         del shell  # the process handle says more than the shell's own report
-        found = self._host_shell()
+        self.kill_now()
         proc, self._proc, self._shell = self._proc, None, None
+        if proc is None:
+            return
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            logger.warning("%s: the shell (pid %d) did not exit after SIGKILL", self.name, proc.pid)
+
+    def kill_now(self) -> None:
+        """SIGKILL the shell and what it started, without waiting (interpreter exit)."""
+        found = self._host_shell()
+        proc = self._proc
         if proc is None:
             return
         first = [found[0]] if found is not None else []
         for pid in [*first, proc.pid, *_processes(sid=proc.pid)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        try:
-            await asyncio.wait_for(proc.wait(), 10)
-        except TimeoutError:
-            logger.warning("%s: the shell (pid %d) did not exit after SIGKILL", self.name, proc.pid)
 
     async def run_script(
         self, script: str, workdir: str, *, timeout: float
