@@ -264,3 +264,38 @@ async def test_folders_of_a_stopped_worker_are_gone_by_the_next_start(
         async with LocalSandbox(config, plain_task(repo)) as fresh:
             assert folders(tmp_path) == sorted([busy.root, kept.root, fresh.root])
     assert folders(tmp_path) == [kept.root]
+
+
+@pytest.mark.parametrize("mode", ["auto", "none"])
+async def test_a_detached_process_does_not_stall_the_workers_exit(
+    repo: tuple[Path, str], tmp_path: Path, mode: str
+) -> None:
+    """Before: closing waited 10 s for the shell's output pipe, which the detached process
+    held, and the interpreter's exit printed 'Event loop is closed'."""
+    marker = f"crl-stall-{os.urandom(4).hex()}"
+    extra = {} if mode == "auto" else {"isolation": mode}
+    config = LocalSandboxConfig.model_validate({"root": str(tmp_path), **extra})
+    started = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            WORKER,
+            plain_task(repo).model_dump_json(),
+            config.model_dump_json(exclude_defaults=True),
+            DETACH.format(marker=marker) + "; sleep 0.3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    elapsed = time.monotonic() - started
+    survivors = _host_pids(marker)
+    for pid in survivors:  # without namespaces they survive: the documented weaker guarantee
+        os.kill(pid, signal.SIGKILL)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["detached\n"]
+    assert "Event loop is closed" not in done.stderr
+    assert "did not exit" not in done.stderr
+    assert elapsed < 5
+    assert (survivors == []) == (mode == "auto")

@@ -252,10 +252,21 @@ class LocalTransport:
         proc, self._proc, self._shell = self._proc, None, None
         if proc is None:
             return
-        try:
-            await asyncio.wait_for(proc.wait(), 10)
-        except TimeoutError:
+        # Not proc.wait(): it also waits for the pipes to close, which a process that left the
+        # session (setsid) and still holds the shell's output never does without namespaces —
+        # that stalled every close for 10 s, and the transport then outlived the event loop
+        # ('Event loop is closed' at exit). The exit status alone says the shell is gone.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while proc.returncode is None and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+        if proc.returncode is None:
             logger.warning("%s: the shell (pid %d) did not exit after SIGKILL", self.name, proc.pid)
+        # Close our ends of the pipes now, while the loop runs (asyncio has no public handle
+        # on the process's transport).
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()
 
     def kill_now(self) -> None:
         """SIGKILL the shell and what it started, without waiting (interpreter exit)."""
