@@ -23,8 +23,8 @@ import pytest
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.local import LocalSandbox
-from crl_worker.tasks.model import Task
-from tests.test_sandbox_local import _host_pids, make_repo, python_task
+from crl_worker.tasks.model import Task, TestSpec
+from tests.test_sandbox_local import GOLD_PATCH, _host_pids, make_repo, python_task
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -299,3 +299,44 @@ async def test_a_detached_process_does_not_stall_the_workers_exit(
     assert "did not exit" not in done.stderr
     assert elapsed < 5
     assert (survivors == []) == (mode == "auto")
+
+
+async def test_sigterm_stops_crl_tasks_check_and_cleans_up(
+    repo: tuple[Path, str], tmp_path: Path
+) -> None:
+    """``crl tasks check`` stopped by SIGTERM (a CI job cancelled, a pod deleted): its
+    sandboxes close — no folder left, nothing running — and it exits with 143."""
+    marker = f"crl-check-{os.urandom(4).hex()}"
+    task = python_task(
+        *repo,
+        install=[],
+        language="other",
+        patch=GOLD_PATCH,
+        fail_to_pass=["tests/test_calc.py::test_add"],
+        test=TestSpec(
+            command=f"sh -c 'sleep 120; :' {marker}; echo {{tests}}", log_format="pytest"
+        ),
+    )
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text(task.model_dump_json() + "\n")
+    root = tmp_path / "sandboxes"
+    sandbox = json.dumps({"type": "local", "root": str(root)})
+    command = [sys.executable, "-m", "crl_cli", "tasks", "check", str(task_file)]
+    cli = subprocess.Popen(
+        [*command, "--sandbox", sandbox], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _host_pids(marker) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert _host_pids(marker), "the test command never started"
+        assert len(folders(root)) == 1
+        cli.send_signal(signal.SIGTERM)
+        code = cli.wait(timeout=30)
+    finally:
+        cli.kill()
+        _, stderr = cli.communicate()
+        for pid in _host_pids(marker):
+            os.kill(pid, signal.SIGKILL)
+    assert code == 143, stderr.decode(errors="replace")[-2000:]
+    assert folders(root) == []
