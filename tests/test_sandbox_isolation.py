@@ -340,3 +340,17 @@ async def test_sigterm_stops_crl_tasks_check_and_cleans_up(
             os.kill(pid, signal.SIGKILL)
     assert code == 143, stderr.decode(errors="replace")[-2000:]
     assert folders(root) == []
+
+
+async def test_the_host_shell_is_found_by_parent_pid_too(
+    repo: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The fallback for kernels without ``/proc/PID/task/PID/children``."""
+    from crl_worker.sandbox import transport
+
+    sandbox = LocalSandbox(LocalSandboxConfig(root=str(tmp_path)), plain_task(repo))
+    async with sandbox:
+        started = sandbox.transport.pid
+        assert started is not None and sandbox.shell_pid not in (None, started)
+        assert transport._children(started) == [sandbox.shell_pid]
+        assert (await sandbox.run("echo $$")).output == "1\n"

@@ -124,6 +124,22 @@ def _processes(*, pgid: int | None = None, sid: int | None = None) -> list[int]:
     return found
 
 
+def _children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (Linux ``/proc``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                line = handle.read()
+        except OSError:
+            continue
+        if int(line[line.rfind(b")") + 2 :].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
 def _descendant_shell(pid: int) -> int | None:
     """The process under ``pid`` that runs the shell: its only child (following the chain of
     single children while their command is not the shell's), or None when there is none yet."""
@@ -132,8 +148,8 @@ def _descendant_shell(pid: int) -> int | None:
         try:
             with open(f"/proc/{current}/task/{current}/children", "rb") as handle:
                 children = handle.read().split()
-        except OSError:
-            return None
+        except OSError:  # a kernel without CONFIG_PROC_CHILDREN: by parent pid
+            children = [str(child).encode() for child in _children(current)]
         if len(children) != 1:
             return None
         current = int(children[0])
