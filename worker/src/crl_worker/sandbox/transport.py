@@ -247,6 +247,8 @@ class LocalTransport:
         del shell  # the shell's own pids are its namespace's; the transport knows the host's
         found = self._host_shell()
         if found is None:
+            if self._proc is not None and self._proc.returncode is None:
+                logger.warning("%s: cannot find the shell's process to signal", self.name)
             return
         shell_pid, pgid = found
         if sig == signal.SIGINT:
