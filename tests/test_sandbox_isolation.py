@@ -212,7 +212,7 @@ async def test_isolation_required_but_unavailable_is_an_error(
 ) -> None:
     from crl_worker.sandbox import isolation
 
-    monkeypatch.setattr(isolation, "namespace_argv", lambda: [])
+    monkeypatch.setattr(isolation, "namespace_candidates", lambda: [])
     sandbox = LocalSandbox(
         LocalSandboxConfig(root=str(tmp_path), isolation="namespaces"), plain_task(repo)
     )

@@ -42,26 +42,29 @@ _probed: dict[tuple[str, ...], str | None] = {}
 _warned = False
 
 
-def namespace_argv() -> list[str]:
-    """The command prefix that runs a program in fresh PID and mount namespaces (see the module
-    docs); empty when ``unshare`` is not installed."""
-    unshare = shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin")
+def namespace_candidates() -> list[list[str]]:
+    """The command prefixes that run a program in fresh PID and mount namespaces (see the
+    module docs), best first; empty when ``unshare`` is not installed.
+
+    Not root: in a user namespace too, mapping the user to itself (util-linux 2.38+), else to
+    root inside (older ``unshare``; ``id -u`` then says 0 in the sandbox).
+    """
+    system = "/usr/bin:/bin:/usr/sbin:/sbin"
+    unshare = shutil.which("unshare", path=system)
     if unshare is None:
         return []
-    argv = [unshare, "--pid", "--fork", "--kill-child", "--mount-proc"]
-    if os.geteuid() != 0:
-        argv += ["--user", "--map-current-user"]
-    argv.append("--")
-    setpriv = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
-    if setpriv is not None:
-        argv = [setpriv, "--pdeathsig", "KILL", "--", *argv]
-    return argv
+    setpriv = shutil.which("setpriv", path=system)
+    front = [setpriv, "--pdeathsig", "KILL", "--"] if setpriv is not None else []
+    base = [*front, unshare, "--pid", "--fork", "--kill-child", "--mount-proc"]
+    if os.geteuid() == 0:
+        return [[*base, "--"]]
+    return [
+        [*base, "--user", mapping, "--"] for mapping in ("--map-current-user", "--map-root-user")
+    ]
 
 
 async def _probe(prefix: tuple[str, ...]) -> str | None:
     """Why ``prefix`` cannot run a program in its namespaces, or None when it can."""
-    if not prefix:
-        return "unshare (util-linux) is not installed"
     # In the namespace, the probe is process 1 and sees only itself in /proc.
     check = "[ $$ = 1 ] && [ ! -e /proc/2 ] || { echo 'not in a fresh pid namespace'; exit 3; }"
     try:
@@ -97,12 +100,15 @@ async def shell_prefix(mode: Isolation, *, name: str = "sandbox") -> list[str]:
     global _warned
     if mode == "none":
         return []
-    prefix = tuple(namespace_argv())
-    if prefix not in _probed:
-        _probed[prefix] = await _probe(prefix)
-    reason = _probed[prefix]
-    if reason is None:
-        return list(prefix)
+    reason = "unshare (util-linux) is not installed"
+    for candidate in namespace_candidates():
+        prefix = tuple(candidate)
+        if prefix not in _probed:
+            _probed[prefix] = await _probe(prefix)
+        found = _probed[prefix]
+        if found is None:
+            return candidate
+        reason = found
     if mode == "namespaces":
         raise SandboxError(
             f"{name}: isolation 'namespaces' is required but unavailable here ({reason}); "
