@@ -30,8 +30,8 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 SECRET = "sk-canary-" + os.urandom(8).hex()
 
-#: A worker in a process of its own: runs each command of argv[3:] in one local sandbox and
-#: prints the outputs as a JSON list.
+#: A worker in a process of its own: runs each command of argv[3:] in one local sandbox (``@diff``:
+#: computes the diff, as the harness does at the end) and prints the outputs as a JSON list.
 WORKER = """
 import asyncio, json, sys
 from crl_worker.sandbox.config import LocalSandboxConfig
@@ -42,7 +42,10 @@ async def main():
     task = Task.model_validate_json(sys.argv[1])
     config = LocalSandboxConfig.model_validate_json(sys.argv[2])
     async with LocalSandbox(config, task) as sandbox:
-        outputs = [(await sandbox.run(command)).output for command in sys.argv[3:]]
+        outputs = [
+            await sandbox.diff() if command == "@diff" else (await sandbox.run(command)).output
+            for command in sys.argv[3:]
+        ]
     print(json.dumps(outputs))
 
 asyncio.run(main())
@@ -354,3 +357,27 @@ async def test_the_host_shell_is_found_by_parent_pid_too(
         assert started is not None and sandbox.shell_pid not in (None, started)
         assert transport._children(started) == [sandbox.shell_pid]
         assert (await sandbox.run("echo $$")).output == "1\n"
+
+
+#: A git clean filter that records the environment it runs with, its own and its parent's.
+FILTER = r"""cat > ../filter.sh <<'EOF'
+#!/bin/sh
+{ env; tr '\0' '\n' < /proc/$PPID/environ; } >> "$(dirname "$0")/leak" 2>/dev/null
+cat
+EOF
+chmod +x ../filter.sh && git config filter.crl.clean "$PWD/../filter.sh" &&
+echo '*.py filter=crl' > .gitattributes && echo 'x = 1' >> calc/__init__.py && echo armed"""
+
+
+async def test_git_run_by_the_harness_does_not_hand_the_agent_the_workers_secrets(
+    repo: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The diff (and snapshot, reset) scripts run git in the agent's repository, whose
+    configuration the agent writes: a clean filter runs whatever it names. Before, that ran
+    with the worker's environment, secrets included, outside any namespace."""
+    config = LocalSandboxConfig(root=str(tmp_path))
+    outputs = run_worker(plain_task(repo), config, FILTER, "@diff", "cat ../leak")
+    assert outputs[0] == "armed\n"
+    assert "x = 1" in outputs[1]
+    assert "PATH=" in outputs[2]  # the filter ran
+    assert SECRET not in outputs[2]
