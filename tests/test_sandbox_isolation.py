@@ -24,7 +24,13 @@ from crl_worker.errors import SandboxError
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.local import LocalSandbox
 from crl_worker.tasks.model import Task, TestSpec
-from tests.test_sandbox_local import GOLD_PATCH, _host_pids, make_repo, python_task
+from tests.test_sandbox_local import (
+    GOLD_PATCH,
+    _host_pids,
+    _until_host_pids,
+    make_repo,
+    python_task,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -151,14 +157,12 @@ async def test_detached_processes_die_when_the_sandbox_closes(
     async with sandbox:
         result = await sandbox.run(DETACH.format(marker=marker))
         assert result.output == "detached\n"
-        await asyncio.sleep(0.2)
-        assert len(_host_pids(marker)) == 2
+        assert len(await _until_host_pids(marker, 2)) >= 2
         # a reset ends them too (a fresh session)
         await sandbox.reset()
         assert _host_pids(marker) == []
         await sandbox.run(DETACH.format(marker=marker))
-        await asyncio.sleep(0.2)
-        assert len(_host_pids(marker)) == 2
+        assert len(await _until_host_pids(marker, 2)) >= 2
         started = time.monotonic()
     assert _host_pids(marker) == []
     assert time.monotonic() - started < 5
@@ -185,8 +189,8 @@ async def test_a_killed_worker_takes_its_sandboxes_processes_along(
         assert worker.stdout is not None
         root = Path(worker.stdout.readline().strip())
         assert root.is_dir()
-        # the worker's own command line holds the marker too
-        assert len([pid for pid in _host_pids(marker) if pid != worker.pid]) == 2
+        # the worker's own command line holds the marker too: 3
+        assert len(await _until_host_pids(marker, 3)) >= 3
         worker.kill()
         worker.wait()
         deadline = time.monotonic() + 5
@@ -293,15 +297,19 @@ async def test_a_detached_process_does_not_stall_the_workers_exit(
         timeout=60,
     )
     elapsed = time.monotonic() - started
-    survivors = _host_pids(marker)
-    for pid in survivors:  # without namespaces they survive: the documented weaker guarantee
+    # without namespaces they survive (give them time to show): killed here
+    survivors = (
+        await _until_host_pids(marker, 2, timeout=3) if mode == "none" else _host_pids(marker)
+    )
+    for pid in survivors:
         os.kill(pid, signal.SIGKILL)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == ["detached\n"]
     assert "Event loop is closed" not in done.stderr
     assert "did not exit" not in done.stderr
     assert elapsed < 5
-    assert (survivors == []) == (mode == "auto")
+    if mode == "auto":
+        assert survivors == []
 
 
 async def test_sigterm_stops_crl_tasks_check_and_cleans_up(
