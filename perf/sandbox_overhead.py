@@ -45,6 +45,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Literal
 
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.local import LocalSandbox
@@ -54,6 +55,8 @@ from crl_worker.tasks.model import Task, TestSpec
 COMMANDS = ("true", "echo hi")
 SYMPY = "sympy==1.13.3"
 PEERS_PYTHON = cache_dir() / "bench-venv" / "bin" / "python"
+#: The local sandboxes' isolation (``--isolation``).
+ISOLATION: list[Literal["auto", "namespaces", "none"]] = ["auto"]
 
 #: Runs in the peers' interpreter: times N commands and prints the durations as JSON.
 PEER_CODE = textwrap.dedent(
@@ -148,7 +151,9 @@ async def crl_overhead(n: int, root: Path, repo: Path) -> dict[str, object]:
     task = task_for(repo, language="other")
     times: list[float] = []
     failures = 0
-    async with LocalSandbox(LocalSandboxConfig(root=str(root)), task) as sandbox:
+    async with LocalSandbox(
+        LocalSandboxConfig(root=str(root), isolation=ISOLATION[0]), task
+    ) as sandbox:
         for _ in range(50):  # warm-up
             await sandbox.run("true")
         for i in range(n):
@@ -184,7 +189,7 @@ async def reset_versus_fresh(
 ) -> tuple[list[float], list[float], int]:
     """Reset times after an agent's mess, fresh-sandbox times, and the repository's file count."""
     task = task_for(repo, install=["python -m compileall -q sympy >/dev/null"])
-    config = LocalSandboxConfig(root=str(root))
+    config = LocalSandboxConfig(root=str(root), isolation=ISOLATION[0])
     mess = (
         "echo '# edited' >> sympy/core/basic.py; echo 'x = 1' > sympy/new_module.py; "
         "rm -r sympy/polys/tests; python -c 'import compileall; compileall.compile_file(\"sympy/core/basic.py\", quiet=1)'; "
@@ -232,12 +237,20 @@ def main() -> None:
     parser.add_argument("--repo", type=Path, help="a local git repository (default: sympy)")
     parser.add_argument("--peers-python", type=Path, default=PEERS_PYTHON)
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument(
+        "--isolation",
+        choices=["auto", "namespaces", "none"],
+        default="auto",
+        help="the local sandboxes' isolation (namespaces cost a little at start and reset)",
+    )
     args = parser.parse_args()
+    ISOLATION[0] = args.isolation
 
     bench_root = cache_dir() / "bench"
     bench_root.mkdir(parents=True, exist_ok=True)
     repo = args.repo.resolve() if args.repo else make_repo(bench_root)
     load = os.getloadavg()
+    print(f"isolation: {args.isolation}")
     print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
 
     with tempfile.TemporaryDirectory(prefix="crl-bench-") as tmp:

@@ -55,7 +55,14 @@ SERVICE_CIDR = "10.96.0.0/16"
 POD_CIDR = "10.244.0.0/16"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 # Fake node capacity: enough for the project's pods, with GPUs so GPU requests schedule too.
-NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
+# Ephemeral storage too: sandbox pods request it (real nodes always report it).
+NODE_CAPACITY = {
+    "cpu": "32",
+    "memory": "256Gi",
+    "ephemeral-storage": "1Ti",
+    "pods": "110",
+    "nvidia.com/gpu": "8",
+}
 STOP_GRACE_SECONDS = 5.0
 
 

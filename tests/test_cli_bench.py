@@ -228,7 +228,8 @@ async def test_a_killed_runner_resumes_without_rerunning_finished_attempts(
     results = tmp_path / "results"
     async with ScriptedServer(responder=GoldModel(tasks, slow=frozenset({second}))) as server:
         # SIGKILL leaves the running attempt's sandbox folder behind (nothing can clean up
-        # after it): keep the runner's sandboxes in this test's own folder, not in /tmp.
+        # after it) until the next run's first sandbox: keep the runner's sandboxes in this
+        # test's own folder, not in /tmp.
         sandboxes = tmp_path / "sandboxes"
         sandboxes.mkdir()
         env = _env(CRL_MODEL_URL=server.url, CRL_MODEL_NAME="scripted", TMPDIR=str(sandboxes))
@@ -260,6 +261,8 @@ async def test_a_killed_runner_resumes_without_rerunning_finished_attempts(
         code, _, err = await _run(*command, cwd=tmp_path, env=env)
         assert code == 0, err
         requests = [r.key for r in server.requests]
+        # The next run removed it: its owner was gone.
+        assert list(sandboxes.iterdir()) == []
     after = _lines(results / "results.jsonl")
     assert [r["instance_id"] for r in after] == [first, second]
     assert after[0]["started_at"] == first_started
@@ -280,11 +283,13 @@ async def test_a_stop_signal_ends_the_run_keeps_what_is_written_and_says_how_to_
     tasks = _scripted(fixture_tasks)
     first, second = (t.instance_id for t in tasks)
     manifest = _manifest(tmp_path, tasks, parallelism=1)
+    sandboxes = tmp_path / "sandboxes"
+    sandboxes.mkdir()
     async with ScriptedServer(responder=GoldModel(tasks, slow=frozenset({second}))) as server:
         process = await asyncio.create_subprocess_exec(
             *_crl("bench", str(manifest), "--url", server.url, "--model", "m"),
             cwd=tmp_path,
-            env=_env(),
+            env=_env(TMPDIR=str(sandboxes)),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -295,6 +300,7 @@ async def test_a_stop_signal_ends_the_run_keeps_what_is_written_and_says_how_to_
         _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 128 + stop
     assert "run the same command again to resume" in err.decode()
+    assert list(sandboxes.iterdir()) == []  # the stopped attempt's sandbox closed
     assert [r["instance_id"] for r in _lines(tmp_path / "out" / "results.jsonl")] == [first]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert (summary["done"], summary["total"], summary["finished"]) == (1, 2, False)

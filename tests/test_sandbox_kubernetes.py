@@ -121,15 +121,54 @@ def test_pod_is_owned_labelled_and_hardened() -> None:
         "privileged": False,
         "capabilities": {"drop": ["ALL"]},
     }
+    # what the spec sets, and the defaults for the rest (cpu's limit, ephemeral storage)
     assert container["resources"] == {
-        "requests": {"cpu": "1", "memory": "2Gi"},
-        "limits": {"memory": "4Gi"},
+        "requests": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "2Gi"},
+        "limits": {"memory": "4Gi", "cpu": "4", "ephemeral-storage": "20Gi"},
     }
     assert container["workingDir"] == "/testbed"
     assert {"name": "EXTRA", "value": "1"} in container["env"]
     assert {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"} in container["env"]
     # The container only stays up; commands arrive through exec.
     assert container["command"][:2] == ["/bin/bash", "-c"]
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [
+        # nothing set: every default (before: no limits at all, an agent could take the node)
+        (
+            {},
+            {
+                "requests": {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": "2Gi"},
+                "limits": {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "20Gi"},
+            },
+        ),
+        # a request above the default limit raises the limit to it; a limit alone stays alone
+        (
+            {"requests": {"memory": "32Gi", "cpu": 2}, "limits": {"ephemeral-storage": "100Gi"}},
+            {
+                "requests": {"memory": "32Gi", "cpu": 2},
+                "limits": {"cpu": "4", "memory": "32Gi", "ephemeral-storage": "100Gi"},
+            },
+        ),
+        # explicit values win, in any unit
+        (
+            {"requests": {"cpu": "8000m"}, "limits": {"memory": "512Mi"}},
+            {
+                "requests": {"cpu": "8000m", "ephemeral-storage": "2Gi"},
+                "limits": {"memory": "512Mi", "cpu": "8000m", "ephemeral-storage": "20Gi"},
+            },
+        ),
+    ],
+)
+def test_sandbox_pods_get_default_limits(
+    resources: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    spec = SandboxSpec.model_validate({"resources": resources})
+    pod = build_pod(_task(), "swe-pool-sbx-1", _config(sandbox=spec))
+    assert pod["spec"]["containers"][0]["resources"] == expected
+    assert "runtimeClassName" not in pod["spec"]  # the node's default unless asked
 
 
 def test_root_is_allowed_unless_configured_and_unowned_pods_are_possible() -> None:
@@ -433,9 +472,9 @@ async def test_gateway_runs_a_pool_of_pods(
             assert meta["ownerReferences"][0]["blockOwnerDeletion"] is True
             assert meta["annotations"]["coderepair.io/instance-id"] == task.instance_id
             assert pod["spec"]["automountServiceAccountToken"] is False
-            assert pod["spec"]["containers"][0]["resources"]["requests"] == {
-                "cpu": "100m",
-                "memory": "128Mi",
+            assert pod["spec"]["containers"][0]["resources"] == {
+                "requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "2Gi"},
+                "limits": {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "20Gi"},
             }
             await _until(
                 "the leased label",

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, cast
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
 from pydantic import ValidationError
@@ -27,6 +29,8 @@ from crl_worker.harness.check import InstanceCheck, check_tasks
 from crl_worker.sandbox.registry import parse_config
 from crl_worker.tasks.formats import CONVERTERS
 from crl_worker.tasks.loaders import LoadResult, load_tasks
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from crl_worker.sandbox.images import TaskImage
@@ -130,6 +134,31 @@ def _unread(loaded: LoadResult) -> list[tuple[str, str]]:
     ]
 
 
+def _run_until_sigterm(work: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(work)``, with SIGTERM stopping it the way Ctrl-C does: the work is
+    cancelled, so its sandboxes close (their processes killed, their folders removed) before the
+    command exits with 143. Without this SIGTERM ended the process at once and left both."""
+
+    async def main() -> T:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        except (NotImplementedError, RuntimeError):  # not the main thread
+            return await work
+        try:
+            return await work
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        err.print("[yellow]stopped[/] by SIGTERM", highlight=False)
+        raise typer.Exit(128 + signal.SIGTERM) from None
+
+
 @app.command()
 def check(
     file: Annotated[Path, typer.Argument(help="Task file: .json, .jsonl or .parquet.")],
@@ -184,7 +213,7 @@ def check(
             mark = "[green]ok[/]" if found.ok else "[red]invalid[/]"
             err.print(f"{escape(found.instance_id)}: {mark}", highlight=False)
 
-    results = asyncio.run(
+    results = _run_until_sigterm(
         check_tasks(
             loaded.tasks,
             runs=runs,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -107,6 +108,29 @@ def _quantity(value: Any) -> int | str:
     if isinstance(value, str) and len(value) <= 64 and re.fullmatch(QUANTITY, value):
         return value
     raise ValueError("must be a Kubernetes quantity: an integer or a string such as 500m, 4, 16Gi")
+
+
+_SUFFIXES = {
+    **{
+        suffix: Decimal(1024) ** power
+        for power, suffix in enumerate(["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"], 1)
+    },
+    **{suffix: Decimal(1000) ** power for power, suffix in enumerate("kMGTPE", 1)},
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+}
+
+
+def quantity_value(quantity: int | str) -> Decimal:
+    """The number a Kubernetes quantity stands for (``500m`` is 0.5, ``1Gi`` is 2**30)."""
+    if isinstance(quantity, int):
+        return Decimal(quantity)
+    match = re.fullmatch(r"([+-]?[0-9.]+(?:[eE][+-]?[0-9.]+)?)([KMGTPE]i|[numkMGTPE])?", quantity)
+    if match is None:
+        raise ValueError(f"not a Kubernetes quantity: {quantity!r}")
+    return Decimal(match.group(1)) * _SUFFIXES[match.group(2) or ""]
 
 
 #: A Kubernetes resource quantity: an integer, or a string such as `500m`, `16Gi`.

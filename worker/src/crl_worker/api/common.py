@@ -20,6 +20,7 @@ from crl_worker.api.base import (
     Short,
     VolumeSource,
     cel,
+    quantity_value,
     with_rules,
 )
 
@@ -138,6 +139,21 @@ class TaskSource(ApiModel):
 # --- sandboxes and pools --------------------------------------------------------------------
 
 
+#: Requests of a sandbox container for the resources the pool's spec leaves unset.
+SANDBOX_DEFAULT_REQUESTS: dict[str, str] = {
+    "cpu": "500m",
+    "memory": "1Gi",
+    "ephemeral-storage": "2Gi",
+}
+#: Limits of a sandbox container for the resources the pool's spec leaves unset: a fork bomb,
+#: `yes > file` or a leak in the agent's commands stops at these (cgroup, eviction).
+SANDBOX_DEFAULT_LIMITS: dict[str, str] = {
+    "cpu": "4",
+    "memory": "8Gi",
+    "ephemeral-storage": "20Gi",
+}
+
+
 class SandboxSpec(ApiModel):
     """How each sandbox (one container per repository instance) is started."""
 
@@ -148,9 +164,15 @@ class SandboxSpec(ApiModel):
     shell: Path = "/bin/bash"
     """Shell that runs the persistent session."""
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
-    """CPU and memory of each sandbox container."""
+    """CPU, memory and ephemeral storage of each sandbox container. A resource set here neither
+    as a request nor as a limit gets the defaults: requests `cpu: 500m`, `memory: 1Gi`,
+    `ephemeral-storage: 2Gi`; limits `cpu: "4"`, `memory: 8Gi`, `ephemeral-storage: 20Gi`. One
+    with only a request gets the default limit (or its request, when larger); one with only a
+    limit is left as given (Kubernetes then requests the limit)."""
     runtime_class_name: ObjectName | None = None
-    """RuntimeClass for stronger isolation, e.g. `gvisor` or `kata`."""
+    """RuntimeClass the sandbox pods run with, for isolation stronger than a container: e.g.
+    `gvisor` (runsc) or `kata`, where the cluster has that RuntimeClass; empty: the node's
+    default runtime."""
     egress: Literal["deny", "dns", "allow"] = "deny"
     """Network egress of sandboxes: `deny` (default; NetworkPolicy denies all egress), `dns`
     (only DNS), `allow` (no egress policy)."""
@@ -160,6 +182,24 @@ class SandboxSpec(ApiModel):
     """Extra environment variables in every sandbox."""
     placement: Placement | None = None
     """Node selector and tolerations of the sandbox pods."""
+
+    def container_resources(self) -> dict[str, Any]:
+        """The sandbox container's ``resources``: :attr:`resources` with the defaults
+        (:data:`SANDBOX_DEFAULT_REQUESTS`, :data:`SANDBOX_DEFAULT_LIMITS`) for what it leaves
+        unset, as the field's documentation says."""
+        requests: dict[str, int | str] = dict(self.resources.requests or {})
+        limits: dict[str, int | str] = dict(self.resources.limits or {})
+        for name, default_limit in SANDBOX_DEFAULT_LIMITS.items():
+            if name in limits:
+                continue
+            if name not in requests:
+                requests[name] = SANDBOX_DEFAULT_REQUESTS[name]
+                limits[name] = default_limit
+            elif quantity_value(requests[name]) > quantity_value(default_limit):
+                limits[name] = requests[name]
+            else:
+                limits[name] = default_limit
+        return {"requests": requests, "limits": limits}
 
 
 class ReuseSpec(ApiModel):

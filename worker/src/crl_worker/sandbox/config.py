@@ -49,6 +49,13 @@ class LocalSandboxConfig(BaseModel):
     ``patch`` always are, and ``mvn``/``gradle`` for Java tasks."""
     keep: bool = False
     """Leave the sandbox's folder in place on close (for debugging)."""
+    isolation: Literal["auto", "namespaces", "none"] = "auto"
+    """How the sandbox's processes are kept apart from the worker's (docs/security.md):
+    ``namespaces`` starts the shell in its own PID and mount namespaces (``unshare``), so it sees
+    only its own processes (not the worker's environment) and every process it started dies when
+    the sandbox closes, detached or not; a sandbox fails to start where they are unavailable.
+    ``auto`` (default) uses them where available and otherwise runs without, with a warning.
+    ``none`` runs the shell as a plain child process."""
     interrupt_grace: float = Field(default=1.0, gt=0)
     """Seconds a timed-out command gets to stop after SIGINT before it is killed."""
     start_timeout: float = Field(default=30, gt=0)

@@ -206,7 +206,8 @@ def build_pod(task: Task, name: str, config: KubernetesSandboxConfig) -> dict[st
         "command": [spec.shell, "-c", KEEPALIVE],
         "workingDir": sandbox_workdir(task, spec),
         "env": env,
-        "resources": spec.resources.to_wire(),
+        # Defaults for what the spec leaves unset: an unbounded sandbox could take the node.
+        "resources": spec.container_resources(),
         "securityContext": container_security,
         "stdin": False,
         "tty": False,

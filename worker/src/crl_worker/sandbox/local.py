@@ -25,6 +25,14 @@ in this order:
    ``/usr/local/bin``, where ``pip install`` of the system Python puts its console scripts).
 
 A ``PATH`` in ``task.env`` replaces all of it.
+
+Leftovers: each sandbox's folder holds a lock file while open (:mod:`crl_worker.sandbox.leftovers`);
+making a sandbox removes the folders under the same root whose worker is gone.
+
+Isolation (``isolation``, see :mod:`crl_worker.sandbox.isolation`): the shell and the base-state
+scripts run in PID and mount namespaces of their own where the machine allows, so the sandbox sees
+only its own processes and every process it started dies when it closes. Inside, ``$$`` of the
+shell is 1 and the pids the agent sees are the namespace's.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from crl_worker.errors import SandboxError
-from crl_worker.sandbox import repos
+from crl_worker.sandbox import isolation, leftovers, repos
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.interpreters import (
     Interpreter,
@@ -118,6 +126,7 @@ class LocalSandbox(ShellSandbox):
         self.root: Path | None = None
         self.venv: Path | None = None
         self.interpreter: Interpreter | None = None
+        self._owner: int | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -126,8 +135,9 @@ class LocalSandbox(ShellSandbox):
 
     @property
     def shell_pid(self) -> int | None:
-        """Process id of the session's shell (None when no session is open)."""
-        return self.transport.pid
+        """Process id of the session's shell on this machine (None when no session is open;
+        inside the sandbox's PID namespace the shell is process 1)."""
+        return self.transport.shell_pid
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -153,8 +163,12 @@ class LocalSandbox(ShellSandbox):
         root = Path(self.config.root).expanduser() if self.config.root else None
         if root is not None:
             root.mkdir(parents=True, exist_ok=True)
+        # Folders of workers that died (SIGKILL, a crash) go now: nothing else would remove them.
+        await asyncio.to_thread(leftovers.sweep, root or Path(tempfile.gettempdir()))
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", task.instance_id)[:60]
-        self.root = Path(tempfile.mkdtemp(prefix=f"crl-{safe}-", dir=root))
+        self.root = Path(tempfile.mkdtemp(prefix=f"{leftovers.FOLDER_PREFIX}{safe}-", dir=root))
+        self._owner = leftovers.claim(self.root)
+        leftovers.register(id(self), self._cleanup_at_exit)
         repo = self.root / (re.sub(r"[^A-Za-z0-9._-]+", "_", task.name) or "repo")
         await repos.checkout(task, repo, timeout=task.timeouts.setup)
         self.workdir = str(repo)
@@ -173,6 +187,7 @@ class LocalSandbox(ShellSandbox):
             env.update(self._java_env(env["PATH"]))
         env.update(task.env)
         self.transport.env = env
+        self.transport.prefix = await isolation.shell_prefix(self.config.isolation, name=self.name)
 
         await self.open_session()
         for number, command in enumerate(task.install, 1):
@@ -291,6 +306,19 @@ class LocalSandbox(ShellSandbox):
         """Kill the session's processes and remove the sandbox's folder. Safe to call twice."""
         if self._closed:
             return
-        await super().close()
+        try:
+            await super().close()
+        finally:
+            leftovers.unregister(id(self))
+            if self.root is not None:
+                if not self.config.keep:
+                    await asyncio.to_thread(shutil.rmtree, self.root, True)
+                if self._owner is not None:
+                    leftovers.release(self.root, self._owner, keep=self.config.keep)
+                    self._owner = None
+
+    def _cleanup_at_exit(self) -> None:
+        """At interpreter exit, for a sandbox still open: kill its processes, remove its folder."""
+        self.transport.kill_now()
         if self.root is not None and not self.config.keep:
-            await asyncio.to_thread(shutil.rmtree, self.root, True)
+            shutil.rmtree(self.root, ignore_errors=True)

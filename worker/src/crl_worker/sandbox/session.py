@@ -39,6 +39,7 @@ shell) after a grace period. If the shell still does not answer, the session is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import secrets
@@ -46,12 +47,14 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: The command line that starts the session's shell in every backend.
 SHELL_ARGV: tuple[str, ...] = ("bash", "--noprofile", "--norc", "--noediting", "-i")
@@ -341,19 +344,30 @@ class ShellSession:
                 f". /dev/fd/3 3<<<{quote_command(command)} </dev/null 2>&1 || __crl_rc=$?; "
                 f"printf '%s%s%d\\n' {self._n1} {self._n2}E \"$__crl_rc\"\n"
             )
+            # Where the stream is when a timeout strikes: before the begin marker (the shell may
+            # still be reading the line), in the output, or between the end marker and its code.
+            phase = "begin"
             try:
                 await self._send(line)
                 try:
                     async with asyncio.timeout(timeout):
                         await self._skip_to(self._begin)
+                        phase = "output"
                         await self._scan(self._end, collector.feed)
+                        phase = "code"
                         exit_code = await self._read_exit_code()
                 except TimeoutError:
-                    await self._interrupt(collector)
-                    head, tail, omitted = collector.result()
-                    return SessionResult(
-                        None, head, tail, omitted, True, time.monotonic() - started
-                    )
+                    if phase == "code":
+                        # The command had ended: its exit code is in flight, not late.
+                        exit_code = await self._finish(self._read_exit_code(), "its exit code")
+                    else:
+                        if phase == "begin":
+                            await self._finish(self._skip_to(self._begin), "the command")
+                        await self._interrupt(collector)
+                        head, tail, omitted = collector.result()
+                        return SessionResult(
+                            None, head, tail, omitted, True, time.monotonic() - started
+                        )
             except asyncio.CancelledError:
                 # The stream is now somewhere inside a frame: the session cannot be trusted.
                 await self._die()
@@ -371,6 +385,26 @@ class ShellSession:
 
     # --- internals -------------------------------------------------------------------------
 
+    async def _finish(self, step: Awaitable[T], what: str) -> T:
+        """Complete a step of reading a frame that a timeout cut short, within a grace period.
+
+        A timeout that strikes before the begin marker is not acted on at once: until the shell
+        has started the command it may still be reading the command line, and bash drops the
+        input it has buffered when SIGINT arrives, so the sync line written after the signal
+        was lost now and then (the session then died), and the begin marker ended up in the
+        output. Once the shell has printed it, it has parsed the whole line.
+        """
+        grace = max(5.0, self._interrupt_grace + self._kill_grace)
+        try:
+            async with asyncio.timeout(grace):
+                return await step
+        except TimeoutError:
+            await self._die()
+            raise SandboxError(
+                f"{self._name}: the shell sent no {what} within {grace:.0f} s of a timeout; "
+                "the sandbox must be recreated"
+            ) from None
+
     async def _interrupt(self, collector: OutputCollector) -> None:
         """Stop the running command and read up to a fresh sync marker."""
         assert self.shell is not None
@@ -378,35 +412,53 @@ class ShellSession:
         sync = f"{self._n1}{self._n2}S{self._syncs}\n".encode()
         sync_line = f"printf '%s%s\\n' {self._n1} {self._n2}S{self._syncs}\n"
         logger.info("%s: command timed out, interrupting", self._name)
+        scan: asyncio.Future[None] | None = None
         try:
             await self._signaller(signal.SIGINT, self.shell)
             await self._send(sync_line)
-            for sig, grace in ((None, self._interrupt_grace), (signal.SIGKILL, self._kill_grace)):
-                if sig is not None:
-                    logger.warning(
-                        "%s: the command ignored SIGINT; killing its processes", self._name
+            scan = asyncio.ensure_future(self._scan(sync, collector.feed))
+            if not await self._await_sync(scan, sync_line, self._interrupt_grace):
+                logger.warning("%s: the command ignored SIGINT; killing its processes", self._name)
+                await self._signaller(signal.SIGKILL, self.shell)
+                if not await self._await_sync(scan, sync_line, self._kill_grace):
+                    await self._die()
+                    raise SandboxError(
+                        f"{self._name}: the shell did not come back after a timed-out command "
+                        "was interrupted and killed; the sandbox must be recreated"
                     )
-                    await self._signaller(sig, self.shell)
-                try:
-                    async with asyncio.timeout(grace):
-                        await self._scan(sync, collector.feed)
-                    break
-                except TimeoutError:
-                    continue
-            else:
-                await self._die()
-                raise SandboxError(
-                    f"{self._name}: the shell did not come back after a timed-out command "
-                    "was interrupted and killed; the sandbox must be recreated"
-                )
         except SandboxError:
             raise
         except Exception as exc:
             await self._die()
             raise SandboxError(f"{self._name}: interrupting the command failed: {exc}") from exc
+        finally:
+            if scan is not None and not scan.done():
+                scan.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await scan
         # The command may have ended on its own (and printed its end marker) just before the
         # signal; that line is framing, not output.
         collector.strip_suffix(self._end_line)
+
+    async def _await_sync(self, scan: asyncio.Future[None], sync_line: str, grace: float) -> bool:
+        """Wait up to ``grace`` seconds for ``scan`` (the read up to the sync marker); whether it
+        completed. The sync line is sent again, with backoff, while it is not answered: bash
+        drops the input it has buffered when a SIGINT reaches it while it reads (the command
+        having just ended), and a line sent right after the signal was lost now and then. A
+        copy answered after the first is stray output, skipped before the next command."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        interval = 0.05
+        while True:
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            done, _ = await asyncio.wait({scan}, timeout=min(interval, left))
+            if done:
+                scan.result()
+                return True
+            await self._send(sync_line)
+            interval = min(interval * 2, 0.5)
 
     async def _send(self, line: str) -> None:
         try:

@@ -33,7 +33,7 @@ import os
 import posixpath
 import shlex
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -124,23 +124,81 @@ def _processes(*, pgid: int | None = None, sid: int | None = None) -> list[int]:
     return found
 
 
+def _children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid`` (Linux ``/proc``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                line = handle.read()
+        except OSError:
+            continue
+        if int(line[line.rfind(b")") + 2 :].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _descendant_shell(pid: int) -> int | None:
+    """The process under ``pid`` that runs the shell: its only child (following the chain of
+    single children while their command is not the shell's), or None when there is none yet."""
+    current = pid
+    for _ in range(4):
+        try:
+            with open(f"/proc/{current}/task/{current}/children", "rb") as handle:
+                children = handle.read().split()
+        except OSError:  # a kernel without CONFIG_PROC_CHILDREN: by parent pid
+            children = [str(child).encode() for child in _children(current)]
+        if len(children) != 1:
+            return None
+        current = int(children[0])
+        try:
+            with open(f"/proc/{current}/comm", "rb") as handle:
+                if handle.read().strip() == b"bash":
+                    return current
+        except OSError:
+            return None
+    return None
+
+
 class LocalTransport:
     """This machine: the shell is a child process in a session of its own, signals are
-    ``os.kill``, files are the file system, scripts run with the worker's environment minus
+    ``os.kill``, files are the file system, scripts run with the shell's environment minus
     its ``GIT_*`` variables.
 
     ``env`` is the shell's whole environment (the local backend fills it while provisioning).
+    ``prefix`` is a command the shell starts through: the local backend's namespaces
+    (:mod:`crl_worker.sandbox.isolation`), in which the shell is process 1 of its own PID
+    namespace; the pids the shell reports about itself are then the namespace's, and the
+    transport finds the host's from ``/proc``.
     """
 
-    def __init__(self, env: Mapping[str, str] | None = None, *, name: str = "local") -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        *,
+        name: str = "local",
+        prefix: Sequence[str] = (),
+    ) -> None:
         self.env: dict[str, str] = dict(env or {})
         self.name = name
+        self.prefix: list[str] = list(prefix)
         self._proc: asyncio.subprocess.Process | None = None
+        self._shell: tuple[int, int] | None = None
 
     @property
     def pid(self) -> int | None:
-        """Process id of the current shell (None when none was started, or it was ended)."""
+        """Process id of the process the transport started for the current shell (the shell,
+        or the ``prefix`` command in front of it); None when none was started, or it was ended."""
         return self._proc.pid if self._proc is not None else None
+
+    @property
+    def shell_pid(self) -> int | None:
+        """Process id, on this machine's side of any namespace, of the current shell itself
+        (None when there is none, or it has not started yet)."""
+        found = self._host_shell()
+        return found[0] if found is not None else None
 
     @property
     def shell_open(self) -> bool:
@@ -150,6 +208,7 @@ class LocalTransport:
     async def open_shell(self, workdir: str) -> tuple[ByteReader, ByteWriter]:
         """Start the shell as a child process with piped standard input and output."""
         proc = await asyncio.create_subprocess_exec(
+            *self.prefix,
             *SHELL_ARGV,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -161,41 +220,94 @@ class LocalTransport:
         )
         assert proc.stdin is not None and proc.stdout is not None
         self._proc = proc
+        self._shell = None
         return proc.stdout, proc.stdin
+
+    def _host_shell(self) -> tuple[int, int] | None:
+        """(pid, process group) of the shell on this machine's side of any namespace."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if not self.prefix:
+            return proc.pid, proc.pid
+        if self._shell is None:
+            # The prefix execs its way to unshare, which forks the shell: the one child of
+            # the process started. Being process 1, the shell leads a process group of its own.
+            shell = _descendant_shell(proc.pid)
+            if shell is None:
+                return None
+            stat = _proc_stat(str(shell))
+            if stat is None:
+                return None
+            self._shell = (shell, stat[0])
+        return self._shell
 
     async def signal(self, sig: int, shell: ShellProcess) -> None:
         """SIGINT to the shell's process group; any other signal to the group but the shell."""
+        del shell  # the shell's own pids are its namespace's; the transport knows the host's
+        found = self._host_shell()
+        if found is None:
+            if self._proc is not None and self._proc.returncode is None:
+                logger.warning("%s: cannot find the shell's process to signal", self.name)
+            return
+        shell_pid, pgid = found
         if sig == signal.SIGINT:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(shell.pgid, sig)
+                os.killpg(pgid, sig)
             return
-        for pid in _processes(pgid=shell.pgid):
-            if pid != shell.pid:
+        spared = {shell_pid, self._proc.pid if self._proc is not None else shell_pid}
+        for pid in _processes(pgid=pgid):
+            if pid not in spared:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
 
     async def end_shell(self, shell: ShellProcess | None) -> None:
         """SIGKILL the shell and everything in its session (background jobs included), and
-        wait for the shell."""
+        wait for the shell. In a PID namespace, killing the shell (its process 1) kills every
+        process of the namespace, detached ones included."""
         del shell  # the process handle says more than the shell's own report
-        proc, self._proc = self._proc, None
+        self.kill_now()
+        proc, self._proc, self._shell = self._proc, None, None
         if proc is None:
             return
-        for pid in [proc.pid, *_processes(sid=proc.pid)]:
+        # Not proc.wait(): it also waits for the pipes to close, which a process that left the
+        # session (setsid) and still holds the shell's output never does without namespaces —
+        # that stalled every close for 10 s, and the transport then outlived the event loop
+        # ('Event loop is closed' at exit). The exit status alone says the shell is gone.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while proc.returncode is None and loop.time() < deadline:
+            await asyncio.sleep(0.005)
+        if proc.returncode is None:
+            logger.warning("%s: the shell (pid %d) did not exit after SIGKILL", self.name, proc.pid)
+        # Close our ends of the pipes now, while the loop runs (asyncio has no public handle
+        # on the process's transport).
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()
+
+    def kill_now(self) -> None:
+        """SIGKILL the shell and what it started, without waiting (interpreter exit)."""
+        found = self._host_shell()
+        proc = self._proc
+        if proc is None:
+            return
+        first = [found[0]] if found is not None else []
+        for pid in [*first, proc.pid, *_processes(sid=proc.pid)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        try:
-            await asyncio.wait_for(proc.wait(), 10)
-        except TimeoutError:
-            logger.warning("%s: the shell (pid %d) did not exit after SIGKILL", self.name, proc.pid)
 
     async def run_script(
         self, script: str, workdir: str, *, timeout: float
     ) -> tuple[int, bytes, bytes]:
-        """Run ``bash -c script`` in ``workdir`` without input."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        """Run ``bash -c script`` in ``workdir`` without input, with the shell's environment
+        (never the worker's: the repository's configuration is the agent's to write, and git
+        may run what it names)."""
+        env = {k: v for k, v in (self.env or os.environ).items() if not k.startswith("GIT_")}
         return await run_captured(
-            script_command(script),
+            # Through the prefix too: what git runs from the repository's configuration sees no
+            # other process and dies with the script.
+            [*self.prefix, *script_command(script)],
             what=f"{self.name}: a script in {workdir}",
             cwd=workdir,
             env=env,
