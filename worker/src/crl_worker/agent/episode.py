@@ -7,6 +7,12 @@ Time: ``agent.timeoutSeconds`` covers the agent and the evaluation together, fro
 the sandbox is up. The agent's deadline keeps back :data:`EVALUATION_SHARE` of it (at most the
 task's test timeout) for the evaluation; the evaluation gets whatever the agent left, and never
 less than that reserve.
+
+Integrity: a resolved verdict from the agent's sandbox (or a run there that reported no tests)
+is graded again in a fresh sandbox from the same factory with only the candidate's source
+changes and canary tests (:mod:`crl_worker.harness.integrity`); an unresolved one stands. The second grading comes on
+top of ``agent.timeoutSeconds`` (at most the task's test timeout, and the sandbox's start).
+``$CRL_GRADING_CONFIRM=0`` or ``integrity=False`` turns it off.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from crl_worker.agent.loop import AgentCancelled, run_agent
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec
 from crl_worker.harness.evaluate import evaluate
+from crl_worker.harness.integrity import confirm, confirmation_enabled, needs_confirmation
 from crl_worker.harness.result import EvalResult
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
@@ -67,9 +74,14 @@ async def agent_then_evaluate(
     *,
     started_at: datetime,
     keep_cancelled: KeepCancelled,
+    confirm_factory: Callable[[Task], Sandbox] | None = None,
 ) -> Trajectory:
     """Run the agent, then (unless it ended on an infrastructure failure) the evaluation in the
     same sandbox; the trajectory carries the evaluation and no reward.
+
+    With ``confirm_factory``, a resolved verdict (or a run that reported no tests) is graded
+    again in a fresh sandbox it makes (:func:`confirm_resolved`); without, the in-sandbox
+    verdict stands.
 
     A cancellation hands the trajectory so far to ``keep_cancelled`` and goes on; anything the
     agent loop or the harness raise unexpectedly ends only this episode, as an infrastructure
@@ -102,6 +114,13 @@ async def agent_then_evaluate(
         evaluation = await evaluate(
             sandbox, task, timeout=min(task.timeouts.test, max(remaining, reserve))
         )
+        if confirm_factory is not None and needs_confirmation(evaluation):
+            diff = trajectory.diff
+            if not diff.strip():
+                # The agent loop could not take the final diff; the harness's changes (the
+                # test patch) are stripped from this one anyway.
+                diff = await sandbox.diff()
+            evaluation = await confirm_resolved(task, evaluation, diff, confirm_factory, label)
     except asyncio.CancelledError:
         ended = trajectory.exit_reason
         trajectory.exit_reason = "cancelled"
@@ -122,6 +141,37 @@ async def agent_then_evaluate(
     return trajectory
 
 
+async def confirm_resolved(
+    task: Task,
+    first: EvalResult,
+    diff: str,
+    factory: Callable[[Task], Sandbox],
+    label: str,
+) -> EvalResult:
+    """Grade ``first`` (resolved, or no tests reported) again in a fresh sandbox from ``factory`` with only the
+    source changes of ``diff`` (:func:`crl_worker.harness.integrity.confirm`), then close that
+    sandbox. A sandbox that does not start leaves the episode without a verdict (an
+    infrastructure error), never with the unconfirmed one."""
+    fresh: Sandbox | None = None
+    try:
+        try:
+            fresh = factory(task)
+            await fresh.start()
+        except Exception as exc:
+            logger.warning("%s: the integrity check's sandbox did not start: %s", label, exc)
+            error = f"the integrity check's sandbox did not start: {exc}"
+            return first.model_copy(
+                update={
+                    "resolved": False,
+                    "infrastructure_error": first.infrastructure_error or error,
+                }
+            )
+        return await confirm(fresh, task, first, diff, timeout=task.timeouts.test)
+    finally:
+        if fresh is not None:
+            await close_sandbox(fresh, f"{label} (integrity check)")
+
+
 async def run_episode(
     task: Task,
     attempt: int,
@@ -130,10 +180,16 @@ async def run_episode(
     agent: AgentSpec,
     *,
     keep_cancelled: KeepCancelled,
+    integrity: bool | None = None,
 ) -> tuple[Trajectory, bool]:
     """A whole episode: start a sandbox, :func:`agent_then_evaluate` in it, close it (to the end,
     even when cancelled). Returns the trajectory and whether the sandbox started; a sandbox that
-    does not start is an infrastructure failure of this episode only."""
+    does not start is an infrastructure failure of this episode only.
+
+    ``integrity`` (default: :func:`~crl_worker.harness.integrity.confirmation_enabled`, on)
+    confirms a resolved verdict in a second sandbox from ``sandbox_factory``."""
+    if integrity is None:
+        integrity = confirmation_enabled()
     started_at = datetime.now(UTC)
     t0 = time.monotonic()
     label = f"{task.instance_id}#{attempt}"
@@ -154,6 +210,7 @@ async def run_episode(
             agent,
             started_at=started_at,
             keep_cancelled=keep_cancelled,
+            confirm_factory=sandbox_factory if integrity else None,
         )
         return trajectory, True
     finally:
