@@ -26,6 +26,7 @@ import fcntl
 import logging
 import os
 import shutil
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -270,7 +271,15 @@ async def dissociate(repo: Path, *, what: str, timeout: float) -> None:
     """Keep in ``repo`` only the objects reachable from ``HEAD`` and stop borrowing from the
     repository it was cloned from with ``--shared`` (see the module docs): expire every reflog,
     pack what ``HEAD`` reaches (borrowed objects included) and remove the alternates file."""
+    head = (await git("rev-parse", "HEAD", cwd=repo, what=what)).decode().strip()
     await git("reflog", "expire", "--expire=all", "--all", cwd=repo, what=what)
+    # One entry back, naming only the base, so that git still says "HEAD detached at <base>".
+    logs = repo / ".git" / "logs"
+    logs.mkdir(exist_ok=True)
+    (logs / "HEAD").write_text(
+        f"{'0' * len(head)} {head} coderepairrl <sandbox@coderepair.io> {int(time.time())} +0000\t"
+        f"checkout: moving from {head} to {head}\n"
+    )
     alternates = repo / ".git" / "objects" / "info" / "alternates"
     if not alternates.exists():
         return
