@@ -34,7 +34,8 @@ from crl_worker.agent.episode import run_episode
 from crl_worker.agent.gold import GoldPolicy
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec, TaskSource
-from crl_worker.harness.result import EvalResult
+from crl_worker.harness import canary, integrity
+from crl_worker.harness.result import EvalResult, TestStatus
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task
@@ -519,3 +520,84 @@ def test_attack_is_graded_unresolved(attack: Attack, outcomes: dict[str, Traject
 def test_gold_still_resolves(instance: str, outcomes: dict[str, Trajectory]) -> None:
     result = _evaluation(outcomes[f"gold:{instance}"])
     assert result.resolved, result.log[-3000:]
+
+
+# --- the pieces, without sandboxes --------------------------------------------------------------
+
+
+def _block(path: str, old: str = "a", new: str = "b") -> str:
+    return (
+        f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1 @@\n-{old}\n+{new}\n"
+    )
+
+
+def test_source_diff_keeps_source_and_strips_test_infrastructure() -> None:
+    test_patch = _block("tests/test_ops.py")
+    diff = "".join(
+        _block(p)
+        for p in (
+            "intervals/ops.py",
+            "tests/test_ops.py",
+            "conftest.py",
+            "pkg/conftest.py",
+            "setup.cfg",
+            "tox.ini",
+            "pytest.ini",
+            "pyproject.toml",
+            "evil.pth",
+            "sitecustomize.py",
+            "pkg/test_helpers.py",
+            "src/test/java/FooTest.java",
+            "pom.xml",
+            ".github/workflows/ci.yml",
+            "django/test/runner.py",
+        )
+    )
+    source, stripped = integrity.source_diff(diff, test_patch)
+    assert integrity.touched_files(source) == ["intervals/ops.py", "django/test/runner.py"]
+    assert "tests/test_ops.py" in stripped and "conftest.py" in stripped
+    assert len(stripped) == 13
+    # A rename into test infrastructure counts by both names.
+    rename = (
+        "diff --git a/pkg/plugin.py b/conftest.py\nsimilarity index 100%\n"
+        "rename from pkg/plugin.py\nrename to conftest.py\n"
+    )
+    assert integrity.source_diff(rename)[0] == ""
+    assert integrity.source_diff("") == ("", [])
+
+
+def test_canary_ids_match_the_runner(tmp_path: Path) -> None:
+    tasks = _suite()
+    pytest_canary = canary.make_canary(tasks[PYTEST])
+    unittest_canary = canary.make_canary(tasks[UNITTEST])
+    assert pytest_canary is not None and unittest_canary is not None
+    assert pytest_canary.path == "tests/test_ops.py" and len(pytest_canary.ids) == 3
+    assert all(i.startswith("tests/test_ops.py::") for i in pytest_canary.ids)
+    assert all("(tests.test_cache.Test" in i for i in unittest_canary.ids)
+    # Fresh names each time: nothing to special-case.
+    assert canary.make_canary(tasks[PYTEST]) != pytest_canary
+    failing = {i: TestStatus.FAILED for i in pytest_canary.ids}
+    assert canary.tampered(pytest_canary, failing) is None
+    passing = {**failing, pytest_canary.ids[2]: TestStatus.PASSED}
+    assert "tampered" in (canary.tampered(pytest_canary, passing) or "")
+    assert canary.tampered(pytest_canary, {}) is not None  # not run at all
+
+
+def test_a_tampered_result_scores_zero_never_none() -> None:
+    result = EvalResult(
+        instance_id="x",
+        resolved=False,
+        fail_to_pass_fraction=1.0,
+        pass_to_pass_fraction=1.0,
+        tampered="canary passed",
+    )
+    assert rewards.tests_score(result) == 0.0
+    assert rewards.tests_score(result, "fraction") == 0.0
+
+
+def test_the_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CRL_GRADING_CONFIRM", raising=False)
+    assert integrity.confirmation_enabled()
+    for off in ("0", "false", "off"):
+        monkeypatch.setenv("CRL_GRADING_CONFIRM", off)
+        assert not integrity.confirmation_enabled()

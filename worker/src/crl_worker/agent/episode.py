@@ -8,9 +8,10 @@ the sandbox is up. The agent's deadline keeps back :data:`EVALUATION_SHARE` of i
 task's test timeout) for the evaluation; the evaluation gets whatever the agent left, and never
 less than that reserve.
 
-Integrity: a resolved verdict from the agent's sandbox (or a run there that reported no tests)
-is graded again in a fresh sandbox from the same factory with only the candidate's source
-changes and canary tests (:mod:`crl_worker.harness.integrity`); an unresolved one stands. The second grading comes on
+Integrity (:func:`run_episode`): a resolved verdict from the agent's sandbox (or a run there
+that reported no tests) is graded again, once that sandbox is closed, in a fresh one from the
+same factory with only the candidate's source changes and canary tests
+(:mod:`crl_worker.harness.integrity`); an unresolved one stands. The second grading comes on
 top of ``agent.timeoutSeconds`` (at most the task's test timeout, and the sandbox's start).
 ``$CRL_GRADING_CONFIRM=0`` or ``integrity=False`` turns it off.
 """
@@ -74,14 +75,9 @@ async def agent_then_evaluate(
     *,
     started_at: datetime,
     keep_cancelled: KeepCancelled,
-    confirm_factory: Callable[[Task], Sandbox] | None = None,
 ) -> Trajectory:
     """Run the agent, then (unless it ended on an infrastructure failure) the evaluation in the
     same sandbox; the trajectory carries the evaluation and no reward.
-
-    With ``confirm_factory``, a resolved verdict (or a run that reported no tests) is graded
-    again in a fresh sandbox it makes (:func:`confirm_resolved`); without, the in-sandbox
-    verdict stands.
 
     A cancellation hands the trajectory so far to ``keep_cancelled`` and goes on; anything the
     agent loop or the harness raise unexpectedly ends only this episode, as an infrastructure
@@ -114,13 +110,6 @@ async def agent_then_evaluate(
         evaluation = await evaluate(
             sandbox, task, timeout=min(task.timeouts.test, max(remaining, reserve))
         )
-        if confirm_factory is not None and needs_confirmation(evaluation):
-            diff = trajectory.diff
-            if not diff.strip():
-                # The agent loop could not take the final diff; the harness's changes (the
-                # test patch) are stripped from this one anyway.
-                diff = await sandbox.diff()
-            evaluation = await confirm_resolved(task, evaluation, diff, confirm_factory, label)
     except asyncio.CancelledError:
         ended = trajectory.exit_reason
         trajectory.exit_reason = "cancelled"
@@ -148,8 +137,8 @@ async def confirm_resolved(
     factory: Callable[[Task], Sandbox],
     label: str,
 ) -> EvalResult:
-    """Grade ``first`` (resolved, or no tests reported) again in a fresh sandbox from ``factory`` with only the
-    source changes of ``diff`` (:func:`crl_worker.harness.integrity.confirm`), then close that
+    """Grade ``first`` (resolved, or no tests reported) again in a fresh sandbox from
+    ``factory`` with only the source changes of ``diff`` (:func:`crl_worker.harness.integrity.confirm`), then close that
     sandbox. A sandbox that does not start leaves the episode without a verdict (an
     infrastructure error), never with the unconfirmed one."""
     fresh: Sandbox | None = None
@@ -186,14 +175,17 @@ async def run_episode(
     even when cancelled). Returns the trajectory and whether the sandbox started; a sandbox that
     does not start is an infrastructure failure of this episode only.
 
-    ``integrity`` (default: :func:`~crl_worker.harness.integrity.confirmation_enabled`, on)
-    confirms a resolved verdict in a second sandbox from ``sandbox_factory``."""
+    ``integrity`` (default: :func:`~crl_worker.harness.integrity.confirmation_enabled`, on):
+    a resolved verdict, or a run that reported no tests, is graded again in a second sandbox
+    from ``sandbox_factory`` (:func:`confirm_resolved`), made once the agent's is closed, so an
+    episode never holds two."""
     if integrity is None:
         integrity = confirmation_enabled()
     started_at = datetime.now(UTC)
     t0 = time.monotonic()
     label = f"{task.instance_id}#{attempt}"
     sandbox: Sandbox | None = None
+    diff: str | None = None
     try:
         try:
             sandbox = sandbox_factory(task)
@@ -210,12 +202,37 @@ async def run_episode(
             agent,
             started_at=started_at,
             keep_cancelled=keep_cancelled,
-            confirm_factory=sandbox_factory if integrity else None,
         )
-        return trajectory, True
+        if integrity and trajectory.evaluation and needs_confirmation(trajectory.evaluation):
+            diff = trajectory.diff
+            if not diff.strip():
+                # The agent loop could not take the final diff (or there is none); the test
+                # patch the harness applied is stripped from this one anyway.
+                try:
+                    diff = await sandbox.diff()
+                except Exception as exc:
+                    logger.warning("%s: no diff for the integrity check: %s", label, exc)
     finally:
         if sandbox is not None:
             await close_sandbox(sandbox, label)
+    if diff is not None and trajectory.evaluation is not None:
+        try:
+            trajectory.evaluation = await confirm_resolved(
+                task, trajectory.evaluation, diff, sandbox_factory, label
+            )
+        except asyncio.CancelledError:
+            trajectory.exit_reason = "cancelled"
+            trajectory.error = "the run was stopped during the integrity check"
+            await keep_cancelled(trajectory)
+            raise
+        except Exception as exc:
+            logger.exception("%s: the integrity check failed", label)
+            trajectory.evaluation = EvalResult(
+                instance_id=task.instance_id,
+                resolved=False,
+                infrastructure_error=f"the integrity check failed: {exc!r}",
+            )
+    return trajectory, True
 
 
 async def to_the_end(awaitable: Awaitable[T], label: str, what: str) -> T:

@@ -94,7 +94,7 @@ def source_diff(diff: str, test_patch: str = "") -> tuple[str, list[str]]:
     starts = [m.start() for m in _BLOCK.finditer(diff)]
     kept: list[str] = []
     stripped: list[str] = []
-    for start, end in zip(starts, [*starts[1:], len(diff)], strict=True):
+    for start, end in zip(starts, [*starts[1:], len(diff)][: len(starts)], strict=True):
         block = diff[start:end]
         paths = touched_files(block)
         if any(p in test_files or is_test_infrastructure(p) for p in paths):
