@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from crl_worker.api.common import AgentSpec, TaskSource
 from crl_worker.harness import canary, integrity
 from crl_worker.harness.result import EvalResult, TestStatus
 from crl_worker.sandbox.base import Sandbox
+from crl_worker.sandbox.gitstate import SNAPSHOT_SCRIPT
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.sources import load_source
@@ -601,3 +603,46 @@ def test_the_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     for off in ("0", "false", "off"):
         monkeypatch.setenv("CRL_GRADING_CONFIRM", off)
         assert not integrity.confirmation_enabled()
+
+
+def test_the_snapshot_drops_history_beyond_the_base(tmp_path: Path) -> None:
+    """What an image's repository may hold (SWE-bench images clone the whole repository, then
+    reset to the base): a remote-tracking branch at the fix, a reflog entry from before the
+    reset, their objects packed. Every backend's snapshot script runs in the repository."""
+    repo = tmp_path / "image-repo"
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return done.stdout.strip() if done.returncode == 0 else f"exit {done.returncode}"
+
+    repo.mkdir()
+    git("init", "-q")
+    for n in range(3):
+        (repo / "f.py").write_text(f"x = {n}\n")
+        git("add", "f.py")
+        git("commit", "-qm", f"commit {n}")
+    fix = git("rev-parse", "HEAD")
+    git("update-ref", "refs/remotes/origin/main", fix)
+    git("tag", "v-fixed", fix)
+    git("reset", "-q", "--hard", "HEAD~1")
+    base = git("rev-parse", "HEAD")
+    git("gc", "-q")
+    assert git("cat-file", "-t", fix) == "commit"
+    done = subprocess.run(
+        ["bash", "-c", SNAPSHOT_SCRIPT], cwd=repo, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert git("cat-file", "-t", fix) == "exit 128"
+    assert fix not in git("cat-file", "--batch-all-objects", "--batch-check")
+    assert set(git("log", "--all", "-g", "--format=%H").split()) <= {base}
+    # The branch at the base stays; the remote-tracking branch and the tag at the fix do not.
+    assert git("for-each-ref", "--format=%(refname)") in ("refs/heads/master", "refs/heads/main")
+    assert git("rev-parse", "HEAD") == base
