@@ -7,9 +7,11 @@ real episode: the in-sandbox evaluation and, where it says resolved, the integri
 unresolved, and as an answer (reward 0), not as an infrastructure error that training would
 leave out.
 
-Backends: ``local`` always; ``docker`` when ``tests/fixtures/docker.py`` provides the fixture
-``docker_sandbox_config`` (one more entry in :data:`BACKENDS`' fixture lookup, see
-:func:`sandbox_config`), skipped with the reason otherwise.
+Backends: ``local`` always; ``docker`` when ``tests/fixtures/docker.py`` is there (main's real
+engine: the ``docker_engine`` and ``docker_base`` fixtures of tests/conftest.py), skipped with
+the reason otherwise. The two attacked instances get task images built from the Debian base
+(:class:`~crl_worker.sandbox.images.TaskImageBuilder`), run without network; another backend is
+one more entry in :data:`BACKENDS` and one branch in :func:`sandbox_config`.
 
 All attacks of a backend run once, concurrently (a few at a time), in one module fixture; each
 attack's test reads its outcome. The gold patches resolve through the same episode path
@@ -39,6 +41,7 @@ from crl_worker.harness import canary, integrity
 from crl_worker.harness.result import EvalResult, TestStatus
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.gitstate import SNAPSHOT_SCRIPT
+from crl_worker.sandbox.images import TaskImageBuilder
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.sources import load_source
@@ -440,26 +443,45 @@ def _suite() -> dict[str, Task]:
     return {task.instance_id: task for task in loaded.tasks}
 
 
-#: Sandbox backends; docker needs its fixture (tests/fixtures/docker.py on main).
+#: Sandbox backends; docker needs the real engine's fixtures (tests/fixtures/docker.py).
 BACKENDS = [
     "local",
     pytest.param(
         "docker",
         marks=pytest.mark.skipif(
             not (ROOT / "tests" / "fixtures" / "docker.py").exists(),
-            reason="tests/fixtures/docker.py (the docker_sandbox_config fixture) is absent",
+            reason="tests/fixtures/docker.py (the docker_engine fixture) is absent",
         ),
     ),
 ]
 
 
+@dataclass(frozen=True)
+class Backend:
+    """A sandbox config, and the tasks as that backend runs them (with their images)."""
+
+    config: dict[str, Any]
+    tasks: dict[str, Task]
+
+
 @pytest.fixture(scope="module", params=BACKENDS)
-def sandbox_config(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The sandbox config of one backend."""
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """One backend, with the suite's tasks ready for it."""
+    tasks = _suite()
     if request.param == "local":
-        return {"type": "local"}
-    config: dict[str, Any] = request.getfixturevalue("docker_sandbox_config")
-    return config
+        return Backend({"type": "local"}, tasks)
+    engine = request.getfixturevalue("docker_engine")
+    builder = TaskImageBuilder(
+        engine.client(), bases={"python": request.getfixturevalue("docker_base")}
+    )
+    wanted = [tasks[PYTEST], tasks[UNITTEST]]
+    built = asyncio.run(builder.build_all(wanted, jobs=2))
+    assert [r.error for r in built] == [None, None]
+    for task, result in zip(wanted, built, strict=True):
+        tasks[task.instance_id] = task.model_copy(update={"image": result.image})
+    # No network: what the tests need is in the image.
+    config = {"type": "docker", "base_url": engine.host, "network": "none", "pull": "never"}
+    return Backend(config, tasks)
 
 
 async def _episode(
@@ -477,12 +499,12 @@ async def _episode(
 
 
 @pytest.fixture(scope="module")
-def outcomes(sandbox_config: dict[str, Any]) -> dict[str, Trajectory]:
+def outcomes(backend: Backend) -> dict[str, Trajectory]:
     """Every attack, and the gold patch of each attacked instance, run once on this backend."""
-    tasks = _suite()
+    tasks = backend.tasks
 
     def factory(task: Task) -> Sandbox:
-        return create_sandbox(sandbox_config, task)
+        return create_sandbox(backend.config, task)
 
     async def main() -> dict[str, Trajectory]:
         gate = asyncio.Semaphore(int(os.environ.get("CRL_TEST_REDTEAM_JOBS", "4")))

@@ -9,7 +9,7 @@ task's test timeout) for the evaluation; the evaluation gets whatever the agent 
 less than that reserve.
 
 Integrity (:func:`run_episode`): a resolved verdict from the agent's sandbox (or a run there
-that reported no tests) is graded again, once that sandbox is closed, in a fresh one from the
+without a verdict) is graded again, once that sandbox is closed, in a fresh one from the
 same factory with only the candidate's source changes and canary tests
 (:mod:`crl_worker.harness.integrity`); an unresolved one stands. The second grading comes on
 top of ``agent.timeoutSeconds`` (at most the task's test timeout, and the sandbox's start).
@@ -137,7 +137,7 @@ async def confirm_resolved(
     factory: Callable[[Task], Sandbox],
     label: str,
 ) -> EvalResult:
-    """Grade ``first`` (resolved, or no tests reported) again in a fresh sandbox from
+    """Grade ``first`` (resolved, or without a verdict) again in a fresh sandbox from
     ``factory`` with only the source changes of ``diff`` (:func:`crl_worker.harness.integrity.confirm`), then close that
     sandbox. A sandbox that does not start leaves the episode without a verdict (an
     infrastructure error), never with the unconfirmed one."""
@@ -176,9 +176,9 @@ async def run_episode(
     does not start is an infrastructure failure of this episode only.
 
     ``integrity`` (default: :func:`~crl_worker.harness.integrity.confirmation_enabled`, on):
-    a resolved verdict, or a run that reported no tests, is graded again in a second sandbox
-    from ``sandbox_factory`` (:func:`confirm_resolved`), made once the agent's is closed, so an
-    episode never holds two."""
+    a resolved verdict, or an evaluation without one (an infrastructure error), is graded again
+    in a second sandbox from ``sandbox_factory`` (:func:`confirm_resolved`), made once the
+    agent's is closed, so an episode never holds two."""
     if integrity is None:
         integrity = confirmation_enabled()
     started_at = datetime.now(UTC)

@@ -14,10 +14,11 @@ graded (the fast path: most episodes, no extra cost). A **resolved** one is grad
    source code that rewrites the test framework from inside the test process.
 
 The second grading's verdict is the result (``confirmed`` says whether it held; ``tampered``
-whether the canary caught something). A run in the agent's sandbox that reported no tests at all
-(an environment error, which rewards leave out) is graded again the same way: the candidate may
-have broken the runner outside the repository, where the control run's reset does not reach;
-if the fresh sandbox reports tests, that verdict is the answer. See docs/security.md, "Grading
+whether the canary caught something). A run in the agent's sandbox with no verdict (an
+infrastructure or environment error, which rewards leave out) is graded again the same way: the
+candidate may have caused it (a runner broken outside the repository, where the control run's
+reset does not reach; a git filter that makes the test patch fail to apply); if the fresh sandbox
+gives a verdict, that is the answer. See docs/security.md, "Grading
 integrity".
 """
 
@@ -106,9 +107,11 @@ def source_diff(diff: str, test_patch: str = "") -> tuple[str, list[str]]:
 
 def needs_confirmation(result: EvalResult) -> bool:
     """Whether ``result`` (graded in the agent's sandbox) must be graded again in a fresh one:
-    it is resolved, or the test run ran and reported no tests (an environment error)."""
-    ran = result.environment_error is not None and bool(result.test_command)
-    return result.resolved or ran
+    it is resolved, or it has no verdict (an infrastructure or environment error: the agent may
+    have caused it, e.g. a git filter that makes the test patch fail to apply, a runner deleted
+    outside the repository). Not when nothing was selected to run: that is the task's own."""
+    nothing_selected = result.environment_error is not None and not result.test_command
+    return result.resolved or (result.infrastructure_error is not None and not nothing_selected)
 
 
 def confirmation_enabled() -> bool:
