@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 from pathlib import PurePosixPath
 
 from crl_worker.api.contract import Env
@@ -67,6 +68,9 @@ INFRASTRUCTURE_SUFFIXES = (".pth", ".pyc", ".pyo", ".so", ".jar", ".class")
 INFRASTRUCTURE_ROOTS = frozenset(
     {"test", "tests", "testing", ".github", ".circleci", ".mvn", "gradle", ".git"}
 )
+#: Test runners and their helpers that a module at the top of the repository would shadow (the
+#: runner starts in the workdir, first on ``sys.path``), besides the standard library's modules.
+RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "nose", "nose2", "unittest2"})
 _PY_TEST_NAME = re.compile(r"^(test_.*|.*_test)\.py$")
 _JAVA_TEST_NAME = re.compile(r"^(Test.*|.*(Test|Tests|TestCase|IT))\.java$")
 _BLOCK = re.compile(r"^diff --git ", re.MULTILINE)
@@ -87,10 +91,22 @@ def is_test_infrastructure(path: str) -> bool:
     )
 
 
+def shadows_a_module(path: str) -> bool:
+    """Whether ``path`` is a module or package at the top of the repository named like a
+    standard-library module or a test runner (``unittest/``, ``pytest.py``): the test command,
+    started in the workdir, would import it instead."""
+    p = PurePosixPath(path)
+    top = p.parts[0] if len(p.parts) > 1 else p.name.removesuffix(".py")
+    if len(p.parts) == 1 and p.suffix != ".py":
+        return False
+    return top in RUNNER_MODULES or top in sys.stdlib_module_names
+
+
 def source_diff(diff: str, test_patch: str = "") -> tuple[str, list[str]]:
     """The blocks of ``diff`` (a git diff) that change source files, and the paths left out:
-    every file the test patch touches and every :func:`is_test_infrastructure` path (a rename
-    counts by both names). Text before the first ``diff --git`` line is dropped."""
+    every file the test patch touches, every :func:`is_test_infrastructure` path, and new files
+    that :func:`shadows_a_module` (a rename counts by both names). Text before the first
+    ``diff --git`` line is dropped."""
     test_files = set(touched_files(test_patch))
     starts = [m.start() for m in _BLOCK.finditer(diff)]
     kept: list[str] = []
@@ -98,7 +114,11 @@ def source_diff(diff: str, test_patch: str = "") -> tuple[str, list[str]]:
     for start, end in zip(starts, [*starts[1:], len(diff)][: len(starts)], strict=True):
         block = diff[start:end]
         paths = touched_files(block)
-        if any(p in test_files or is_test_infrastructure(p) for p in paths):
+        added = "\nnew file mode " in block.split("\n@@", 1)[0]
+        if any(
+            p in test_files or is_test_infrastructure(p) or (added and shadows_a_module(p))
+            for p in paths
+        ):
             stripped += [p for p in paths if p not in stripped]
         else:
             kept.append(block)
