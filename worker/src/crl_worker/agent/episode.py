@@ -138,9 +138,10 @@ async def confirm_resolved(
     label: str,
 ) -> EvalResult:
     """Grade ``first`` (resolved, or without a verdict) again in a fresh sandbox from
-    ``factory`` with only the source changes of ``diff`` (:func:`crl_worker.harness.integrity.confirm`), then close that
-    sandbox. A sandbox that does not start leaves the episode without a verdict (an
-    infrastructure error), never with the unconfirmed one."""
+    ``factory`` with only the source changes of ``diff``
+    (:func:`crl_worker.harness.integrity.confirm`), then close that sandbox. A sandbox that
+    does not start leaves the episode without a verdict (an infrastructure error), never with
+    the unconfirmed one."""
     fresh: Sandbox | None = None
     try:
         try:
