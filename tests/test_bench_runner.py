@@ -383,8 +383,15 @@ async def test_an_errored_attempt_is_retried_after_the_rest_within_the_run(
     store.open(IDENTITY)
     runner = _runner([calendar, roman], store, sandbox_factory=sandbox, parallelism=1, retries=1)
     outcome = await runner.run()
-    # calendarkit fails, romankit runs, then calendarkit again (after the rest).
-    assert order == [calendar.instance_id, roman.instance_id, calendar.instance_id]
+    # calendarkit fails, romankit runs, then calendarkit again (after the rest); each resolved
+    # attempt's integrity check makes one more sandbox, after its own is closed.
+    assert order == [
+        calendar.instance_id,
+        roman.instance_id,
+        roman.instance_id,
+        calendar.instance_id,
+        calendar.instance_id,
+    ]
     lines = _lines(store.results_file)
     assert [(r["instance_id"], r["resolved"]) for r in lines] == [
         (calendar.instance_id, None),
@@ -564,7 +571,9 @@ async def test_hundreds_of_attempts_never_hold_more_sandboxes_than_the_paralleli
     outcome = await runner.run()
     assert (outcome.ran, outcome.interrupted) == (150, False)
     assert CountingCannedSandbox.most == 6  # back-pressure: never more than the parallelism
-    assert (CountingCannedSandbox.live, CountingCannedSandbox.closed) == (0, 150)
+    # Canned sandboxes run nothing: every run reports no tests, which the integrity check grades
+    # again in a second sandbox, made once the first is closed (so still at most 6 at once).
+    assert (CountingCannedSandbox.live, CountingCannedSandbox.closed) == (0, 300)
     assert len(_lines(store.results_file)) == len(_lines(store.trajectories_file)) == 150
     assert {r.key for r in read_results(tmp_path / "results")} == {
         (t.instance_id, 0) for t in tasks

@@ -429,7 +429,11 @@ async def test_clone_hides_later_history_and_uses_the_cache(
     cache = tmp_path / "cache"
     monkeypatch.setenv("CRL_CACHE_DIR", str(cache))
     config = LocalSandboxConfig(root=str(tmp_path))
-    # A URL source is cloned once into the cache; every sandbox then shares its objects.
+    fix = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=source, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    # A URL source is cloned once into the cache; every sandbox clones the cache, then stops
+    # borrowing its objects (they hold the fix): no alternates, no reflog, no later commit.
     task = python_task(source, base, source=f"file://{source}", install=[], language="other")
     for _ in range(2):
         async with LocalSandbox(config, task) as sandbox:
@@ -437,8 +441,13 @@ async def test_clone_hides_later_history_and_uses_the_cache(
             assert log.output == "calc with a bug\n"  # the fix is not reachable
             refs = await sandbox.run("git remote; git tag; git branch; git stash list")
             assert refs.output.startswith("* (HEAD detached") and refs.output.count("\n") == 1
-            alternates = await sandbox.read_file(".git/objects/info/alternates")
-            assert alternates.decode().startswith(str(cache / "repos" / "demo__calc.git"))
+            assert (await sandbox.run(f"git cat-file -e {fix}")).exit_code != 0
+            listed = await sandbox.run("git cat-file --batch-all-objects --batch-check")
+            assert fix not in listed.output
+            reflog = await sandbox.run("git log -g --all --format=%H")
+            assert reflog.output.split() == [base]
+            assert (await sandbox.run("test -e .git/objects/info/alternates")).exit_code == 1
+    assert (cache / "repos" / "demo__calc.git").is_dir()
     # No source: the mirror directory named by CRL_GIT_MIRROR (owner__name.git) is used.
     mirror = tmp_path / "mirror"
     subprocess.run(
@@ -447,8 +456,7 @@ async def test_clone_hides_later_history_and_uses_the_cache(
     monkeypatch.setenv("CRL_GIT_MIRROR", str(mirror))
     async with LocalSandbox(config, task.model_copy(update={"source": None})) as sandbox:
         assert (await sandbox.run("git log --all --format=%s")).output == "calc with a bug\n"
-        alternates = await sandbox.read_file(".git/objects/info/alternates")
-        assert alternates.decode().startswith(str(mirror / "demo__calc.git"))
+        assert (await sandbox.run(f"git cat-file -e {fix}")).exit_code != 0
     monkeypatch.setenv("CRL_GIT_MIRROR", str(tmp_path / "empty"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(SandboxError, match=r"holds no demo__calc\.git"):

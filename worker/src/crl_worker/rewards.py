@@ -19,7 +19,7 @@ Formulas (see docs/rewards.md):
 - tests, binary: 1.0 when resolved, else 0.0.
 - tests, fraction: ``(f2p + p2p) / 2``, the mean of the share of FAIL_TO_PASS tests that pass and
   the share of PASS_TO_PASS tests kept; 1.0 exactly when resolved. 0.0 when the patch did not
-  apply.
+  apply or the run was tampered with (a canary test passed).
 - diff similarity: per file, ``difflib.SequenceMatcher`` ratio between the gold patch's and the
   prediction's changed lines; the mean over the union of files either one touches, so a file
   only one of them touches counts 0 (touching more files never raises the score).
@@ -100,7 +100,8 @@ def tests_score(result: EvalResult | None, mode: TestsMode = "binary") -> float 
     """The test reward of one evaluation; ``None`` when there is no verdict."""
     if result is None or result.infrastructure_error is not None:
         return None
-    if not result.patch_applied:
+    if not result.patch_applied or result.tampered is not None:
+        # A tampered run is the model's answer: 0, never left out.
         return 0.0
     if mode == "binary":
         return 1.0 if result.resolved else 0.0

@@ -7,6 +7,13 @@ Time: ``agent.timeoutSeconds`` covers the agent and the evaluation together, fro
 the sandbox is up. The agent's deadline keeps back :data:`EVALUATION_SHARE` of it (at most the
 task's test timeout) for the evaluation; the evaluation gets whatever the agent left, and never
 less than that reserve.
+
+Integrity (:func:`run_episode`): a resolved verdict from the agent's sandbox (or a run there
+without a verdict) is graded again, once that sandbox is closed, in a fresh one from the
+same factory with only the candidate's source changes and canary tests
+(:mod:`crl_worker.harness.integrity`); an unresolved one stands. The second grading comes on
+top of ``agent.timeoutSeconds`` (at most the task's test timeout, and the sandbox's start).
+``$CRL_GRADING_CONFIRM=0`` or ``integrity=False`` turns it off.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from crl_worker.agent.loop import AgentCancelled, run_agent
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec
 from crl_worker.harness.evaluate import evaluate
+from crl_worker.harness.integrity import confirm, confirmation_enabled, needs_confirmation
 from crl_worker.harness.result import EvalResult
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
@@ -122,6 +130,38 @@ async def agent_then_evaluate(
     return trajectory
 
 
+async def confirm_resolved(
+    task: Task,
+    first: EvalResult,
+    diff: str,
+    factory: Callable[[Task], Sandbox],
+    label: str,
+) -> EvalResult:
+    """Grade ``first`` (resolved, or without a verdict) again in a fresh sandbox from
+    ``factory`` with only the source changes of ``diff``
+    (:func:`crl_worker.harness.integrity.confirm`), then close that sandbox. A sandbox that
+    does not start leaves the episode without a verdict (an infrastructure error), never with
+    the unconfirmed one."""
+    fresh: Sandbox | None = None
+    try:
+        try:
+            fresh = factory(task)
+            await fresh.start()
+        except Exception as exc:
+            logger.warning("%s: the integrity check's sandbox did not start: %s", label, exc)
+            error = f"the integrity check's sandbox did not start: {exc}"
+            return first.model_copy(
+                update={
+                    "resolved": False,
+                    "infrastructure_error": first.infrastructure_error or error,
+                }
+            )
+        return await confirm(fresh, task, first, diff, timeout=task.timeouts.test)
+    finally:
+        if fresh is not None:
+            await close_sandbox(fresh, f"{label} (integrity check)")
+
+
 async def run_episode(
     task: Task,
     attempt: int,
@@ -130,14 +170,23 @@ async def run_episode(
     agent: AgentSpec,
     *,
     keep_cancelled: KeepCancelled,
+    integrity: bool | None = None,
 ) -> tuple[Trajectory, bool]:
     """A whole episode: start a sandbox, :func:`agent_then_evaluate` in it, close it (to the end,
     even when cancelled). Returns the trajectory and whether the sandbox started; a sandbox that
-    does not start is an infrastructure failure of this episode only."""
+    does not start is an infrastructure failure of this episode only.
+
+    ``integrity`` (default: :func:`~crl_worker.harness.integrity.confirmation_enabled`, on):
+    a resolved verdict, or an evaluation without one (an infrastructure error), is graded again
+    in a second sandbox from ``sandbox_factory`` (:func:`confirm_resolved`), made once the
+    agent's is closed, so an episode never holds two."""
+    if integrity is None:
+        integrity = confirmation_enabled()
     started_at = datetime.now(UTC)
     t0 = time.monotonic()
     label = f"{task.instance_id}#{attempt}"
     sandbox: Sandbox | None = None
+    diff: str | None = None
     try:
         try:
             sandbox = sandbox_factory(task)
@@ -155,10 +204,36 @@ async def run_episode(
             started_at=started_at,
             keep_cancelled=keep_cancelled,
         )
-        return trajectory, True
+        if integrity and trajectory.evaluation and needs_confirmation(trajectory.evaluation):
+            diff = trajectory.diff
+            if not diff.strip():
+                # The agent loop could not take the final diff (or there is none); the test
+                # patch the harness applied is stripped from this one anyway.
+                try:
+                    diff = await sandbox.diff()
+                except Exception as exc:
+                    logger.warning("%s: no diff for the integrity check: %s", label, exc)
     finally:
         if sandbox is not None:
             await close_sandbox(sandbox, label)
+    if diff is not None and trajectory.evaluation is not None:
+        try:
+            trajectory.evaluation = await confirm_resolved(
+                task, trajectory.evaluation, diff, sandbox_factory, label
+            )
+        except asyncio.CancelledError:
+            trajectory.exit_reason = "cancelled"
+            trajectory.error = "the run was stopped during the integrity check"
+            await keep_cancelled(trajectory)
+            raise
+        except Exception as exc:
+            logger.exception("%s: the integrity check failed", label)
+            trajectory.evaluation = EvalResult(
+                instance_id=task.instance_id,
+                resolved=False,
+                infrastructure_error=f"the integrity check failed: {exc!r}",
+            )
+    return trajectory, True
 
 
 async def to_the_end(awaitable: Awaitable[T], label: str, what: str) -> T:

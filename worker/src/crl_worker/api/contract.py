@@ -78,6 +78,9 @@ class Env(StrEnum):
     """The cache folder for repositories and task sources (user-set; ``~/.cache/coderepairrl``)."""
     GIT_MIRROR = "CRL_GIT_MIRROR"
     """A folder or URL prefix holding bare repositories to clone instead of GitHub (user-set)."""
+    GRADING_CONFIRM = "CRL_GRADING_CONFIRM"
+    """``0`` (or ``false``, ``off``) turns off the integrity check that grades every resolved
+    episode again in a fresh sandbox (docs/security.md, "Grading integrity"); on by default."""
 
 
 Component = Literal["benchmark-runner", "trainer", "pool-gateway"]
@@ -132,6 +135,7 @@ ENVIRONMENT: dict[Env, EnvVar] = {
     Env.POOL_UID: EnvVar(frozenset({"pool-gateway"})),
     Env.CACHE_DIR: EnvVar(frozenset(), user_set=True),
     Env.GIT_MIRROR: EnvVar(frozenset(), user_set=True),
+    Env.GRADING_CONFIRM: EnvVar(frozenset(), user_set=True),
 }
 
 #: The API key variables, in the order they are tried.

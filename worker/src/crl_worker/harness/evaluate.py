@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from crl_worker.errors import InfrastructureError
+from crl_worker.harness.canary import Canary, make_canary, plant, tampered, with_canary
 from crl_worker.harness.grading import Grade, grade
 from crl_worker.harness.parsers import junit_durations, parse_junit_reports, parse_log
 from crl_worker.harness.result import EvalResult, TestStatus
@@ -277,19 +278,23 @@ def _result(
     exit_code: int | None = None,
     tests_timed_out: bool = False,
     environment_error: str | None = None,
+    tampered_with: str | None = None,
 ) -> EvalResult:
     if environment_error is not None:
         infrastructure_error = f"environment error: {environment_error}"
+    # A tampered run's outcomes are the tamperer's: no credit, not even partial.
+    credited = graded if tampered_with is None else None
     return EvalResult(
         instance_id=task.instance_id,
-        resolved=graded is not None
-        and graded.resolved
+        resolved=credited is not None
+        and credited.resolved
         and patch_applied
         and infrastructure_error is None,
         fail_to_pass=graded.fail_to_pass if graded else [],
         pass_to_pass=graded.pass_to_pass if graded else [],
-        fail_to_pass_fraction=graded.fail_to_pass_fraction if graded else 0.0,
-        pass_to_pass_fraction=graded.pass_to_pass_fraction if graded else 0.0,
+        fail_to_pass_fraction=credited.fail_to_pass_fraction if credited else 0.0,
+        pass_to_pass_fraction=credited.pass_to_pass_fraction if credited else 0.0,
+        tampered=tampered_with,
         patch_applied=patch_applied,
         infrastructure_error=infrastructure_error,
         environment_error=environment_error,
@@ -312,10 +317,16 @@ class _TestRun:
 
 
 async def _run_tests(
-    sandbox: Sandbox, task: Task, run: _Run, test_command: str, limit: float
+    sandbox: Sandbox,
+    task: Task,
+    run: _Run,
+    test_command: str,
+    limit: float,
+    canary: Canary | None = None,
 ) -> _TestRun:
-    """Steps 2 to 4 on the working tree as it is: test files reset and patched, stale reports
-    removed, ``pre`` and the test command run, the output (or reports) parsed."""
+    """Steps 2 to 4 on the working tree as it is: test files reset and patched (and the
+    ``canary`` planted), stale reports removed, ``pre`` and the test command run, the output (or
+    reports) parsed."""
     if task.test_patch.strip():
         files = touched_files(task.test_patch)
         run.add("reset test files", await reset_files(sandbox, files, task.base_commit))
@@ -327,6 +338,9 @@ async def _run_tests(
                 f"the test patch of {task.instance_id} does not apply to its base files: "
                 f"{str(exc)[-2000:]}"
             ) from exc
+    if canary is not None:
+        await plant(sandbox, canary)
+        run.add(f"canary tests planted in {canary.path}: {', '.join(canary.ids)}", "")
     if task.test.log_format == "junit":
         stale = await clear_junit_reports(sandbox, task.test.junit_reports)
         run.add(f"stale junit reports removed: {stale}", "")
@@ -388,13 +402,16 @@ async def evaluate(
     *,
     model_patch: str | None = None,
     timeout: float | None = None,
+    canary: bool = False,
 ) -> EvalResult:
     """Grade ``task`` in ``sandbox`` (the one the agent used, or a fresh one).
 
     ``model_patch`` is applied first when given; leave it out when the agent's edits are already
     in the working tree. ``timeout`` bounds the test run (default ``task.timeouts.test``);
-    running past it is an infrastructure error. Never raises for a failed evaluation: the
-    result says what happened.
+    running past it is an infrastructure error. ``canary`` plants failing tests next to the
+    task's (:mod:`crl_worker.harness.canary`, Python runners): if one is not reported failing,
+    the run was tampered with, and the result says so (``tampered``, unresolved, no credit).
+    Never raises for a failed evaluation: the result says what happened.
     """
     started = time.monotonic()
     run = _Run(parts=[])
@@ -410,14 +427,17 @@ async def evaluate(
                 logger.info("%s: the model's patch does not apply", task.instance_id)
                 return _result(task, started, run, patch_applied=False)
 
+        planted = make_canary(task) if canary else None
         try:
-            test_command = build_test_command(task)
+            test_command = build_test_command(
+                task if planted is None else with_canary(task, planted)
+            )
         except NothingSelectedError as exc:
             logger.warning("%s: %s", task.instance_id, exc)
             run.add("nothing to run", str(exc))
             return _result(task, started, run, environment_error=str(exc))
         limit = timeout if timeout is not None else task.timeouts.test
-        tests = await _run_tests(sandbox, task, run, test_command, limit)
+        tests = await _run_tests(sandbox, task, run, test_command, limit, planted)
         if tests.timed_out:
             return _result(
                 task,
@@ -444,6 +464,11 @@ async def evaluate(
                     environment_error=why,
                 )
         graded = grade(statuses, task.fail_to_pass, task.pass_to_pass, durations=durations)
+        # A run that reported nothing (graded after the control run) has no canary to read.
+        why_tampered = tampered(planted, statuses) if planted and statuses else None
+        if why_tampered is not None:
+            run.add("tampered", why_tampered)
+            logger.warning("%s: %s", task.instance_id, why_tampered)
         return _result(
             task,
             started,
@@ -451,6 +476,7 @@ async def evaluate(
             graded=graded,
             test_command=test_command,
             exit_code=tests.exit_code,
+            tampered_with=why_tampered,
         )
     except (InfrastructureError, OSError) as exc:
         logger.warning("%s: evaluation failed in the harness: %s", task.instance_id, exc)

@@ -74,6 +74,16 @@ class EvalResult(BaseModel):
     """Seconds the evaluation took."""
     log: str = ""
     """The test run's output (capped)."""
+    confirmed: bool | None = None
+    """Whether a resolved verdict held when graded again in a fresh sandbox with only the
+    candidate's source changes (:mod:`crl_worker.harness.integrity`); ``None`` when no such
+    check ran (an unresolved verdict, or the check turned off)."""
+    stripped: list[str] = Field(default_factory=list)
+    """Files of the candidate's diff left out of that second grading: tests and test
+    infrastructure (conftest.py, runner configuration, ``.pth`` files, ...)."""
+    tampered: str | None = None
+    """Set when the test run was tampered with (a canary test the harness planted, which must
+    fail, did not): the verdict is unresolved and rewards score it 0."""
 
     def log_tail(self, lines: int = 20) -> str:
         """The last ``lines`` lines of :attr:`log`."""

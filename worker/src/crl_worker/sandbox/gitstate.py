@@ -35,8 +35,42 @@ s="$d/crl"
 # The snapshot commit is referenced by no ref: git would prune it only if unreachable objects
 # older than gc.pruneExpire (two weeks by default) were pruned, or the agent ran
 # 'git gc --prune=now'; reset then fails and the sandbox is recreated.
+# History beyond the base: an image's repository may hold the fix (a remote-tracking branch at
+# the upstream tip, a reflog entry from before 'git reset --hard <base>', the objects of both).
+# Refs that are not ancestors of HEAD are deleted, every reflog expired, and when anything
+# pointed past HEAD the objects are repacked without the unreachable ones.
+TRIM_HISTORY = r"""if head=$(g rev-parse --verify -q HEAD); then
+  trim=0
+  while read -r ref; do
+    [ -n "$ref" ] || continue
+    if ! g merge-base --is-ancestor "$ref" "$head" 2>/dev/null; then
+      g update-ref -d "$ref"; trim=1
+    fi
+  done < <(g for-each-ref --format='%(refname)' | grep -v '^refs/crl/' || true)
+  if g log -g --all --format=%H 2>/dev/null | sort -u \
+      | while read -r c; do g merge-base --is-ancestor "$c" "$head" 2>/dev/null || echo "$c"; done \
+      | grep -q .; then
+    trim=1
+  fi
+  g reflog expire --expire=all --all
+  if [ -s "$d/objects/info/alternates" ]; then trim=1; fi
+  if [ "$trim" = 1 ]; then
+    g -c pack.writeBitmaps=false repack -a -d -q
+    rm -f "$d/objects/info/alternates"
+    g prune --expire=now
+  fi
+  # One reflog entry naming only the base, so that git still says "HEAD detached at <base>".
+  if ! g symbolic-ref -q HEAD >/dev/null; then
+    mkdir -p "$d/logs"
+    printf '%s %s coderepairrl <sandbox@coderepair.io> %s +0000\tcheckout: moving from %s to %s\n' \
+      0000000000000000000000000000000000000000 "$head" "$(date +%s)" "$head" "$head" > "$d/logs/HEAD"
+  fi
+fi
+"""
+
 SNAPSHOT_SCRIPT = (
     _PRELUDE
+    + TRIM_HISTORY
     + r"""mkdir -p "$s" "$d/info"
 touch "$d/info/exclude"
 # Untracked files provisioning left outside .gitignore: keep them out of git status and diffs.
@@ -63,7 +97,8 @@ if [ -f "$d/logs/HEAD" ]; then cp "$d/logs/HEAD" "$s/HEAD.log"; fi
 g reset -q
 """
 )
-"""Record the current working tree as the base state (run once, after provisioning)."""
+"""Record the current working tree as the base state (run once, after provisioning), after
+dropping history beyond the base commit (:data:`TRIM_HISTORY`)."""
 
 RESET_SCRIPT = (
     _PRELUDE

@@ -9,7 +9,14 @@ base commit is missing); every sandbox then clones that cache (or a local reposi
 ``--shared``, which links the object store instead of copying it.
 
 The sandbox's clone keeps only what the task allows the agent to see: ``HEAD`` detached at the
-base commit, no remote and no branches or tags, so ``git log --all`` does not show the fix.
+base commit, no remote, no branches or tags, no reflog, and no object beyond the base commit's
+history. ``--shared`` alone would leave the source's whole object store readable through
+``.git/objects/info/alternates`` (``git cat-file --batch-all-objects`` and ``git fsck`` list the
+fix's commit, a descendant of the base), and the clone's reflog names the source's newest
+commit. So the clone is dissociated, as ``git clone --dissociate`` does: the reflog expired,
+the objects reachable from ``HEAD`` copied into a pack of its own (``git repack -a -d``), the
+alternates file removed. That costs a pack of the base's history per sandbox (milliseconds for
+small repositories; seconds for large ones), paid when the sandbox is made, not per rollout.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import fcntl
 import logging
 import os
 import shutil
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -256,3 +264,34 @@ async def checkout(task: Task, dest: Path, *, timeout: float) -> None:
         _, err = await proc.communicate(refs)
         if proc.returncode != 0:
             raise SandboxError(f"{what}: removing refs failed: {err.decode(errors='replace')}")
+    await dissociate(dest, what=what, timeout=timeout)
+
+
+async def dissociate(repo: Path, *, what: str, timeout: float) -> None:
+    """Keep in ``repo`` only the objects reachable from ``HEAD`` and stop borrowing from the
+    repository it was cloned from with ``--shared`` (see the module docs): expire every reflog,
+    pack what ``HEAD`` reaches (borrowed objects included) and remove the alternates file."""
+    head = (await git("rev-parse", "HEAD", cwd=repo, what=what)).decode().strip()
+    await git("reflog", "expire", "--expire=all", "--all", cwd=repo, what=what)
+    # One entry back, naming only the base, so that git still says "HEAD detached at <base>".
+    logs = repo / ".git" / "logs"
+    logs.mkdir(exist_ok=True)
+    (logs / "HEAD").write_text(
+        f"{'0' * len(head)} {head} coderepairrl <sandbox@coderepair.io> {int(time.time())} +0000\t"
+        f"checkout: moving from {head} to {head}\n"
+    )
+    alternates = repo / ".git" / "objects" / "info" / "alternates"
+    if not alternates.exists():
+        return
+    await git(
+        "-c",
+        "pack.writeBitmaps=false",
+        "repack",
+        "-a",
+        "-d",
+        "-q",
+        cwd=repo,
+        timeout=timeout,
+        what=f"{what}: copying the base commit's history out of the shared object store",
+    )
+    alternates.unlink()
