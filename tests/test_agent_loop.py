@@ -387,7 +387,10 @@ async def test_shell_dying_is_an_infrastructure_failure(
     server: ScriptedServer, client: ChatClient, roman_task: Task, sandbox: Sandbox
 ) -> None:
     task = keyed(roman_task, "kill")
-    server.script("kill", call("shell", {"command": "kill -KILL $$"}), call("submit"))
+    # The shell ends (`exec` replaces it with a program that exits). `kill -KILL $$` no longer
+    # does it: in the sandbox's PID namespace the shell is process 1, which no process inside
+    # can kill (tests/test_sandbox_isolation.py).
+    server.script("kill", call("shell", {"command": "exec true"}), call("submit"))
     trajectory = await run_agent(task, sandbox, client, AgentSpec())
     assert trajectory.exit_reason == "infrastructure_error", trajectory.error
     assert trajectory.infrastructure_failure
