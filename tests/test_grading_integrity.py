@@ -21,7 +21,6 @@ attack's test reads its outcome. The gold patches resolve through the same episo
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 from collections.abc import Callable
@@ -34,7 +33,7 @@ import pytest
 from crl_worker import rewards
 from crl_worker.agent.client import Completion
 from crl_worker.agent.episode import run_episode
-from crl_worker.agent.gold import GoldPolicy
+from crl_worker.agent.gold import GoldPolicy, tool_call
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec, TaskSource
 from crl_worker.harness import canary, integrity
@@ -429,23 +428,7 @@ class ScriptedPolicy:
         name, arguments = ("submit", {})
         if turn < len(self.commands):
             name, arguments = "shell", {"command": self.commands[turn]}
-        return Completion(
-            message={
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": f"attack_{turn}",
-                        "type": "function",
-                        "function": {"name": name, "arguments": json.dumps(arguments)},
-                    }
-                ],
-            },
-            finish_reason="tool_calls",
-            prompt_tokens=0,
-            completion_tokens=0,
-            latency=0.0,
-        )
+        return tool_call(turn, name, arguments, prefix="attack")
 
 
 def _suite() -> dict[str, Task]:

@@ -39,14 +39,17 @@ def apply_command(patch: str) -> str:
     return f"git apply --verbose <<'{delimiter}'\n{patch}{delimiter}"
 
 
-def _tool_call(turn: int, name: str, arguments: dict[str, Any]) -> Completion:
+def tool_call(
+    turn: int, name: str, arguments: dict[str, Any], *, prefix: str = "gold"
+) -> Completion:
+    """A completion that calls one tool (id ``{prefix}_{turn}``), as a scripted policy sends."""
     return Completion(
         message={
             "role": "assistant",
             "content": None,
             "tool_calls": [
                 {
-                    "id": f"gold_{turn}",
+                    "id": f"{prefix}_{turn}",
                     "type": "function",
                     "function": {"name": name, "arguments": json.dumps(arguments)},
                 }
@@ -83,8 +86,8 @@ class GoldPolicy:
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         offered = {t.get("function", {}).get("name") for t in tools}
         if turn == 0 and "shell" in offered:
-            return _tool_call(turn, "shell", {"command": apply_command(self.task.patch)})
-        return _tool_call(turn, "submit", {})
+            return tool_call(turn, "shell", {"command": apply_command(self.task.patch)})
+        return tool_call(turn, "submit", {})
 
 
 def gold_patch_failure(trajectory: Trajectory) -> str | None:
