@@ -321,7 +321,8 @@ async def test_check_finds_a_flaky_test(roman: FixtureRepo, tmp_path: Path) -> N
     flaky = roman.task.model_copy(
         update={"test": roman.task.test.model_copy(update={"command": flaky_command})}
     )
-    found = await check_task(flaky, runs=2)
+    # The counter outlives each sandbox, so they must see the host's files (no confinement).
+    found = await check_task(flaky, runs=2, sandbox_config={"type": "local", "isolation": "none"})
     assert found.flaky == ["tests/test_numerals.py::test_to_roman_rejects_non_integers"]
     assert not found.ok
     assert found.gold_verdict == "mixed"

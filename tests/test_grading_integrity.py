@@ -253,12 +253,22 @@ ATTACKS: tuple[Attack, ...] = (
         "edit-installed-pytest",
         PYTEST,
         (
-            # A copy replaces the file (never an in-place edit: the venv may hard-link a cache).
+            # A copy replaces the file (the in-place edit is the next attack).
             f'f={PURELIB}/_pytest/python.py && cp "$f" "$f.new" && '
             "printf '\\nFunction.runtest = lambda self: None\\n' >> \"$f.new\" && "
             'mv "$f.new" "$f"',
         ),
         "pytest's own module in site-packages (outside the repository) edited",
+    ),
+    Attack(
+        "edit-installed-pytest-in-place",
+        PYTEST,
+        (
+            # The same file written in place: with uv's hard links this changed the shared
+            # cache, and so the fresh sandbox that checks a resolved verdict.
+            f"printf '\\nFunction.runtest = lambda self: None\\n' >> {PURELIB}/_pytest/python.py",
+        ),
+        "pytest's module in site-packages appended to in place (same inode as any cache link)",
     ),
     Attack(
         "python-shim-on-path",

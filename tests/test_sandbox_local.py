@@ -312,8 +312,10 @@ async def test_timeout_kills_a_command_that_ignores_sigint(sandbox: LocalSandbox
     assert (await sandbox.run("echo ok")).output == "ok\n"
 
 
-async def test_background_process(sandbox: LocalSandbox, tmp_path: Path) -> None:
-    pid_file = tmp_path / "bg.pid"
+async def test_background_process(sandbox: LocalSandbox) -> None:
+    # In the sandbox's folder: a confined sandbox sees no other folder of the host writable.
+    assert sandbox.root is not None
+    pid_file = sandbox.root / "bg.pid"
     marker = f"crl-bg-{os.urandom(4).hex()}"
     started = time.monotonic()
     result = await sandbox.run(

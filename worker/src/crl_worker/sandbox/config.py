@@ -53,7 +53,9 @@ class LocalSandboxConfig(BaseModel):
     """How the sandbox's processes are kept apart from the worker's (docs/security.md):
     ``namespaces`` starts the shell in its own PID and mount namespaces (``unshare``), so it sees
     only its own processes (not the worker's environment) and every process it started dies when
-    the sandbox closes, detached or not; a sandbox fails to start where they are unavailable.
+    the sandbox closes, detached or not, and confines its files (the worker's ``HOME``, other
+    sandboxes and the worker's environment hidden, everything else read-only but its own folder
+    and a private ``/tmp``); a sandbox fails to start where either is unavailable.
     ``auto`` (default) uses them where available and otherwise runs without, with a warning.
     ``none`` runs the shell as a plain child process."""
     interrupt_grace: float = Field(default=1.0, gt=0)

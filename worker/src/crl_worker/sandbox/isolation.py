@@ -15,8 +15,11 @@ The local backend starts its shell through ``unshare`` (util-linux)::
 - ``--user --map-current-user`` (only when the worker is not root): unprivileged users may make
   the other namespaces inside a user namespace; the user keeps its own id inside.
 
-The same file system, network and user remain: this isolates processes, not files (see
-docs/security.md). ``bash`` as process 1 behaves as elsewhere: it reaps the orphans re-parented to
+Files (``confine``, see :mod:`crl_worker.sandbox.confine`): in the same mount namespace, before
+the shell starts, the worker's ``HOME``, other sandboxes and the worker's working directory are hidden,
+everything else is read-only but the sandbox's own folder, private ``/tmp`` and what a plan gives
+back, unix sockets are covered and the capabilities that would undo it are dropped. The network and
+the user remain the host's (see docs/security.md). ``bash`` as process 1 behaves as elsewhere: it reaps the orphans re-parented to
 it, and signals sent from outside reach it only for the handlers it installs (SIGINT, which is
 what timeouts send; SIGKILL always).
 """
@@ -24,10 +27,15 @@ what timeouts send; SIGKILL always).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import shutil
-from typing import Literal
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
 
 from crl_worker.errors import SandboxError
 
@@ -122,3 +130,174 @@ async def shell_prefix(mode: Isolation, *, name: str = "sandbox") -> list[str]:
             reason,
         )
     return []
+
+
+#: Where :mod:`crl_worker.sandbox.confine` stages what it keeps: the first of these that exists
+#: (a tmpfs covers it briefly, in the sandbox's mount namespace only).
+STAGE_CANDIDATES = ("/mnt", "/media", "/srv", "/opt")
+#: Folders that get a private, writable tmpfs in a confined sandbox.
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
+#: Folders a confined sandbox never sees, besides the worker's ``HOME`` and environment: where
+#: Kubernetes and Docker put a pod's secrets.
+SECRET_FOLDERS = ("/root", "/run/secrets", "/var/run/secrets")
+
+
+@dataclass(frozen=True)
+class Bind:
+    """Something a confined sandbox keeps seeing: ``source`` shown at ``target``."""
+
+    source: str
+    target: str
+    writable: bool = False
+
+
+@dataclass
+class Plan:
+    """What a confined sandbox sees of this machine's files (see
+    :mod:`crl_worker.sandbox.confine`, which applies it)."""
+
+    hide: list[str] = field(default_factory=list)
+    """Folders replaced by an empty, read-only tmpfs."""
+    scratch: list[str] = field(default_factory=lambda: list(SCRATCH))
+    """Folders replaced by a private, writable tmpfs."""
+    binds: list[Bind] = field(default_factory=list)
+    """What stays visible inside hidden folders, writable or not; everything else is read-only."""
+    scratch_size: str = "512m"
+    """Size cap of each scratch tmpfs (memory, used only as written)."""
+
+    def hidden(self, path: str | Path) -> bool:
+        """Whether ``path`` lies in a hidden or scratch folder (so needs a bind to be seen)."""
+        text = str(path)
+        return any(
+            text == folder or text.startswith(folder.rstrip("/") + "/")
+            for folder in (*self.hide, *self.scratch)
+        )
+
+    def keep(
+        self, source: str | Path, *, target: str | Path | None = None, writable: bool = False
+    ) -> None:
+        """Keep ``source`` visible (at ``target``, default its own path) when a hidden folder
+        covers it or the target differs; a writable bind is always kept (it lifts read-only)."""
+        destination = str(target or source)
+        if destination == str(source) and not writable and not self.hidden(source):
+            return
+        self.binds.append(Bind(str(source), destination, writable))
+
+    def to_json(self) -> str:
+        """The plan as :mod:`crl_worker.sandbox.confine` reads it (binds outermost first)."""
+        stage = next((c for c in STAGE_CANDIDATES if os.path.isdir(c)), None)
+        if stage is None:
+            raise SandboxError(
+                "no folder to stage a confined sandbox's mounts in: none of "
+                + ", ".join(STAGE_CANDIDATES)
+                + " exists"
+            )
+        binds = sorted(self.binds, key=lambda b: (b.target.count("/"), b.target))
+        covers = [*self.hide, *self.scratch]
+
+        def outermost(folders: list[str]) -> list[str]:
+            # A folder inside another covered one is covered already.
+            return [
+                f
+                for f in dict.fromkeys(folders)
+                if not any(f != o and f.startswith(o.rstrip("/") + "/") for o in covers)
+            ]
+
+        # A hidden folder that is also scratch is scratch (private and writable).
+        hide = [h for h in self.hide if h not in self.scratch]
+        data: dict[str, Any] = {
+            "stage": stage,
+            "hide": sorted(outermost(hide)),
+            "scratch": outermost(self.scratch),
+            "scratch_size": self.scratch_size,
+            "binds": [b.__dict__ for b in binds],
+        }
+        return json.dumps(data)
+
+
+def confine_command(plan: Plan) -> list[str]:
+    """The command that applies ``plan`` and then runs the command placed after it."""
+    script = Path(__file__).with_name("confine.py")
+    return [sys.executable, "-I", "-S", str(script), plan.to_json(), "--"]
+
+
+_confine_probed: dict[tuple[str, ...], str | None] = {}
+
+
+async def _probe_confinement(prefix: tuple[str, ...]) -> str | None:
+    """Why confinement fails behind ``prefix``, or None when a trial plan holds."""
+    with tempfile.TemporaryDirectory(prefix="crl-confine-probe-") as folder:
+        hidden, kept = Path(folder, "hidden"), Path(folder, "hidden", "kept")
+        kept.mkdir(parents=True)
+        (hidden / "secret").write_text("x")
+        plan = Plan(hide=[str(hidden)], scratch=[], binds=[Bind(str(kept), str(kept), True)])
+        check = (
+            f"[ ! -e {hidden}/secret ] && touch {kept}/ok && ! touch {folder}/no 2>/dev/null "
+            "|| { echo 'the trial plan did not hold'; exit 3; }"
+        )
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *prefix,
+                *confine_command(plan),
+                "/bin/sh",
+                "-c",
+                check,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env={"PATH": "/usr/bin:/bin", "LANG": "C"},
+            )
+            out, _ = await asyncio.wait_for(proc.communicate(), _PROBE_TIMEOUT)
+        except (OSError, TimeoutError) as exc:
+            return f"confinement probe: {exc}"
+        if proc.returncode != 0 or not (kept / "ok").exists():
+            return out.decode("utf-8", "replace").strip()[-500:] or f"exit {proc.returncode}"
+    return None
+
+
+async def can_confine(prefix: list[str], mode: Isolation, *, name: str = "sandbox") -> bool:
+    """Whether a sandbox behind the namespace ``prefix`` can have its files confined.
+
+    ``namespaces`` raises :class:`SandboxError` when it cannot; ``auto`` logs a warning once.
+    """
+    global _confine_warned
+    if not prefix:
+        return False
+    key = tuple(prefix)
+    if key not in _confine_probed:
+        _confine_probed[key] = await _probe_confinement(key)
+    reason = _confine_probed[key]
+    if reason is None:
+        return True
+    if mode == "namespaces":
+        raise SandboxError(
+            f"{name}: isolation 'namespaces' is required but its file confinement fails here "
+            f"({reason}); set isolation: none to run without it"
+        )
+    if not _confine_warned:
+        _confine_warned = True
+        logger.warning(
+            "local sandboxes run without file confinement (%s): they can read the worker's "
+            "files; see docs/security.md",
+            reason,
+        )
+    return False
+
+
+_confine_warned = False
+
+
+def join_command() -> list[str]:
+    """What a script joining a confined shell's namespaces runs behind: ``setpriv`` dropping the
+    capabilities :mod:`crl_worker.sandbox.confine` dropped for the shell."""
+    from crl_worker.sandbox.confine import DROPPED_CAP_NAMES
+
+    setpriv = shutil.which("setpriv", path="/usr/bin:/bin") or "setpriv"
+    drop = ",".join(f"-{name}" for name in DROPPED_CAP_NAMES)
+    return [setpriv, "--bounding-set", drop, "--"]
+
+
+def can_join(prefix: list[str]) -> bool:
+    """Whether scripts may join the namespaces a shell started behind ``prefix``: only without a
+    user namespace (as root), where ``nsenter`` needs nothing more."""
+    return bool(prefix) and "--user" not in prefix and os.path.exists("/usr/bin/nsenter")

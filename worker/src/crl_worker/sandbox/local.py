@@ -42,6 +42,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -71,6 +72,22 @@ SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 HARNESS_TOOLS = ("git", "patch")
 #: Host tools a Java sandbox gets besides the JDK.
 JAVA_TOOLS = ("mvn", "gradle")
+
+
+#: uv copies into a sandbox's environment what it would hard-link from its shared cache: an
+#: in-place edit of an installed file would otherwise change the cache, and with it every later
+#: sandbox's environment (the integrity check's fresh one included).
+_NO_LINKS = {"UV_LINK_MODE": "copy"}
+#: Passed-through variables naming caches: writable while the task installs, read-only after.
+_CACHE_VARIABLES = frozenset({"GOMODCACHE", "GOCACHE", "GRADLE_USER_HOME"})
+
+
+def _cache_dir(variable: str, name: str) -> Path:
+    """Where the worker's uv or pip keeps its cache: ``$variable``, else the XDG cache folder."""
+    if os.environ.get(variable):
+        return Path(os.environ[variable])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / name
 
 
 def _java_home() -> str | None:
@@ -126,6 +143,9 @@ class LocalSandbox(ShellSandbox):
         self.root: Path | None = None
         self.venv: Path | None = None
         self.interpreter: Interpreter | None = None
+        self.confined = False
+        """Whether the shell's view of the files is confined (see :meth:`confinement`)."""
+        self._namespaces: list[str] = []
         self._owner: int | None = None
 
     @property
@@ -185,9 +205,15 @@ class LocalSandbox(ShellSandbox):
             env.update(await self._python_env(env["PATH"]))
         elif task.language == "java":
             env.update(self._java_env(env["PATH"]))
+        namespaces = await isolation.shell_prefix(self.config.isolation, name=self.name)
+        confined = await isolation.can_confine(namespaces, self.config.isolation, name=self.name)
+        if confined:
+            env.update(self._confined_env())
         env.update(task.env)
         self.transport.env = env
-        self.transport.prefix = await isolation.shell_prefix(self.config.isolation, name=self.name)
+        self._namespaces = namespaces
+        self.confined = confined
+        self.transport.prefix = self._prefix(installing=True)
 
         await self.open_session()
         for number, command in enumerate(task.install, 1):
@@ -204,17 +230,114 @@ class LocalSandbox(ShellSandbox):
                     f"{self.name}: install command {number} ({command!r}) failed with exit "
                     f"code {result.exit_code}:\n{result.output[-4000:]}"
                 )
+        # From here on the caches are read-only: what the agent writes stays in its sandbox.
+        self.transport.prefix = self._prefix(installing=False)
         await self.record_base_state()
         # Install commands may have cd-ed or exported: the agent starts from a fresh shell.
         await self.end_session()
         await self.open_session()
         logger.info("%s ready in %s", self.name, self.workdir)
 
+    # --- file confinement ------------------------------------------------------------------
+
+    async def open_session(self) -> None:
+        """Open the session; once a confined one answers, scripts join its namespaces."""
+        await super().open_session()
+        if self.confined and isolation.can_join(self._namespaces):
+            self.transport.join = isolation.join_command()
+
+    async def end_session(self) -> None:
+        """End the session (scripts make namespaces of their own until the next one)."""
+        self.transport.join = []
+        await super().end_session()
+
+    def _prefix(self, *, installing: bool) -> list[str]:
+        if not self.confined:
+            return list(self._namespaces)
+        return [
+            *self._namespaces,
+            *isolation.confine_command(self.confinement(installing=installing)),
+        ]
+
+    def _confined_env(self) -> dict[str, str]:
+        """What a confined shell's environment changes: a ``HOME`` and ``TMPDIR`` of its own in
+        the sandbox's folder, and the package caches named where they really are."""
+        assert self.root is not None
+        for folder in ("home", "tmp"):
+            (self.root / folder).mkdir(exist_ok=True)
+        return {
+            "HOME": str(self.root / "home"),
+            "TMPDIR": str(self.root / "tmp"),
+            "UV_CACHE_DIR": str(_cache_dir("UV_CACHE_DIR", "uv")),
+            "PIP_CACHE_DIR": str(_cache_dir("PIP_CACHE_DIR", "pip")),
+        }
+
+    def confinement(self, *, installing: bool) -> isolation.Plan:
+        """What this sandbox's shell sees of the machine's files (docs/security.md).
+
+        Hidden: the worker's ``HOME``, ``/root`` and the folders of pods' secrets, the folder
+        the sandboxes are made in, the worker's working directory (its virtual environment
+        stays readable).
+        Private: ``/tmp``, ``/var/tmp``, ``/dev/shm``. Kept: the sandbox's own folder
+        (writable), the interpreter, uv, ``JAVA_HOME``, the linked tools and the paths named by
+        passed-through variables (read-only), and the package caches: uv's and pip's writable
+        while the task's ``install`` commands run, read-only for the agent; Maven's repository
+        and Gradle's home writable (builds resolve plugins while testing).
+        """
+        assert self.root is not None
+        home = os.environ.get("HOME") or str(Path.home())
+        hide = [home, *isolation.SECRET_FOLDERS]
+        parent = Path(self.config.root).expanduser() if self.config.root else None
+        hide.append(str((parent or Path(tempfile.gettempdir())).resolve()))
+        cwd = os.getcwd()
+        if cwd != "/" and not cwd.startswith(("/usr/", "/etc/", "/bin", "/sbin", "/lib", "/proc")):
+            hide.append(cwd)
+        plan = isolation.Plan(hide=[h for h in hide if h and h != "/"])
+        plan.keep(self.root, writable=True)
+        # The worker's own interpreter and packages, read-only: a task may name them (a test
+        # command with the worker's python), and they hold code, not secrets.
+        plan.keep(sys.prefix)
+        if self.interpreter is not None:
+            for binary in {Path(self.interpreter.path), Path(self.interpreter.path).resolve()}:
+                plan.keep(binary.parent.parent)
+        uv = find_uv(host_path()) if self.config.use_uv else None
+        if uv is not None:
+            plan.keep(Path(uv).resolve())
+        tools = self.root / "tools"
+        if tools.is_dir():
+            for link in tools.iterdir():
+                if link.is_symlink():
+                    plan.keep(link.resolve())
+        if self.task.language == "java":
+            java_home = _java_home()
+            if java_home is not None:
+                plan.keep(Path(java_home).resolve())
+            # At their own paths: Java's user.home is the passwd entry's, not $HOME. The rest of
+            # ~/.m2 (settings.xml, which may hold credentials) stays hidden.
+            m2 = Path(home) / ".m2" / "repository"
+            m2.mkdir(parents=True, exist_ok=True)
+            plan.keep(m2, writable=True)
+            gradle = Path(os.environ.get("GRADLE_USER_HOME") or Path(home) / ".gradle")
+            if gradle.is_dir():
+                plan.keep(gradle, writable=True)
+        for name, tool in (("UV_CACHE_DIR", "uv"), ("PIP_CACHE_DIR", "pip")):
+            cache = Path(self.transport.env.get(name) or _cache_dir(name, tool))
+            cache.mkdir(parents=True, exist_ok=True)
+            plan.keep(cache, writable=installing)
+        for name in self.config.env_passthrough:
+            value = os.environ.get(name, "")
+            if name in ("UV_CACHE_DIR", "PIP_CACHE_DIR") or not value.startswith("/"):
+                continue
+            if os.path.exists(value):
+                plan.keep(value, writable=installing and name in _CACHE_VARIABLES)
+        return plan
+
     def _base_env(self) -> dict[str, str]:
         env = {
             "HOME": os.environ.get("HOME", str(Path.home())),
             "LANG": "C.UTF-8",
             "SHELL": "/bin/bash",
+            **_NO_LINKS,
         }
         for name in ("USER", "LOGNAME", "PYENV_ROOT", *self.config.env_passthrough):
             if name in os.environ:
@@ -262,7 +385,7 @@ class LocalSandbox(ShellSandbox):
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-                env={**os.environ, "UV_PYTHON_DOWNLOADS": "never", "VIRTUAL_ENV": ""},
+                env={**os.environ, **_NO_LINKS, "UV_PYTHON_DOWNLOADS": "never", "VIRTUAL_ENV": ""},
             )
             out, _ = await proc.communicate()
             if proc.returncode == 0:

@@ -162,6 +162,10 @@ def _descendant_shell(pid: int) -> int | None:
     return None
 
 
+#: util-linux's nsenter (scripts join a confined shell's namespaces with it).
+NSENTER = "/usr/bin/nsenter"
+
+
 class LocalTransport:
     """This machine: the shell is a child process in a session of its own, signals are
     ``os.kill``, files are the file system, scripts run with the shell's environment minus
@@ -184,6 +188,10 @@ class LocalTransport:
         self.env: dict[str, str] = dict(env or {})
         self.name = name
         self.prefix: list[str] = list(prefix)
+        self.join: list[str] = []
+        """When set (the local backend sets it while a confined session is open), scripts join
+        the shell's mount and PID namespaces with ``nsenter`` and run behind this command (it
+        drops the capabilities the shell lacks) instead of making namespaces of their own."""
         self._proc: asyncio.subprocess.Process | None = None
         self._shell: tuple[int, int] | None = None
 
@@ -304,10 +312,16 @@ class LocalTransport:
         (never the worker's: the repository's configuration is the agent's to write, and git
         may run what it names)."""
         env = {k: v for k, v in (self.env or os.environ).items() if not k.startswith("GIT_")}
+        prefix = self.prefix
+        found = self._host_shell() if self.join and self.shell_open else None
+        if found is not None:
+            # Into the open shell's confined namespaces: the same view of the files, at the cost
+            # of two execs instead of new namespaces and a confinement of their own.
+            prefix = [NSENTER, "-t", str(found[0]), "-m", "-p", f"--wd={workdir}", *self.join]
         return await run_captured(
             # Through the prefix too: what git runs from the repository's configuration sees no
-            # other process and dies with the script.
-            [*self.prefix, *script_command(script)],
+            # other process (and dies with the script, or with the shell it joined).
+            [*prefix, *script_command(script)],
             what=f"{self.name}: a script in {workdir}",
             cwd=workdir,
             env=env,

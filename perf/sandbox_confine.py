@@ -1,0 +1,144 @@
+"""What file confinement costs a local sandbox: start, shell restart, base-state script, command.
+
+    python perf/sandbox_confine.py [--rounds N]
+
+Three set-ups on the same small repository, one after another in one run: no isolation
+(``isolation: none``), PID and mount namespaces without file confinement (how ``auto`` ran before
+confinement), and namespaces with it (``auto`` now). For each: the time to make a sandbox (clone,
+venv, snapshot), a shell restart (``end_session`` + ``open_session``, as each reset does), a
+base-state script (``diff``: the harness runs several per evaluation) and a short command in the
+open shell (``true``). Prints medians and p90 in milliseconds; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from crl_worker.sandbox import isolation
+from crl_worker.sandbox.config import LocalSandboxConfig
+from crl_worker.sandbox.local import LocalSandbox
+from crl_worker.tasks.model import Task, TestSpec, Timeouts
+
+logger = logging.getLogger("perf.sandbox_confine")
+
+
+def _repo(path: Path) -> str:
+    """A small Python repository with one commit; returns the commit."""
+    path.mkdir(parents=True)
+    (path / "pkg").mkdir()
+    (path / "pkg" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
+    (path / "tests").mkdir()
+    (path / "tests" / "test_add.py").write_text(
+        "from pkg import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+    )
+
+    def git(*args: str) -> str:
+        command = ["git", "-c", "user.name=p", "-c", "user.email=p@example.org", *args]
+        return subprocess.run(command, cwd=path, check=True, capture_output=True, text=True).stdout
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    return git("rev-parse", "HEAD").strip()
+
+
+async def _times(rounds: int, step: Callable[[], Awaitable[Any]]) -> list[float]:
+    found = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        await step()
+        found.append((time.perf_counter() - started) * 1000)
+    return found
+
+
+def _summary(values: list[float]) -> str:
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return f"{statistics.median(ordered):8.1f} {p90:8.1f}"
+
+
+async def _measure(task: Task, root: Path, mode: str, rounds: int) -> dict[str, list[float]]:
+    config = LocalSandboxConfig(
+        root=str(root), isolation="none" if mode == "none" else "namespaces"
+    )
+    starts: list[float] = []
+    sandbox: LocalSandbox | None = None
+    for _ in range(max(3, rounds // 10)):
+        if sandbox is not None:
+            await sandbox.close()
+        sandbox = LocalSandbox(config, task)
+        started = time.perf_counter()
+        await sandbox.start()
+        starts.append((time.perf_counter() - started) * 1000)
+    assert sandbox is not None
+    assert sandbox.confined == (mode == "confined"), (mode, sandbox.confined)
+
+    async def restart() -> None:
+        assert sandbox is not None
+        await sandbox.end_session()
+        await sandbox.open_session()
+
+    async def command() -> None:
+        assert sandbox is not None
+        await sandbox.run("true")
+
+    try:
+        return {
+            "sandbox start": starts,
+            "shell restart": await _times(rounds, restart),
+            "base-state script (diff)": await _times(rounds, sandbox.diff),
+            "command (true)": await _times(rounds, command),
+        }
+    finally:
+        await sandbox.close()
+
+
+async def main(rounds: int) -> None:
+    """Measure the three set-ups and print the table."""
+    with tempfile.TemporaryDirectory(prefix="crl-perf-confine-") as folder:
+        repo = Path(folder) / "repo"
+        base = _repo(repo)
+        task = Task(
+            instance_id="perf__confine-1",
+            repo="perf/confine",
+            base_commit=base,
+            source=str(repo),
+            python=f"{sys.version_info[0]}.{sys.version_info[1]}",
+            test=TestSpec(command="python -m pytest -rA {tests}", log_format="pytest"),
+            timeouts=Timeouts(command=60, setup=300),
+        )
+        results: dict[str, dict[str, list[float]]] = {}
+        real_can_confine = isolation.can_confine
+        for mode in ("none", "namespaces", "confined"):
+            if mode == "namespaces":
+
+                async def never(*_: Any, **__: Any) -> bool:
+                    return False
+
+                isolation.can_confine = never  # type: ignore[assignment]
+            else:
+                isolation.can_confine = real_can_confine  # type: ignore[assignment]
+            results[mode] = await _measure(task, Path(folder) / "sandboxes", mode, rounds)
+        isolation.can_confine = real_can_confine  # type: ignore[assignment]
+    header = f"{'ms (median, p90)':28}" + "".join(f"{m:>18}" for m in results)
+    logger.info("%s", header)
+    for measure in results["none"]:
+        row = "".join(f"{_summary(results[m][measure]):>18}" for m in results)
+        logger.info("%-28s%s", measure, row)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=40, help="timings per measure (default 40)")
+    asyncio.run(main(parser.parse_args().rounds))

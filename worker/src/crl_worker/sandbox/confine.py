@@ -1,0 +1,223 @@
+"""Confine a local sandbox's view of the file system, then run its shell (standard library only).
+
+Run as process 1 of the sandbox's fresh PID and mount namespaces (see
+:mod:`crl_worker.sandbox.isolation`), before the shell::
+
+    python -I -S confine.py '<plan as JSON>' -- bash ...
+
+It changes only the new mount namespace (the worker and the host see nothing of it), in this order:
+
+1. **Stage** what the sandbox must keep (``binds``: its own folder, the interpreter, caches) by
+   bind-mounting each onto a private tmpfs at ``stage``: step 3 covers some of their paths.
+2. **Read-only everywhere**: every mount of the namespace becomes read-only (``mount_setattr``,
+   recursive), so the sandbox writes nothing outside what step 4 gives back.
+3. **Hide** (``hide``): an empty tmpfs over each folder that holds secrets or other sandboxes
+   (the worker's ``HOME``, ``/root``, the sandboxes' parent folder, the worker's working
+   directory); **scratch** (``scratch``): a writable tmpfs of its own over ``/tmp``,
+   ``/var/tmp`` and ``/dev/shm``.
+4. **Give back** each staged bind at its own path (mount points are made in the tmpfs where
+   needed), writable where the plan says so.
+5. **Unix sockets**: every socket file the host listens on (``/proc/net/unix``) that the sandbox
+   still sees gets ``/dev/null`` bound over it: no Docker or containerd socket, no D-Bus.
+6. **Capabilities**: the bounding set loses those that would undo this (mount and unmount,
+   ``open_by_handle_at``, ptrace, raw I/O, modules, device nodes...), then ``exec`` of the command.
+
+Any failure exits with status 125 and a message on standard error before the shell starts: a
+sandbox is never started half-confined.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import stat
+import sys
+from typing import Any
+
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MS_MOVE = 0x2000
+MS_REC = 0x4000
+MNT_DETACH = 0x2
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY = 0x1
+#: mount_setattr(2): the same number on every architecture (the unified syscall table, 5.12+).
+SYS_MOUNT_SETATTR = 442
+PR_CAPBSET_DROP = 24
+
+#: Capabilities the sandbox's root loses: each could undo the confinement or reach the host
+#: (sys_admin: mount/umount/setns; dac_read_search: open_by_handle_at; sys_ptrace; sys_module;
+#: sys_rawio; mknod; sys_boot; sys_time; net_admin; syslog; mac_admin/override; audit; bpf;
+#: perfmon; linux_immutable; sys_chroot).
+DROPPED_CAPS = (21, 2, 19, 16, 17, 27, 22, 25, 12, 34, 33, 32, 30, 29, 39, 38, 9, 18)
+#: The same, by the names ``setpriv --bounding-set`` takes (scripts that join the shell's
+#: namespaces drop them so).
+DROPPED_CAP_NAMES = (
+    "sys_admin", "dac_read_search", "sys_ptrace", "sys_module", "sys_rawio", "mknod",
+    "sys_boot", "sys_time", "net_admin", "syslog", "mac_admin", "mac_override",
+    "audit_control", "audit_write", "bpf", "perfmon", "linux_immutable", "sys_chroot",
+)  # fmt: skip
+
+
+class MountAttr(ctypes.Structure):
+    """``struct mount_attr`` of mount_setattr(2)."""
+
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    """mount(2)."""
+    _check(
+        _libc.mount(
+            source.encode(),
+            target.encode(),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
+        f"mount {source} on {target}",
+    )
+
+
+def set_readonly(path: str, readonly: bool) -> None:
+    """Make the mount at ``path`` and every mount below it read-only, or writable again."""
+    attr = MountAttr(MOUNT_ATTR_RDONLY if readonly else 0, 0 if readonly else MOUNT_ATTR_RDONLY)
+    _check(
+        _libc.syscall(
+            SYS_MOUNT_SETATTR,
+            AT_FDCWD,
+            path.encode(),
+            ctypes.c_uint(AT_RECURSIVE),
+            ctypes.byref(attr),
+            ctypes.c_size_t(ctypes.sizeof(attr)),
+        ),
+        f"mount_setattr {path}",
+    )
+
+
+def _mount_point(path: str, like_directory: bool) -> None:
+    """Make ``path`` exist as a directory or an empty file to mount on."""
+    if like_directory:
+        os.makedirs(path, exist_ok=True)
+        return
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if not os.path.lexists(path):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+
+
+def _listening_sockets() -> list[str]:
+    """Paths of the unix sockets bound on this machine (``/proc/net/unix``)."""
+    found = []
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as lines:
+            next(lines, None)
+            for line in lines:
+                fields = line.split(maxsplit=7)
+                if len(fields) == 8 and fields[7].startswith("/"):
+                    found.append(fields[7].rstrip("\n"))
+    except OSError:
+        pass
+    return found
+
+
+def _inside(path: str, folders: list[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
+def confine(plan: dict[str, Any]) -> None:
+    """Apply ``plan`` to this mount namespace (see the module docs)."""
+    stage = plan["stage"]
+    # The working directory was entered before the mounts: enter it again through them at the end.
+    cwd = os.getcwd()
+    mount("crl-stage", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0700")
+    staged: list[tuple[str, dict[str, Any], bool]] = []
+    for number, bind in enumerate(plan["binds"]):
+        source = bind["source"]
+        try:
+            is_dir = stat.S_ISDIR(os.stat(source).st_mode)
+        except OSError:
+            continue  # nothing to keep
+        point = f"{stage}/{number}"
+        _mount_point(point, is_dir)
+        mount(source, point, None, MS_BIND | MS_REC, None)
+        staged.append((point, bind, is_dir))
+
+    set_readonly("/", True)
+
+    for folder in plan["hide"]:
+        if os.path.isdir(folder) and not os.path.islink(folder):
+            mount("crl-hidden", folder, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for folder in plan["scratch"]:
+        if os.path.isdir(folder) and not os.path.islink(folder):
+            options = f"size={plan.get('scratch_size', '1g')},mode=1777"
+            mount("crl-scratch", folder, "tmpfs", MS_NOSUID | MS_NODEV, options)
+
+    for point, bind, is_dir in staged:
+        target = bind["target"]
+        _mount_point(target, is_dir)
+        mount(point, target, None, MS_MOVE, None)
+        if bind.get("writable"):
+            set_readonly(target, False)
+
+    for folder in plan["hide"]:
+        if os.path.ismount(folder):
+            # Empty and read-only from now on (the mount points made above stay).
+            mount("crl-hidden", folder, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+
+    keep = [bind["target"] for _, bind, _ in staged]
+    for path in _listening_sockets():
+        if _inside(path, keep):
+            continue
+        try:
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                continue
+            mount("/dev/null", path, None, MS_BIND, None)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
+                raise
+
+    _check(_libc.umount2(stage.encode(), MNT_DETACH), f"umount {stage}")
+    os.chdir(cwd)
+
+    for cap in DROPPED_CAPS:
+        if _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) != 0:
+            code = ctypes.get_errno()
+            if code != errno.EINVAL:  # a capability this kernel does not know
+                raise OSError(code, f"drop capability {cap}: {os.strerror(code)}")
+
+
+def main(argv: list[str]) -> int:
+    """``confine.py PLAN -- COMMAND...``: confine, then exec the command (125 on failure)."""
+    if len(argv) < 4 or argv[2] != "--":
+        sys.stderr.write("usage: confine.py PLAN_JSON -- COMMAND [ARGS...]\n")
+        return 125
+    try:
+        confine(json.loads(argv[1]))
+        os.execvp(argv[3], argv[3:])
+    except (OSError, ValueError, KeyError) as exc:
+        sys.stderr.write(f"crl sandbox confinement failed: {exc}\n")
+    return 125
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
