@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,10 +28,13 @@ import pytest
 import yaml
 
 from crl_operator.apply import Kube, load_api_client
+from crl_operator.dashboard import queries
 
 from .argocd import CUSTOMIZATIONS, GROUP_DIR, build_argocdhealth, evaluate
 from .cluster import Cluster
+from .observability import exported_names, metric_names, rendered_rules
 from .paths import EXAMPLES
+from .test_chart import helm_binary
 from .test_operator_e2e import (
     PENDING_TRAINER,
     Operator,
@@ -327,3 +332,103 @@ def test_benchmark_health(
     )
     check_health(argocdhealth, tmp_path, live, "degraded_runner_failed.yaml", "Degraded")
     assert condition(live, "Failed")["message"], "the failure says why"
+
+
+# --- sync and drift ------------------------------------------------------------------------------
+
+#: The field manager Argo CD's application controller applies with (ServerSideApply=true).
+ARGOCD_MANAGER = "argocd-controller"
+#: What Argo CD adds to the manifests it applies (annotation-based resource tracking).
+TRACKING = {"argocd.argoproj.io/tracking-id": "crl-team-a:coderepair.io/{kind}:{ns}/{name}"}
+
+
+def owned_by_manifest(obj: dict[str, Any]) -> dict[str, Any]:
+    """What a user's manifest owns: the spec, labels, annotations, finalizers, owners."""
+    meta = obj["metadata"]
+    return {
+        "spec": obj["spec"],
+        **{k: meta.get(k) for k in ("labels", "annotations", "finalizers", "ownerReferences")},
+    }
+
+
+def argocd_diff(cluster: Cluster, namespace: str, text: str) -> subprocess.CompletedProcess[str]:
+    """What Argo CD's server-side diff compares: a dry-run apply as argocd-controller."""
+    return cluster.kubectl("diff", "--server-side", f"--field-manager={ARGOCD_MANAGER}",
+                           "-n", namespace, "-f", "-", input=text, check=False)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("manifest", "done"),
+    [
+        (lambda: small_run("synced"), ("Succeeded", "True")),
+        (lambda: example("rolloutpool-swe-gym.yaml"), ("Ready", "True")),
+        (lambda: example("benchmark-hosted-endpoint.yaml"), ("Succeeded", "True")),
+    ],
+    ids=["TrainingRun", "RolloutPool", "Benchmark"],
+)
+def test_argo_cd_sync_meets_no_conflict_and_no_diff(
+    cluster: Cluster,
+    kube: Kube,
+    operator: Operator,
+    namespace: str,
+    manifest: Callable[[], dict[str, Any]],
+    done: tuple[str, str],
+) -> None:
+    doc = manifest()
+    doc["metadata"].pop("namespace", None)
+    kind, name = doc["kind"], doc["metadata"]["name"]
+    text = yaml.safe_dump(doc)
+    # A person applies it with kubectl; the operator creates the children and writes status.
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=text)
+    probe = settled(kube, kind, namespace, name, lambda o: is_(o, *done))
+    before = wait_for(f"{kind} {name} settled", probe, op=operator)
+
+    # Argo CD takes it over: no difference to show, no conflict to force.
+    diff = argocd_diff(cluster, namespace, text)
+    assert diff.returncode == 0, diff.stdout + diff.stderr
+    applied = cluster.kubectl("apply", "--server-side", f"--field-manager={ARGOCD_MANAGER}",
+                              "-n", namespace, "-f", "-", input=text, check=False)  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    assert "conflict" not in (applied.stdout + applied.stderr).lower()
+
+    # Argo CD's tracking annotation, then the operator's next reconciles: still in sync.
+    tracked = {**doc, "metadata": {**doc["metadata"], "annotations": {
+        k: v.format(kind=kind, ns=namespace, name=name) for k, v in TRACKING.items()}}}  # fmt: skip
+    tracked_text = yaml.safe_dump(tracked)
+    cluster.kubectl("apply", "--server-side", f"--field-manager={ARGOCD_MANAGER}",
+                    "-n", namespace, "-f", "-", input=tracked_text)  # fmt: skip
+    cluster.kubectl("annotate", kind.lower(), name, "-n", namespace, "crl-test/poke=1")
+    time.sleep(2 * STABLE_SECONDS)
+    after = wait_for(f"{kind} {name} settled again", probe, op=operator)
+    cluster.kubectl("annotate", kind.lower(), name, "-n", namespace, "crl-test/poke-")
+    diff = argocd_diff(cluster, namespace, tracked_text)
+    assert diff.returncode == 0, diff.stdout + diff.stderr
+    # The diff sees a change when there is one (exit 1, not an error).
+    changed = {**tracked, "metadata": {**tracked["metadata"], "labels": {"team": "b"}}}
+    assert argocd_diff(cluster, namespace, yaml.safe_dump(changed)).returncode == 1
+
+    # The operator wrote only status: the spec and metadata are the manifest's.
+    assert owned_by_manifest(after)["spec"] == owned_by_manifest(before)["spec"]
+    assert owned_by_manifest(after)["finalizers"] is None
+    assert owned_by_manifest(after)["ownerReferences"] is None
+    live = kube.get(kind, namespace, name)
+    assert live is not None
+    for entry in live["metadata"]["managedFields"]:
+        if entry["manager"] not in (
+            ARGOCD_MANAGER,
+            "kubectl-client-side-apply",
+            "kubectl-annotate",
+        ):
+            assert entry.get("subresource") == "status", entry
+
+
+def test_the_real_operator_exports_what_rules_and_dashboard_read(operator: Operator) -> None:
+    """Scrape the operator process itself (not its registry in this process)."""
+    url = f"http://127.0.0.1:{operator.proc.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        exported = exported_names(response.read().decode())
+    used: set[str] = set()
+    rules = rendered_rules(helm_binary())
+    for expr in [r["expr"] for g in rules["groups"] for r in g["rules"]] + queries():
+        used |= {m for m in metric_names(expr) if m.startswith("crl_operator_")}
+    assert used and sorted(used - exported) == []
