@@ -238,6 +238,20 @@ def test_trainingrun_health_through_its_life(
     )  # fmt: skip
     check_health(argocdhealth, tmp_path, live, "degraded_invalid_spec.yaml", "Degraded")
 
+    # What `kubectl describe` shows along the way (crl_operator.events).
+    def events_of(name: str) -> set[tuple[str, str]]:
+        return {
+            (e["type"], e["reason"])
+            for e in kube.list("Event", namespace=namespace)
+            if e["involvedObject"]["name"] == name and e["involvedObject"]["kind"] == "TrainingRun"
+        }
+
+    assert {("Normal", "ChildrenCreated"), ("Normal", "InferenceReady"), ("Normal", "Admitted"),
+            ("Warning", "Preempted")} <= events_of("starting")  # fmt: skip
+    assert {("Normal", "ChildrenCreated"), ("Normal", "Succeeded")} <= events_of("done")
+    assert ("Warning", "JobFailed") in events_of("doomed")
+    assert ("Warning", "InvalidSpec") in events_of("bad")
+
 
 # --- RolloutPool and Benchmark ---------------------------------------------------------------------
 

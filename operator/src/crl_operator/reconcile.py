@@ -37,6 +37,7 @@ from crl_operator.apply import (
 from crl_operator.builders import BuildError, RenderState, ResolvedCheckpoint, relocate_images
 from crl_operator.cache import Cache, Key
 from crl_operator.conditions import merge_conditions
+from crl_operator.events import transition_events
 from crl_operator.metrics import (
     APPLIES_SKIPPED,
     ERRORS,
@@ -590,6 +591,8 @@ class Reconciler:
         if not patch:
             return
         self._warn_on_transition(body, previous, computed)
+        for event in transition_events(kind, previous, computed):
+            self.kube.event(body, event.type, event.reason, event.message)
         try:
             result = self.kube.patch_status(kind, ns, name, patch)
         except KubeError as err:
