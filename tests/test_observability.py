@@ -131,10 +131,13 @@ def test_the_schema_refuses_a_wrong_threshold(helm: str) -> None:
 
 
 def test_the_dashboard_ships_for_the_sidecar(helm: str) -> None:
-    assert "ConfigMap" not in {d["kind"] for d in helm_template(helm)}
+    names = {d["metadata"]["name"] for d in helm_template(helm) if d["kind"] == "ConfigMap"}
+    assert not any(n.endswith("-dashboard") for n in names)  # off by default
     docs = helm_template(helm, "--set", "metrics.dashboard.enabled=true",
                          "--set", "metrics.dashboard.folder=Training")  # fmt: skip
-    [cm] = [d for d in docs if d["kind"] == "ConfigMap"]
+    [cm] = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-dashboard")
+    ]
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert cm["metadata"]["annotations"] == {"grafana_folder": "Training"}
     assert json.loads(cm["data"]["coderepairrl.json"]) == dashboard()
