@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import urllib.request
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from .observability import (
 )
 from .paths import ROOT, run
 from .test_chart import helm_binary
+from .test_crdcheck import crdcheck  # noqa: F401  (fixture)
 from .test_pool import GatewayProcess, start_gateway, task_file, tasks  # noqa: F401
 
 pytestmark = pytest.mark.go
@@ -125,6 +127,43 @@ def test_the_schema_refuses_a_wrong_threshold(helm: str) -> None:
                   "--set", "metrics.prometheusRule.stalledAfter=soon"])  # fmt: skip
     assert result.returncode != 0
     assert "stalledAfter" in result.stderr
+
+
+PROMETHEUS_OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
+
+
+def test_the_prometheus_operator_accepts_the_rule_and_the_monitor(
+    helm: str,
+    crdcheck: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The PrometheusRule and ServiceMonitor through the API server's validation (tests/crdcheck)
+    with the Prometheus Operator's own CRDs, from its Go module."""
+    cache = Path(os.environ.get("CRL_CACHE_DIR", Path.home() / ".cache" / "coderepairrl"))
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
+    env.setdefault("GOMODCACHE", str(cache / "go" / "mod"))
+    got = run(["go", "mod", "download", "-json", PROMETHEUS_OPERATOR], cwd=Path("/"), env=env)
+    assert got.returncode == 0, got.stdout + got.stderr
+    crds = Path(json.loads(got.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
+    docs = [d for d in helm_template(helm, "--set", "metrics.prometheusRule.enabled=true",
+                                     "--set", "metrics.serviceMonitor.enabled=true")
+            if d["kind"] in ("PrometheusRule", "ServiceMonitor")]  # fmt: skip
+    manifest = tmp_path / "monitoring.yaml"
+    manifest.write_text(yaml.safe_dump_all(docs))
+    args = [str(crdcheck), "objects", "--crds", str(crds / "monitoring.coreos.com_prometheusrules.yaml"),
+            "--crds", str(crds / "monitoring.coreos.com_servicemonitors.yaml"), str(manifest)]  # fmt: skip
+    result = run(args)
+    assert result.returncode == 0, result.stderr
+    verdicts = [json.loads(line) for line in result.stdout.splitlines()]
+    assert sorted(v["kind"] for v in verdicts) == ["PrometheusRule", "ServiceMonitor"]
+    assert [v["errors"] for v in verdicts] == [[], []]
+    # It can fail: a rule without an expression is refused.
+    docs[0 if docs[0]["kind"] == "PrometheusRule" else 1]["spec"]["groups"][0]["rules"][0].pop(
+        "expr"
+    )
+    manifest.write_text(yaml.safe_dump_all(docs))
+    result = run(args)
+    assert any(json.loads(line)["errors"] for line in result.stdout.splitlines()), result.stdout
 
 
 # --- dashboard ---------------------------------------------------------------------------------
