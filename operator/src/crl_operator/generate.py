@@ -1,6 +1,7 @@
 """Regenerate every generated file from the models, or check that none has drifted.
 
-    python -m crl_operator.generate          # write crds/, the chart's crds/, docs/api-reference.md
+    python -m crl_operator.generate          # write crds/, the chart's crds/, docs/api-reference.md,
+                                             # gitops/argocd/argocd-cm.yaml, the chart's dashboard
     python -m crl_operator.generate --check  # exit 1 and name the stale files
 
 CI runs the check; the tests do too.
@@ -15,6 +16,8 @@ from pathlib import Path
 
 from crl_operator.apidocs import api_reference
 from crl_operator.crds import crd_files
+from crl_operator.dashboard import DASHBOARD_PATH, dashboard_json
+from crl_operator.gitops import ARGOCD_CM, argocd_cm
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +31,8 @@ def generated_files(root: Path) -> dict[Path, str]:
         files[root / "crds" / name] = text
         files[root / CHART / "crds" / name] = text
     files[root / "docs" / "api-reference.md"] = api_reference()
+    files[root / ARGOCD_CM] = argocd_cm(root)
+    files[root / DASHBOARD_PATH] = dashboard_json()
     return files
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import Counter, Gauge, Histogram
 
 RECONCILES = Counter(
@@ -36,3 +38,72 @@ APPLIES_SKIPPED = Counter(
     ["kind"],
 )
 QUEUE_DEPTH = Gauge("crl_operator_queue_depth", "Resources waiting for a reconcile.")
+CONDITIONS = Gauge(
+    "crl_operator_resource_condition",
+    "Conditions of each resource as its last reconcile wrote them: 1 when True, 0 otherwise,"
+    " by kind, the resource's namespace and name, and condition type (for alerts such as"
+    " inference unavailable). Not `namespace`/`name`: a scrape sets `namespace` to the"
+    " operator's own.",
+    ["kind", "resource_namespace", "resource_name", "condition"],
+)
+
+
+def record_conditions(
+    kind: str, namespace: str, name: str, conditions: object, known: set[str]
+) -> set[str]:
+    """Set CONDITIONS for one resource from its status conditions; drop the series of types it
+    no longer has. `known` holds the types set last time; returns the types set now."""
+    now: set[str] = set()
+    for entry in conditions if isinstance(conditions, list) else ():
+        if isinstance(entry, dict) and isinstance(entry.get("type"), str):
+            now.add(entry["type"])
+            value = 1.0 if entry.get("status") == "True" else 0.0
+            CONDITIONS.labels(kind, namespace, name, entry["type"]).set(value)
+    for gone in known - now:
+        forget_condition(kind, namespace, name, gone)
+    return now
+
+
+def forget_condition(kind: str, namespace: str, name: str, type_: str) -> None:
+    """Remove one series of CONDITIONS (a condition or a resource that went away)."""
+    with contextlib.suppress(KeyError):
+        CONDITIONS.remove(kind, namespace, name, type_)
+
+
+BENCHMARK_INSTANCES = Gauge(
+    "crl_operator_benchmark_instances",
+    "A Benchmark's progress as its status shows it: instances by state (total, done, resolved,"
+    " errored), by the resource's namespace and name.",
+    ["resource_namespace", "resource_name", "state"],
+)
+BENCHMARK_RESOLVE_RATE = Gauge(
+    "crl_operator_benchmark_resolve_rate",
+    "A Benchmark's resolve rate as its status shows it (resolved over finished instances).",
+    ["resource_namespace", "resource_name"],
+)
+#: The progress fields exported by BENCHMARK_INSTANCES.
+BENCHMARK_STATES = ("total", "done", "resolved", "errored")
+
+
+def record_benchmark(namespace: str, name: str, status: object) -> None:
+    """Set the Benchmark gauges from a computed status (fields it lacks are left out)."""
+    if not isinstance(status, dict):
+        return
+    progress = status.get("progress")
+    if isinstance(progress, dict):
+        for state in BENCHMARK_STATES:
+            value = progress.get(state)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                BENCHMARK_INSTANCES.labels(namespace, name, state).set(value)
+    rate = status.get("resolveRate")
+    if isinstance(rate, int | float) and not isinstance(rate, bool):
+        BENCHMARK_RESOLVE_RATE.labels(namespace, name).set(rate)
+
+
+def forget_benchmark(namespace: str, name: str) -> None:
+    """Remove a deleted Benchmark's series."""
+    for state in BENCHMARK_STATES:
+        with contextlib.suppress(KeyError):
+            BENCHMARK_INSTANCES.remove(namespace, name, state)
+    with contextlib.suppress(KeyError):
+        BENCHMARK_RESOLVE_RATE.remove(namespace, name)

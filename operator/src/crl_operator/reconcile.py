@@ -37,7 +37,17 @@ from crl_operator.apply import (
 from crl_operator.builders import BuildError, RenderState, ResolvedCheckpoint, relocate_images
 from crl_operator.cache import Cache, Key
 from crl_operator.conditions import merge_conditions
-from crl_operator.metrics import APPLIES_SKIPPED, ERRORS, LATENCY, RECONCILES
+from crl_operator.events import transition_events
+from crl_operator.metrics import (
+    APPLIES_SKIPPED,
+    ERRORS,
+    LATENCY,
+    RECONCILES,
+    forget_benchmark,
+    forget_condition,
+    record_benchmark,
+    record_conditions,
+)
 from crl_operator.status import (
     Observed,
     Problem,
@@ -118,6 +128,8 @@ class Reconciler:
         # RolloutPools (key -> uid) whose token Secret is known to exist: created at most once
         # per pool and operator process, never re-created with a new value.
         self._tokens: dict[Key, str] = {}
+        # Condition types exported per resource (crl_operator_resource_condition), to drop them.
+        self._condition_types: dict[Key, set[str]] = {}
         self._lock = threading.Lock()
         self._apply_pool = (
             ThreadPoolExecutor(apply_threads, thread_name_prefix="apply") if apply_threads else None
@@ -130,6 +142,11 @@ class Reconciler:
             self.status_versions.pop(key, None)
             self._bad_reports.pop(key, None)
             self._tokens.pop(key, None)
+            types = self._condition_types.pop(key, set())
+        for type_ in types:
+            forget_condition(*key, type_)
+        if key[0] == "Benchmark":
+            forget_benchmark(key[1], key[2])
 
     # --- entry point ----------------------------------------------------------------------
 
@@ -563,10 +580,19 @@ class Reconciler:
         computed: Mapping[str, Any],
     ) -> None:
         kind, ns, name = key
+        with self._lock:
+            known = self._condition_types.get(key, set())
+            self._condition_types[key] = record_conditions(
+                kind, ns, name, computed.get("conditions"), known
+            )
+        if kind == "Benchmark":
+            record_benchmark(ns, name, computed)
         patch = status_patch(kind, previous, computed)
         if not patch:
             return
         self._warn_on_transition(body, previous, computed)
+        for event in transition_events(kind, previous, computed):
+            self.kube.event(body, event.type, event.reason, event.message)
         try:
             result = self.kube.patch_status(kind, ns, name, patch)
         except KubeError as err:

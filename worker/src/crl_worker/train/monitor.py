@@ -116,6 +116,19 @@ def _finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+#: The values whose NaN or infinity crl_train_nonfinite_values_total counts (reward first).
+NONFINITE_CHECKED = ("reward_mean", "loss", "kl", "grad_norm")
+
+
+def _is_number(value: Any) -> bool:
+    """Whether float() takes the value (NaN and infinities included)."""
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 class Monitor:
     """Metrics, status and the metrics log of one run (rank 0 only does anything visible)."""
 
@@ -183,6 +196,16 @@ class Monitor:
             "Turns left out of training samples (chat template re-rendered earlier turns)",
             registry=r,
         )
+        self.c_nonfinite = Counter(
+            "crl_train_nonfinite_values",
+            "Steps whose reward, loss, KL or gradient norm was NaN or infinite (left out of the"
+            " gauges above, which keep their last finite value), by metric",
+            ["metric"],
+            registry=r,
+        )
+        for metric in NONFINITE_CHECKED:
+            # Exported at 0 from the start, so a first NaN shows as an increase.
+            self.c_nonfinite.labels(metric)
         self.g_total.set(total_steps)
         if enabled and metrics_port is not None:
             start_http_server(metrics_port, registry=r)
@@ -236,6 +259,10 @@ class Monitor:
         if not self.enabled:
             return record
         self.g_step.set(step)
+        raws = {"reward_mean": stats.reward_mean, **{k: logs.get(k) for k in NONFINITE_CHECKED[1:]}}
+        for metric, raw in raws.items():
+            if raw is not None and _finite(raw) is None and _is_number(raw):
+                self.c_nonfinite.labels(metric).inc()
         if policy_version is not None:
             self.g_version.set(policy_version)
         for gauge, value in (

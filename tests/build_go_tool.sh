@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Build a Go test tool kept as its own module under tests/ into
+#   ${CRL_CACHE_DIR:-$HOME/.cache/coderepairrl}/bin/NAME
+# with the Go module/build caches outside the checkout (as tests/crdcheck/build.sh does).
+#
+#   build_go_tool.sh NAME SRC_DIR PACKAGE [BUILD_TAGS]
+#
+# PACKAGE is "." for the module's own main package, or a main package of a dependency the
+# module pins (tests/promtool builds github.com/prometheus/prometheus/cmd/promtool). Skips the
+# build when the binary is newer than every source file of SRC_DIR (*.go except tests, go.mod,
+# go.sum, this script), so repeat runs take about a second. The last line of stdout is the
+# binary path. Set GOTOOL_FORCE=1 to rebuild anyway.
+set -euo pipefail
+
+[[ $# -ge 3 ]] || { echo "usage: $0 NAME SRC_DIR PACKAGE [BUILD_TAGS]" >&2; exit 2; }
+name="$1"
+src="$(cd "$2" && pwd)"
+pkg="$3"
+tags="${4:-}"
+self="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
+cache="${CRL_CACHE_DIR:-$HOME/.cache/coderepairrl}"
+bin="$cache/bin/$name"
+
+export GOTOOLCHAIN=local
+export GOMODCACHE="${GOMODCACHE:-$cache/go/mod}"
+export GOCACHE="${GOCACHE:-$cache/go/build}"
+export GOFLAGS="${GOFLAGS:--mod=mod}"
+export CGO_ENABLED=0
+
+stale() {
+  [[ "${GOTOOL_FORCE:-0}" == 1 || ! -x "$bin" || "$self" -nt "$bin" ]] && return 0
+  [[ -n "$(find "$src" -path "$src/testdata" -prune -o -type f \
+      \( -name '*.go' ! -name '*_test.go' -o -name go.mod -o -name go.sum -o -name build.sh \) \
+      -newer "$bin" -print -quit)" ]]
+}
+
+mkdir -p "$cache/bin"
+if stale; then
+  # Serialize concurrent builders (pytest-xdist workers); re-check once we hold the lock.
+  exec 9>"$cache/bin/.$name.lock"
+  command -v flock >/dev/null && flock 9
+  if stale; then
+    command -v go >/dev/null || { echo "build_go_tool.sh: go not found in PATH" >&2; exit 1; }
+    echo "building $name ($(go version | cut -d' ' -f3)) ..." >&2
+    tmp="$bin.tmp.$$"
+    trap 'rm -f "$tmp"' EXIT
+    (cd "$src" && go build -buildvcs=false -tags "$tags" -ldflags "-s -w" -o "$tmp" "$pkg")
+    mv -f "$tmp" "$bin"
+    trap - EXIT
+  fi
+fi
+echo "$bin"
