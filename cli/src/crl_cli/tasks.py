@@ -60,8 +60,8 @@ def _formats() -> list[str]:
 
 
 def _detect_format(file: Path) -> str:
-    """`task` when the file's first record is a native Task (it has a `test` object), else
-    `swe-bench`. Only JSON and JSONL are looked at; anything unreadable is left to the loader."""
+    """`task` when the file's first record is a native Task (it has a `test` object or a
+    `task_type`), else `swe-bench`. Only JSON and JSONL are looked at; anything unreadable is left to the loader."""
     try:
         if file.suffix == ".jsonl":
             with file.open() as handle:
@@ -74,9 +74,10 @@ def _detect_format(file: Path) -> str:
             return "swe-bench"
     except (OSError, ValueError):
         return "swe-bench"
-    return (
-        "task" if isinstance(first, dict) and isinstance(first.get("test"), dict) else "swe-bench"
+    native = isinstance(first, dict) and (
+        isinstance(first.get("test"), dict) or "task_type" in first
     )
+    return "task" if native else "swe-bench"
 
 
 def _table(results: list[InstanceCheck]) -> Table:
@@ -167,9 +168,9 @@ def check(
         typer.Option(
             "--format",
             "-f",
-            help="Record format: a benchmark's (swe-bench, multi-swe-bench, ...) or 'task' "
-            "(Task objects as JSON/JSONL). Default: 'task' when the first record has a 'test' "
-            "object (the native format), else 'swe-bench'.",
+            help="Record format: a benchmark's (swe-bench, multi-swe-bench, bigvul, primevul, "
+            "...) or 'task' (Task objects as JSON/JSONL). Default: 'task' when the first record "
+            "has a 'test' object or a 'task_type' (the native format), else 'swe-bench'.",
         ),
     ] = "",
     runs: Annotated[
