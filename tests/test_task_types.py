@@ -436,3 +436,16 @@ async def test_gold_bench_scores_every_instance_of_both_suites(tmp_path: Path) -
         for line in (tmp_path / "results" / "classify" / "results.jsonl").read_text().splitlines()
     ]
     assert all(r["answer"] == r["label"] and r["credit"] == 1.0 for r in rows)
+    # crl compare pairs classify attempts by instance as it does repair ones.
+    compared = subprocess.run(
+        [sys.executable, "-m", "crl_cli", "compare", *(["results/classify"] * 2), "-o", "json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert compared.returncode == 0, compared.stderr
+    comparison = json.loads(compared.stdout)
+    assert (comparison["sharedInstances"], comparison["difference"]) == (6, 0.0)

@@ -121,8 +121,9 @@ class TaskSource(ApiModel):
     format: TaskFormat = "swe-bench"
     """How records are shaped: `swe-bench` (also SWE-bench Verified and Lite), `swe-gym`,
     `multi-swe-bench` (Java), `defects4j`, `gitbug-java`, `bugsinpy`, `quixbugs`,
-    `polyglot` (Aider-polyglot style exercises) or `task` (records already in the worker's task
-    schema, with the harness settings spelled out)."""
+    `polyglot` (Aider-polyglot style exercises), the vulnerability datasets `bigvul`,
+    `cvefixes` and `primevul` (classify tasks), or `task` (records already in the worker's
+    task schema, with the harness settings spelled out)."""
     hugging_face: HuggingFaceDataset | None = None
     """Read the tasks from a Hugging Face dataset."""
     config_map: ConfigMapFile | None = None
