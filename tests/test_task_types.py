@@ -357,6 +357,32 @@ async def test_derivation_is_reproducible_and_rejects_untested_bodies(
     assert log.stdout.split() == [task.base_commit]
 
 
+def test_derive_implement_refuses_what_it_cannot_derive_from(tmp_path: Path) -> None:
+    """The command as a user runs it: classify tasks are not repair tasks (exit 1, the reason
+    per task), and an --out that is a file is a usage error (exit 2)."""
+    env = {**os.environ, "CRL_CACHE_DIR": str(tmp_path / "cache"), "COLUMNS": "300"}
+
+    def crl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "crl_cli", "tasks", "derive-implement", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+
+    done = crl(str(CLASSIFY / "tasks.jsonl"), "--out", "derived")
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.count("is a classify task, not a repair task") == 6
+    assert "0 implement tasks written" in done.stdout
+    assert (tmp_path / "derived" / "tasks.jsonl").read_text() == ""
+    (tmp_path / "afile").write_text("")
+    done = crl(str(MINI), "--out", "afile")
+    assert done.returncode == 2 and "is not a folder" in done.stderr
+
+
 def test_stubbing_keeps_signature_decorators_and_docstring(tmp_path: Path) -> None:
     (tmp_path / "pkg").mkdir()
     (tmp_path / "tests").mkdir()
