@@ -23,7 +23,9 @@ TASK = Task(
 )
 
 
-def context(tools: list[str]) -> dict[str, object]:
+def context(
+    tools: list[str], task_type: str = "repair", location: str | None = None
+) -> dict[str, object]:
     return {
         "task": TASK,
         "problem_statement": TASK.problem_statement,
@@ -32,6 +34,8 @@ def context(tools: list[str]) -> dict[str, object]:
         "language": TASK.language,
         "workdir": "/testbed",
         "tools": tools,
+        "task_type": task_type,
+        "location": location,
     }
 
 
@@ -68,6 +72,25 @@ def test_bundled_set_renders_every_template() -> None:
     )
     assert shown.startswith("Exit code: 2\nThe output was too long")
     assert shown.endswith("Output:\nx")
+
+
+def test_each_task_type_gets_its_own_instructions() -> None:
+    """Implement and classify episodes are told what they answer and how; repair is unchanged."""
+    loaded = load_prompts("swe-default")
+    repair = loaded.render("instance", **context(["shell", "submit"]))
+    implement = loaded.render("instance", **context(["shell", "submit"], "implement"))
+    classify = loaded.render(
+        "instance", **context(["shell", "classify"], "classify", "pkg/mod.py::f")
+    )
+    assert repair.startswith("Fix the following issue")
+    assert implement.startswith("Implement the missing code") and "<specification>" in implement
+    assert classify.startswith("Classify the security weakness")
+    assert "The weakness is at: pkg/mod.py::f" in classify and "classify tool" in classify
+    system = loaded.render("system", **context(["shell", "classify"], "classify"))
+    assert "security analyst" in system and "Answer once, with the classify tool" in system
+    assert "call submit" not in system
+    tools = tool_schemas(["shell", "classify"], loaded)
+    assert tools[1]["function"]["parameters"]["required"] == ["cwe", "reasoning"]
 
 
 def test_tool_schemas_describe_every_argument() -> None:

@@ -10,6 +10,7 @@ client.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import signal
@@ -29,6 +30,7 @@ from crl_worker.harness.check import InstanceCheck, check_tasks
 from crl_worker.sandbox.registry import parse_config
 from crl_worker.tasks.formats import CONVERTERS
 from crl_worker.tasks.loaders import LoadResult, load_tasks
+from crl_worker.tasks.model import Task
 
 T = TypeVar("T")
 
@@ -60,8 +62,8 @@ def _formats() -> list[str]:
 
 
 def _detect_format(file: Path) -> str:
-    """`task` when the file's first record is a native Task (it has a `test` object), else
-    `swe-bench`. Only JSON and JSONL are looked at; anything unreadable is left to the loader."""
+    """`task` when the file's first record is a native Task (it has a `test` object or a
+    `task_type`), else `swe-bench`. Only JSON and JSONL are looked at; anything unreadable is left to the loader."""
     try:
         if file.suffix == ".jsonl":
             with file.open() as handle:
@@ -74,9 +76,10 @@ def _detect_format(file: Path) -> str:
             return "swe-bench"
     except (OSError, ValueError):
         return "swe-bench"
-    return (
-        "task" if isinstance(first, dict) and isinstance(first.get("test"), dict) else "swe-bench"
+    native = isinstance(first, dict) and (
+        isinstance(first.get("test"), dict) or "task_type" in first
     )
+    return "task" if native else "swe-bench"
 
 
 def _table(results: list[InstanceCheck]) -> Table:
@@ -167,9 +170,9 @@ def check(
         typer.Option(
             "--format",
             "-f",
-            help="Record format: a benchmark's (swe-bench, multi-swe-bench, ...) or 'task' "
-            "(Task objects as JSON/JSONL). Default: 'task' when the first record has a 'test' "
-            "object (the native format), else 'swe-bench'.",
+            help="Record format: a benchmark's (swe-bench, multi-swe-bench, bigvul, primevul, "
+            "...) or 'task' (Task objects as JSON/JSONL). Default: 'task' when the first record "
+            "has a 'test' object or a 'task_type' (the native format), else 'swe-bench'.",
         ),
     ] = "",
     runs: Annotated[
@@ -392,4 +395,115 @@ def images(
         if r.error and output is Output.text:
             err.print(f"[red]{escape(r.instance_id)}:[/] {escape(r.error)}", highlight=False)
     if any(not r.ok for r in results):
+        raise typer.Exit(INVALID)
+
+
+def _say(instance_id: str, line: str) -> None:
+    err.print(f"{escape(instance_id)}: {escape(line)}", highlight=False)
+
+
+@app.command("derive-implement")
+def derive_implement_command(
+    file: Annotated[Path, typer.Argument(help="Task file of repair tasks (.json, .jsonl).")],
+    out_dir: Annotated[
+        Path,
+        typer.Option("--out", help="Folder for the derived suite: tasks.jsonl and repos/*.bundle."),
+    ],
+    format: Annotated[
+        str, typer.Option("--format", "-f", help="Record format (as for `crl tasks check`).")
+    ] = "",
+    instance: Annotated[
+        list[str] | None,
+        typer.Option("--instance", "-i", help="Only this repair instance id (repeatable)."),
+    ] = None,
+    function: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--function", help="Only this function, as `name` or `Class.method` (repeatable)."
+        ),
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, help="Derived tasks per repair task at most.")
+    ] = 3,
+    sandbox: Annotated[
+        str | None,
+        typer.Option(
+            "--sandbox",
+            help='Sandbox config as JSON or a JSON file (default: {"type": "local"}).',
+        ),
+    ] = None,
+) -> None:
+    """Derive implement-from-spec tasks: remove the body of functions the tests cover, keep
+    the signature and docstring, keep those whose tests fail without the body and pass with it
+    (docs/task-types.md)."""
+    from crl_worker.harness.derive import Derivation, DeriveError, derive_implement
+
+    loaded = _load(file, format, instance, None)
+    try:
+        config = parse_config(sandbox_config(sandbox))
+    except SandboxError as exc:
+        err.print(f"[red]error:[/] --sandbox: {escape(str(exc))}", highlight=False)
+        raise typer.Exit(USAGE) from exc
+    if out_dir.exists() and not out_dir.is_dir():
+        err.print(f"[red]error:[/] --out {escape(str(out_dir))} is not a folder", highlight=False)
+        raise typer.Exit(USAGE)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    async def everything() -> list[Derivation | str]:
+        found: list[Derivation | str] = []
+        for task in loaded.tasks:
+            try:
+                found.append(
+                    await derive_implement(
+                        task,
+                        out_dir,
+                        sandbox_config=config,
+                        limit=limit,
+                        functions=function,
+                        progress=functools.partial(_say, task.instance_id),
+                    )
+                )
+            except (DeriveError, CrlError) as exc:
+                found.append(f"{task.instance_id}: {exc}")
+        return found
+
+    results = _run_until_sigterm(everything())
+    table = Table(title="Derived implement tasks")
+    table.add_column("repair task", no_wrap=True)
+    table.add_column("function")
+    table.add_column("result", overflow="fold")
+    derived: list[Task] = []
+    for item in results:
+        if isinstance(item, str):
+            table.add_row(escape(item.split(":", 1)[0]), "-", f"[red]{escape(item)}[/]")
+            continue
+        for task in item.tasks:
+            derived.append(task)
+            table.add_row(
+                escape(item.source_id),
+                escape(str(task.metadata.get("function"))),
+                f"[green]ok[/] {escape(task.instance_id)} ({len(task.fail_to_pass)} FAIL_TO_PASS)",
+            )
+        for name, reason in item.rejected:
+            table.add_row(
+                escape(item.source_id), escape(name), f"[yellow]rejected:[/] {escape(reason)}"
+            )
+    lines = []
+    for task in derived:
+        record = task.model_dump(mode="json", exclude_defaults=True)
+        record["task_type"] = "implement"
+        record["source"] = f"repos/{Path(task.source or '').name}"
+        lines.append(json.dumps(record, sort_keys=True))
+    (out_dir / "tasks.jsonl").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    out_dir.joinpath("repos").mkdir(exist_ok=True)
+    kept = {f"{Path(t.source or '').name}" for t in derived}
+    for stale in out_dir.joinpath("repos").glob("*.bundle"):
+        if stale.name not in kept:
+            stale.unlink()
+    out.print(table)
+    out.print(
+        f"{len(derived)} implement tasks written to {escape(str(out_dir / 'tasks.jsonl'))}",
+        highlight=False,
+    )
+    if not derived:
         raise typer.Exit(INVALID)

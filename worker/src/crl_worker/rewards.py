@@ -103,6 +103,9 @@ def tests_score(result: EvalResult | None, mode: TestsMode = "binary") -> float 
     if not result.patch_applied or result.tampered is not None:
         # A tampered run is the model's answer: 0, never left out.
         return 0.0
+    if result.credit is not None:
+        # A classify task: the credit along the CWE hierarchy, whichever the mode.
+        return result.credit
     if mode == "binary":
         return 1.0 if result.resolved else 0.0
     return (result.fail_to_pass_fraction + result.pass_to_pass_fraction) / 2

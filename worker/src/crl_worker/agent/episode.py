@@ -19,6 +19,7 @@ top of ``agent.timeoutSeconds`` (at most the task's test timeout, and the sandbo
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,7 @@ from crl_worker.agent.client import Policy
 from crl_worker.agent.loop import AgentCancelled, run_agent
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec
+from crl_worker.harness.classify import grade_answer
 from crl_worker.harness.evaluate import evaluate
 from crl_worker.harness.integrity import confirm, confirmation_enabled, needs_confirmation
 from crl_worker.harness.result import EvalResult
@@ -64,6 +66,23 @@ def failed_trajectory(
         exit_reason="infrastructure_error",
         error=error,
     )
+
+
+def classification_answer(trajectory: Trajectory) -> tuple[str | None, str]:
+    """The CWE id and reasoning of the last ``classify`` call the tool accepted (``None`` and
+    ``""`` when the episode ended without one)."""
+    for turn in reversed(trajectory.turns):
+        for call in reversed(turn.tool_calls):
+            if call.name != "classify" or call.error:
+                continue
+            try:
+                arguments = json.loads(call.arguments)
+            except ValueError:
+                continue
+            if isinstance(arguments, dict) and isinstance(arguments.get("cwe"), str):
+                reasoning = arguments.get("reasoning")
+                return arguments["cwe"], reasoning if isinstance(reasoning, str) else ""
+    return None, ""
 
 
 async def agent_then_evaluate(
@@ -103,6 +122,10 @@ async def agent_then_evaluate(
             task, attempt, policy.model, started_at, t_agent, f"the agent loop failed: {exc!r}"
         )
     if trajectory.exit_reason == "infrastructure_error":
+        return trajectory
+    if task.task_type == "classify":
+        # No tests: the answer is graded against the label (none given: credit 0, recorded).
+        trajectory.evaluation = grade_answer(task, *classification_answer(trajectory))
         return trajectory
     remaining = t_agent + budget - time.monotonic()
     try:
@@ -204,7 +227,12 @@ async def run_episode(
             started_at=started_at,
             keep_cancelled=keep_cancelled,
         )
-        if integrity and trajectory.evaluation and needs_confirmation(trajectory.evaluation):
+        if (
+            integrity
+            and task.task_type != "classify"  # nothing ran in the sandbox to tamper with
+            and trajectory.evaluation
+            and needs_confirmation(trajectory.evaluation)
+        ):
             diff = trajectory.diff
             if not diff.strip():
                 # The agent loop could not take the final diff (or there is none); the test

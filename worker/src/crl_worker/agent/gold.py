@@ -63,7 +63,8 @@ def tool_call(
 
 
 class GoldPolicy:
-    """A :class:`~crl_worker.agent.client.Policy` that applies ``task.patch`` and submits.
+    """A :class:`~crl_worker.agent.client.Policy` that applies ``task.patch`` and submits; on a
+    classify task, it answers the task's label with ``classify``.
 
     When ``shell`` is not among the offered tools it submits at once (nothing applied).
     """
@@ -85,6 +86,10 @@ class GoldPolicy:
         """Turn 1: apply the patch with ``shell``; later turns: ``submit``."""
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         offered = {t.get("function", {}).get("name") for t in tools}
+        if self.task.classification is not None and "classify" in offered:
+            label = self.task.classification.cwe
+            reasoning = f"the task's label (gold replay): {label}"
+            return tool_call(turn, "classify", {"cwe": label, "reasoning": reasoning})
         if turn == 0 and "shell" in offered:
             return tool_call(turn, "shell", {"command": apply_command(self.task.patch)})
         return tool_call(turn, "submit", {})
@@ -96,6 +101,8 @@ def gold_patch_failure(trajectory: Trajectory) -> str | None:
     or the harness is broken, not that the instance is hard."""
     if trajectory.model != GoldPolicy.model:
         return None
+    if any(c.name == "classify" for t in trajectory.turns for c in t.tool_calls):
+        return None  # a classify task has no patch
     for turn in trajectory.turns:
         for call in turn.tool_calls:
             if call.name == "shell":

@@ -32,7 +32,7 @@ from crl_worker.agent.client import (
     context_room,
 )
 from crl_worker.agent.prompts import Prompts, load_prompts
-from crl_worker.agent.tools import Toolbox, tool_schemas
+from crl_worker.agent.tools import Toolbox, tool_schemas, tools_for
 from crl_worker.agent.trajectory import (
     ExitReason,
     FloatArray,
@@ -161,7 +161,7 @@ class _Run:
         self.spec = spec
         self.prompts = prompts
         self.attempt = attempt
-        self.tools: list[str] = list(spec.tools)
+        self.tools: list[str] = tools_for(task.task_type, list(spec.tools))
         self.schemas = tool_schemas(self.tools, prompts)
         self.toolbox = Toolbox(
             sandbox, prompts, tools=self.tools, command_timeout=spec.command_timeout_seconds
@@ -189,6 +189,8 @@ class _Run:
             "language": self.task.language,
             "workdir": self.sandbox.workdir,
             "tools": self.tools,
+            "task_type": self.task.task_type,
+            "location": self.task.classification.location if self.task.classification else None,
         }
         # Rendered outside the guarded part: a template that does not render is a
         # configuration error for every run, not one trajectory's failure.

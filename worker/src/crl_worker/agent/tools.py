@@ -1,5 +1,5 @@
-"""The agent's tools, run in the sandbox: ``shell``, ``view``, ``edit`` (str_replace) and
-``submit``.
+"""The agent's tools, run in the sandbox: ``shell``, ``view``, ``edit`` (str_replace),
+``submit``, and ``classify`` (the answer of a classify task: a CWE id and the reasoning).
 
 The model calls them with OpenAI function calling. Every call gets an answer the model can act
 on: a malformed call (unknown tool, arguments that are not a JSON object, a missing, extra or
@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from crl_worker.agent.prompts import Prompts
+from crl_worker.api.common import TaskType
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.files import FileTooLarge, NotARegularFile, PathOutsideSandbox
+from crl_worker.tasks.cwe import UnknownCweError, normalise
 
 #: Characters of output a tool returns at most (the middle of longer output is left out).
 DEFAULT_MAX_OUTPUT = 16_000
@@ -40,7 +42,24 @@ TOOL_ARGUMENTS: dict[str, dict[str, tuple[str, bool]]] = {
     },
     "edit": {"path": ("string", True), "old_str": ("string", True), "new_str": ("string", True)},
     "submit": {},
+    "classify": {"cwe": ("string", True), "reasoning": ("string", True)},
 }
+
+#: The tool that ends an episode of each task type (the agent's answer).
+ANSWER_TOOL: dict[str, str] = {"repair": "submit", "implement": "submit", "classify": "classify"}
+#: Tools a classify episode never gets: it reads the code, it does not change it.
+_CLASSIFY_WITHOUT = frozenset({"edit", "submit"})
+
+
+def tools_for(task_type: TaskType, configured: list[str]) -> list[str]:
+    """The tools an episode of ``task_type`` offers, from the agent's configured ones: a
+    classify episode drops ``edit`` and ``submit`` and gets ``classify``; the others never get
+    ``classify``."""
+    if task_type == "classify":
+        kept = [t for t in configured if t not in _CLASSIFY_WITHOUT and t != "classify"]
+        return [*kept, "classify"]
+    return [t for t in configured if t != "classify"]
+
 
 #: Lines of context shown around an edit.
 _SNIPPET_CONTEXT = 4
@@ -63,7 +82,7 @@ class ToolOutcome:
     exit_code: int | None = None
     """``shell``: the command's exit status."""
     submitted: bool = False
-    """``submit`` was called: the episode ends."""
+    """``submit`` (or an accepted ``classify``) was called: the episode ends."""
 
 
 def tool_schemas(names: list[str], prompts: Prompts) -> list[dict[str, Any]]:
@@ -212,6 +231,8 @@ class Toolbox:
             arguments = parse_arguments(name, raw_arguments)
             if name == "submit":
                 return ToolOutcome("Submitted.", submitted=True)
+            if name == "classify":
+                return self.classify(arguments["cwe"], arguments["reasoning"])
             if not self.sandbox.alive:
                 raise SandboxError("the sandbox is no longer alive")
             if name == "shell":
@@ -227,6 +248,17 @@ class Toolbox:
             )
         except ToolCallError as refused:
             return self.error(str(refused))
+
+    def classify(self, cwe: str, reasoning: str) -> ToolOutcome:
+        """Accept a classification (a known CWE id and a reasoning) and end the episode; an
+        unknown id or an empty reasoning is refused and the episode goes on."""
+        try:
+            key = normalise(cwe)
+        except UnknownCweError as exc:
+            raise ToolCallError(str(exc)) from None
+        if not reasoning.strip():
+            raise ToolCallError("classify needs the reasoning that led to the CWE id")
+        return ToolOutcome(f"Classified as {key}.", submitted=True)
 
     async def shell(self, command: str, *, time_left: float | None) -> ToolOutcome:
         """Run ``command`` in the sandbox's session."""

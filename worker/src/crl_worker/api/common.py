@@ -49,8 +49,14 @@ TaskFormat = Literal[
     "bugsinpy",
     "quixbugs",
     "polyglot",
+    "bigvul",
+    "cvefixes",
+    "primevul",
     "task",
 ]
+
+TaskType = Literal["repair", "implement", "classify"]
+"""What a task asks of the agent (docs/task-types.md)."""
 
 # --- tasks ----------------------------------------------------------------------------------
 
@@ -115,8 +121,9 @@ class TaskSource(ApiModel):
     format: TaskFormat = "swe-bench"
     """How records are shaped: `swe-bench` (also SWE-bench Verified and Lite), `swe-gym`,
     `multi-swe-bench` (Java), `defects4j`, `gitbug-java`, `bugsinpy`, `quixbugs`,
-    `polyglot` (Aider-polyglot style exercises) or `task` (records already in the worker's task
-    schema, with the harness settings spelled out)."""
+    `polyglot` (Aider-polyglot style exercises), the vulnerability datasets `bigvul`,
+    `cvefixes` and `primevul` (classify tasks), or `task` (records already in the worker's
+    task schema, with the harness settings spelled out)."""
     hugging_face: HuggingFaceDataset | None = None
     """Read the tasks from a Hugging Face dataset."""
     config_map: ConfigMapFile | None = None
@@ -129,6 +136,11 @@ class TaskSource(ApiModel):
     """A path in the worker's file system; on one machine, relative to the manifest's folder."""
     filter: TaskFilter | None = None
     """Which instances to use (ids, repositories, a limit)."""
+    task_type: TaskType = "repair"
+    """What the source's tasks ask of the agent: `repair` (fix a bug; tests decide),
+    `implement` (write a function whose body was removed; tests decide) or `classify` (name the
+    CWE of a weakness; the label decides). Every task of the source must be of this type; a
+    record of another type is an error (docs/task-types.md)."""
     image_template: Image | None = None
     """Sandbox image per instance, with placeholders `{instance_id}`, `{repo}`, `{owner}`,
     `{name}`, `{version}`; the format's usual images when empty (for SWE-bench:
@@ -268,7 +280,8 @@ class AgentSpec(ApiModel):
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
     """Tools offered to the model: `shell` (run a command), `view` (read a file), `edit`
-    (replace a unique string in a file), `submit` (end the episode)."""
+    (replace a unique string in a file), `submit` (end the episode). A classify task
+    (docs/task-types.md) drops `edit` and `submit` and always gets `classify` (its answer)."""
     prompt_template: Short = "swe-default"
     """Name of the bundled prompt template set."""
     max_turns: int = Field(default=50, ge=1, le=1000)

@@ -395,7 +395,7 @@ class BenchmarkRunner:
             trajectory.reward = (
                 0.0 if evaluation.tests_timed_out else tests_score(evaluation, "binary")
             )
-        result = _result(trajectory, agent_seconds, eval_seconds, time.monotonic() - t0)
+        result = _result(trajectory, agent_seconds, eval_seconds, time.monotonic() - t0, task)
         failure = gold_patch_failure(trajectory) if result.resolved is not None else None
         if failure is not None:
             # Not an ordinary 'unresolved': the task's patch, its base commit or the harness is
@@ -431,7 +431,11 @@ class BenchmarkRunner:
 
 
 def _result(
-    trajectory: Trajectory, agent_seconds: float, eval_seconds: float, wall_seconds: float
+    trajectory: Trajectory,
+    agent_seconds: float,
+    eval_seconds: float,
+    wall_seconds: float,
+    task: Task | None = None,
 ) -> AttemptResult:
     evaluation = trajectory.evaluation
     if trajectory.exit_reason == "infrastructure_error":
@@ -464,6 +468,10 @@ def _result(
         model=trajectory.model,
         started_at=trajectory.started_at,
         error=trajectory.error,
+        task_type=task.task_type if task is not None else "repair",
+        label=task.classification.cwe if task is not None and task.classification else None,
+        answer=evaluation.answer if evaluation is not None else None,
+        credit=None if resolved is None or evaluation is None else evaluation.credit,
     )
 
 

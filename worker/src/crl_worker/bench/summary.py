@@ -192,7 +192,76 @@ def build_summary(
             for r in errored[:50]
         ],
         "comparison": dict(comparison) if comparison is not None else None,
+        "taskTypes": dict(sorted(Counter(r.task_type for r in records).items())),
+        "classification": classification_summary(valid),
     }
+
+
+def classification_summary(valid: Sequence[AttemptResult]) -> dict[str, Any] | None:
+    """Accuracy, mean credit and a per-class (per CWE label) table of the classify attempts
+    with a verdict; ``None`` when there are none."""
+    rows = [r for r in valid if r.task_type == "classify" and r.label is not None]
+    if not rows:
+        return None
+    by_label: dict[str, list[AttemptResult]] = defaultdict(list)
+    for r in rows:
+        assert r.label is not None
+        by_label[r.label].append(r)
+
+    def mean_credit(group: Sequence[AttemptResult]) -> float:
+        return sum(r.credit or 0.0 for r in group) / len(group)
+
+    classes = []
+    for label in sorted(by_label, key=lambda k: int(k.split("-")[-1])):
+        group = by_label[label]
+        correct = sum(r.resolved is True for r in group)
+        predicted = sum(r.answer == label for r in rows)
+        classes.append(
+            {
+                "cwe": label,
+                "attempts": len(group),
+                "correct": correct,
+                "accuracy": correct / len(group),
+                "precision": correct / predicted if predicted else None,
+                "meanCredit": mean_credit(group),
+            }
+        )
+    correct = sum(r.resolved is True for r in rows)
+    return {
+        "attempts": len(rows),
+        "correct": correct,
+        "accuracy": correct / len(rows),
+        "meanCredit": mean_credit(rows),
+        "unanswered": sum(r.answer is None for r in rows),
+        "classes": classes,
+    }
+
+
+def classification_table(classification: Mapping[str, Any]) -> Table:
+    """The per-class table of a classify run, with a totals row."""
+    table = Table(title="classification by CWE label")
+    table.add_column("label", no_wrap=True)
+    for name in ("attempts", "correct", "accuracy", "precision", "mean credit"):
+        table.add_column(name, justify="right")
+    for row in classification["classes"]:
+        table.add_row(
+            escape(row["cwe"]),
+            str(row["attempts"]),
+            str(row["correct"]),
+            _rate(row["accuracy"]),
+            _rate(row["precision"]),
+            f"{row['meanCredit']:.2f}",
+        )
+    table.add_section()
+    table.add_row(
+        "[bold]total[/]",
+        str(classification["attempts"]),
+        str(classification["correct"]),
+        f"[bold]{_rate(classification['accuracy'])}[/]",
+        "",
+        f"{classification['meanCredit']:.2f}",
+    )
+    return table
 
 
 def _rate(value: float | None) -> str:
@@ -223,7 +292,10 @@ def summary_table(summary: Mapping[str, Any]) -> Group:
         f"[red]{summary['errored']}[/]" if summary["errored"] else "0",
         f"[bold]{_rate(summary['resolveRate'])}[/]",
     )
-    lines = [table]
+    lines: list[Any] = [table]
+    classification = summary.get("classification")
+    if classification:
+        lines.append(classification_table(classification))
     pass_at = ", ".join(
         f"pass@{v['k']} {_rate(v['value'])}"
         + (f" ({v['excluded']} instances with fewer attempts left out)" if v["excluded"] else "")
@@ -258,6 +330,13 @@ def summary_table(summary: Mapping[str, Any]) -> Group:
     )
     reasons = ", ".join(f"{k} {v}" for k, v in summary["exitReasons"].items())
     extra.add_row("endings", escape(reasons) or "-")
+    if classification:
+        extra.add_row(
+            "classify",
+            f"accuracy {_rate(classification['accuracy'])}, mean credit "
+            f"{classification['meanCredit']:.2f}, {classification['unanswered']} attempts "
+            "ended without an answer",
+        )
     comparison = summary.get("comparison")
     if comparison:
         extra.add_row("vs baseline", escape(comparison_line(comparison)))

@@ -46,10 +46,10 @@ def _name() -> str:
 def make_canary(task: Task) -> Canary | None:
     """A canary for ``task``'s test run, or ``None`` when its runner or selection has no place
     for one (not a Python runner, or no test module that the test patch touches is run)."""
-    if task.test.log_format not in CANARY_FORMATS or not task.test_patch.strip():
+    if task.test_spec.log_format not in CANARY_FORMATS or not task.test_patch.strip():
         return None
     files = [f for f in patch_files(task.test_patch) if is_test_file(f, "python")]
-    if "{tests}" in task.test.command:
+    if "{tests}" in task.test_spec.command:
         selected = set(test_arguments(task))
         files = [f for f in files if f in selected]
     if not files:
@@ -70,7 +70,7 @@ def make_canary(task: Task) -> Canary | None:
         f"        assert {a} == {b}\n"
     )
     ids: tuple[str, ...]
-    if task.test.log_format == "pytest":
+    if task.test_spec.log_format == "pytest":
         code += f"\n\ndef {third}():\n    assert {b} == {a}\n"
         ids = (f"{path}::{cls}::{first}", f"{path}::{cls}::{second}", f"{path}::{third}")
     else:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -32,6 +33,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from crl_worker.errors import CrlError, InfrastructureError
+from crl_worker.harness.classify import grade_answer
 from crl_worker.harness.evaluate import evaluate
 from crl_worker.harness.grading import KEPT, PASSING
 from crl_worker.harness.result import EvalResult, TestStatus
@@ -165,7 +167,7 @@ def judge(check: InstanceCheck, task: Task) -> InstanceCheck:
             check.problems.append(
                 "no patch: resolved without the fix (the FAIL_TO_PASS tests do not test it)"
             )
-    if not task.fail_to_pass:
+    if not task.fail_to_pass and task.task_type != "classify":
         check.problems.append("the task lists no FAIL_TO_PASS tests")
 
     clean = [r for r in check.no_patch if r.infrastructure_error is None]
@@ -192,8 +194,14 @@ async def check_task(
     sandbox_config: BaseModel | Mapping[str, Any] | None = None,
     timeout: float | None = None,
 ) -> InstanceCheck:
-    """Evaluate ``task`` with its gold patch and with none, ``runs`` times each, and judge it."""
+    """Evaluate ``task`` with its gold patch and with none, ``runs`` times each, and judge it.
+
+    A classify task has neither: its sandbox must start (the repository at its commit), the
+    location it names must be a file there, and its label must grade as resolved while no
+    answer grades as unresolved (:func:`check_classify_task`)."""
     check = InstanceCheck(instance_id=task.instance_id)
+    if task.task_type == "classify":
+        return await check_classify_task(task, check, sandbox_config)
     if not task.patch.strip():
         check.problems.append("the task has no gold patch to check")
         return check
@@ -215,6 +223,41 @@ async def check_task(
         # Provisioning on this machine (disk full, a missing tool): this instance's problem,
         # not a reason to stop checking the others.
         check.problems.append(f"sandbox: {exc}")
+    return judge(check, task)
+
+
+def location_path(location: str | None) -> str | None:
+    """The file part of a classify task's location (``path``, ``path:12``, ``path::func``)."""
+    if not location:
+        return None
+    path = location.split("::", 1)[0]
+    head, _, tail = path.rpartition(":")
+    return head if head and tail.isdigit() else path
+
+
+async def check_classify_task(
+    task: Task,
+    check: InstanceCheck,
+    sandbox_config: BaseModel | Mapping[str, Any] | None,
+) -> InstanceCheck:
+    """The checks of a classify task (see :func:`check_task`)."""
+    assert task.classification is not None
+    try:
+        sandbox = create_sandbox(sandbox_config, task)
+        async with sandbox:
+            path = location_path(task.classification.location)
+            if path is not None:
+                found = await sandbox.run(f"test -f {shlex.quote(path)}", timeout=60)
+                if found.exit_code != 0:
+                    check.problems.append(
+                        f"the location {task.classification.location!r} names no file of the "
+                        f"repository at {task.base_commit}"
+                    )
+    except (CrlError, OSError) as exc:
+        check.problems.append(f"sandbox: {exc}")
+        return check
+    check.gold.append(grade_answer(task, task.classification.cwe, "the label"))
+    check.no_patch.append(grade_answer(task, None))
     return judge(check, task)
 
 

@@ -185,18 +185,18 @@ class NothingSelectedError(ValueError):
 
 
 def build_test_command(task: Task) -> str:
-    """``task.test.command`` with ``{tests}`` replaced by the selected tests, shell-quoted.
+    """``task.test_spec.command`` with ``{tests}`` replaced by the selected tests, shell-quoted.
 
     Raises :class:`NothingSelectedError` when the command has ``{tests}`` and nothing is selected:
     run without arguments, most runners would run the whole suite.
     """
-    command = task.test.command
+    command = task.test_spec.command
     if "{tests}" not in command:
         return command
     arguments = test_arguments(task)
     if not arguments:
         raise NothingSelectedError(
-            f"no tests selected for {{tests}} (select: {task.test.select}): the test patch "
+            f"no tests selected for {{tests}} (select: {task.test_spec.select}): the test patch "
             "touches no test file and the FAIL_TO_PASS/PASS_TO_PASS ids name none; the command "
             "was not run (without arguments it would run the whole suite)"
         )
@@ -341,10 +341,10 @@ async def _run_tests(
     if canary is not None:
         await plant(sandbox, canary)
         run.add(f"canary tests planted in {canary.path}: {', '.join(canary.ids)}", "")
-    if task.test.log_format == "junit":
-        stale = await clear_junit_reports(sandbox, task.test.junit_reports)
+    if task.test_spec.log_format == "junit":
+        stale = await clear_junit_reports(sandbox, task.test_spec.junit_reports)
         run.add(f"stale junit reports removed: {stale}", "")
-    for command in task.test.pre:
+    for command in task.test_spec.pre:
         code, out = await _step(sandbox, command)
         run.add(f"pre: {command} (exit {code})", out)
     result = await sandbox.run(
@@ -359,13 +359,15 @@ async def _run_tests(
             task.instance_id,
             TEST_OUTPUT_CAP,
         )
-    if task.test.log_format == "junit":
-        reports = await read_junit_reports(sandbox, task.test.junit_reports)
+    if task.test_spec.log_format == "junit":
+        reports = await read_junit_reports(sandbox, task.test_spec.junit_reports)
         run.add(f"junit reports: {len(reports)}", "")
         return _TestRun(
             result.exit_code, False, parse_junit_reports(reports), junit_durations(reports)
         )
-    return _TestRun(result.exit_code, False, parse_log(task.test.log_format, result.output), {})
+    return _TestRun(
+        result.exit_code, False, parse_log(task.test_spec.log_format, result.output), {}
+    )
 
 
 async def _blame_the_candidate(
@@ -448,11 +450,13 @@ async def evaluate(
                 tests_timed_out=True,
             )
         statuses, durations = tests.statuses, tests.durations
-        if not statuses and (task.test.log_format != "junit" or tests.exit_code in _EXIT_MEANINGS):
+        if not statuses and (
+            task.test_spec.log_format != "junit" or tests.exit_code in _EXIT_MEANINGS
+        ):
             # A Java build that fails before writing reports is left to grading (every test
             # MISSING: not resolved): a candidate patch that does not compile is a wrong answer.
             why = "the test run reported no tests ("
-            why += no_tests_reason(tests.exit_code, task.test.log_format) + ")"
+            why += no_tests_reason(tests.exit_code, task.test_spec.log_format) + ")"
             if not await _blame_the_candidate(sandbox, task, run, test_command, limit, why):
                 logger.warning("%s: %s", task.instance_id, why)
                 return _result(

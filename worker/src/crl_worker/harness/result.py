@@ -81,6 +81,15 @@ class EvalResult(BaseModel):
     stripped: list[str] = Field(default_factory=list)
     """Files of the candidate's diff left out of that second grading: tests and test
     infrastructure (conftest.py, runner configuration, ``.pth`` files, ...)."""
+    answer: str | None = None
+    """Classify tasks: the CWE id the agent answered with (``None``: it never called
+    ``classify``, which scores 0)."""
+    reasoning: str = ""
+    """Classify tasks: the reasoning the agent gave with its answer."""
+    credit: float | None = None
+    """Classify tasks: the answer's credit along the CWE hierarchy (1 for the label itself,
+    less for a related weakness, 0 otherwise; :func:`crl_worker.tasks.cwe.credit`). Rewards
+    use it instead of the test fractions; ``resolved`` is the exact match."""
     tampered: str | None = None
     """Set when the test run was tampered with (a canary test the harness planted, which must
     fail, did not): the verdict is unresolved and rewards score it 0."""

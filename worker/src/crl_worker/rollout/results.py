@@ -95,6 +95,14 @@ class AttemptResult(BaseModel):
     """When the attempt started (UTC)."""
     error: str | None = None
     """The trajectory's error text for any ending other than ``submitted``."""
+    task_type: str = "repair"
+    """The task's type (``repair``, ``implement``, ``classify``)."""
+    label: str | None = None
+    """Classify tasks: the CWE label."""
+    answer: str | None = None
+    """Classify tasks: the CWE id the agent answered (``None``: no ``classify`` call)."""
+    credit: float | None = None
+    """Classify tasks: the answer's credit along the CWE hierarchy."""
 
     @property
     def key(self) -> tuple[str, int]:

@@ -38,6 +38,7 @@ from crl_worker.tasks.records import (
     text,
 )
 from crl_worker.tasks.selection import maven_modules, patch_files, test_files
+from crl_worker.tasks.vulns import convert_bigvul, convert_cvefixes, convert_primevul
 
 logger = logging.getLogger(__name__)
 
@@ -846,6 +847,9 @@ CONVERTERS: dict[str, Converter] = {
     "bugsinpy": convert_bugsinpy,
     "quixbugs": convert_quixbugs,
     "polyglot": convert_polyglot,
+    "bigvul": convert_bigvul,
+    "cvefixes": convert_cvefixes,
+    "primevul": convert_primevul,
     "task": convert_native,
 }
 

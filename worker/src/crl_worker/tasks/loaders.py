@@ -65,6 +65,12 @@ def convert_records(
             if isinstance(record, TaskFormatError):
                 raise record
             task = convert(record, ref, options)
+            if options.task_type is not None and task.task_type != options.task_type:
+                raise ref.error(
+                    f"a {task.task_type} task in a source whose taskType is "
+                    f"{options.task_type}; set the source's taskType or fix the record",
+                    "task_type",
+                )
             if task.instance_id in seen:
                 raise ref.error(
                     f"duplicate instance id (first at {seen[task.instance_id]}); this record"
@@ -124,11 +130,15 @@ def load_records(
     *,
     image_template: str | None = None,
     strict: bool = False,
+    task_type: str | None = None,
 ) -> LoadResult:
     """:func:`load_tasks` for records already in memory (a Hugging Face dataset's rows, a
     ConfigMap's text): pass ``(RecordRef("index 0"), row)`` pairs."""
     tasks, failures = convert_records(
-        records, format, options=ConvertOptions(image_template=image_template), strict=strict
+        records,
+        format,
+        options=ConvertOptions(image_template=image_template, task_type=task_type),
+        strict=strict,
     )
     selected = apply_filter(tasks, task_filter)
     errors = [f.error for f in failures if _error_selected(f, task_filter)]
@@ -160,6 +170,7 @@ def load_tasks(
     image_template: str | None = None,
     strict: bool = False,
     anchor_sources: bool = True,
+    task_type: str | None = None,
 ) -> LoadResult:
     """Load the tasks of a file (``.json`` array, ``.jsonl``, ``.parquet``) in ``format``.
 
@@ -170,6 +181,7 @@ def load_tasks(
     suite that ships its repositories beside its task file loads from any working directory.
     ``anchor_sources=False`` keeps sources as written, for a file whose folder is not where its
     author put it (a download in the cache: its relative sources meant the URL's folder).
+    ``task_type`` makes a record of another task type an error (``None``: any type).
     """
     result = load_records(
         read_records(Path(path)),
@@ -177,6 +189,7 @@ def load_tasks(
         task_filter,
         image_template=image_template,
         strict=strict,
+        task_type=task_type,
     )
     if anchor_sources:
         folder = Path(path).resolve().parent

@@ -7,12 +7,18 @@ environment is provisioned, how tests are selected and run, and how their output
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from crl_worker.api.common import TaskType
+from crl_worker.errors import CrlError
 
 Language = Literal["python", "java", "javascript", "go", "rust", "cpp", "other"]
 LogFormat = Literal["pytest", "unittest", "sympy", "django", "junit"]
+
+#: Every task type, in the order the docs list them.
+TASK_TYPES: tuple[str, ...] = get_args(TaskType)
 
 
 class Timeouts(BaseModel):
@@ -48,8 +54,34 @@ class TestSpec(BaseModel):
     """Commands run before the test command on each evaluation (e.g. remove stale reports)."""
 
 
+class Classification(BaseModel):
+    """The answer key of a ``classify`` task: the weakness the code holds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cwe: str
+    """The label, a CWE id such as ``CWE-787`` (it must be in the shipped CWE list,
+    :mod:`crl_worker.tasks.cwe`)."""
+    location: str | None = None
+    """Where the weakness is, when known: a path in the repository, optionally with
+    ``:line`` or ``::function`` (shown to the agent)."""
+    cve: str | None = None
+    """The CVE id of the record, when it has one (never shown to the agent)."""
+
+    @field_validator("cwe", mode="before")
+    @classmethod
+    def _known_cwe(cls, value: Any) -> str:
+        from crl_worker.tasks.cwe import UnknownCweError, normalise
+
+        try:
+            return normalise(value)
+        except UnknownCweError as exc:
+            raise ValueError(str(exc)) from None
+
+
 class Task(BaseModel):
-    """One repository instance: a bug, its fix, and how to check a fix."""
+    """One repository instance: a bug and its fix, a function to implement, or code to
+    classify; and how to check an answer."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -95,14 +127,43 @@ class Task(BaseModel):
     install: list[str] = Field(default_factory=list)
     """Commands that provision the environment once, run in the workdir (local sandboxes; an
     image already holds the result)."""
-    test: TestSpec
-    """How the tests are run and read."""
+    test: TestSpec | None = None
+    """How the tests are run and read (required by ``repair`` and ``implement`` tasks; a
+    ``classify`` task runs none)."""
+    task_type: TaskType = "repair"
+    """What the agent is asked to do: ``repair``, ``implement`` or ``classify``
+    (docs/task-types.md)."""
+    classification: Classification | None = None
+    """The answer key of a ``classify`` task (required there, refused elsewhere)."""
     env: dict[str, str] = Field(default_factory=dict)
     """Environment variables of every command in the sandbox."""
     timeouts: Timeouts = Field(default_factory=Timeouts)
     """Time limits of the harness steps."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Whatever else the source record carried (difficulty, build system, ...)."""
+
+    @model_validator(mode="after")
+    def _fits_its_type(self) -> Task:
+        if self.task_type == "classify":
+            if self.classification is None:
+                raise ValueError("a classify task needs classification (its CWE label)")
+        else:
+            if self.classification is not None:
+                raise ValueError(
+                    f"classification is only for classify tasks, not {self.task_type} ones"
+                )
+            if self.test is None:
+                raise ValueError(f"a {self.task_type} task needs test (how its tests run)")
+        return self
+
+    @property
+    def test_spec(self) -> TestSpec:
+        """:attr:`test`, which a task that runs tests always has (an error otherwise)."""
+        if self.test is None:
+            raise CrlError(
+                f"task {self.instance_id} is a {self.task_type} task: it has no tests to run"
+            )
+        return self.test
 
     @property
     def owner(self) -> str:

@@ -51,6 +51,8 @@ class ConvertOptions:
     image_template: str | None = None
     """Image per instance with ``{instance_id}``, ``{repo}``, ``{owner}``, ``{name}``,
     ``{version}`` placeholders; the format's usual images when ``None``."""
+    task_type: str | None = None
+    """The task type every record must have (a task source's ``taskType``); ``None``: any."""
 
 
 def file_kind(path: Path) -> FileKind:

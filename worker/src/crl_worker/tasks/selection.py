@@ -209,7 +209,7 @@ def _build_system(task: Task) -> str | None:
     declared = task.metadata.get("build_system")
     if isinstance(declared, str):
         return declared
-    command = task.test.command.lstrip()
+    command = task.test_spec.command.lstrip()
     if command.startswith("mvn") or " mvn " in command:
         return "maven"
     if "gradle" in command:
@@ -223,7 +223,7 @@ def test_ids(task: Task) -> list[str]:
 
 
 def test_arguments(task: Task) -> list[str]:
-    """The arguments that replace ``{tests}`` in ``task.test.command`` (unquoted; the engine
+    """The arguments that replace ``{tests}`` in ``task.test_spec.command`` (unquoted; the engine
     shell-quotes each one).
 
     - ``select == "files"``: the test files the test patch touches plus the files named by the
@@ -236,7 +236,7 @@ def test_arguments(task: Task) -> list[str]:
     arguments run the whole suite.
     """
     ids = test_ids(task)
-    if task.test.select == "ids":
+    if task.test_spec.select == "ids":
         build = _build_system(task) if task.language == "java" else None
         if build == "maven":
             value = maven_test_filter(ids)
@@ -245,9 +245,9 @@ def test_arguments(task: Task) -> list[str]:
             return gradle_test_filters(ids)
         return ids
     files = test_files(task.test_patch, task.language)
-    if task.test.log_format == "django":
+    if task.test_spec.log_format == "django":
         return _dedupe([*(django_label(f) for f in files), *_django_labels_from_ids(ids)])
-    if task.test.log_format == "pytest":
+    if task.test_spec.log_format == "pytest":
         return _dedupe([*files, *_pytest_files_from_ids(ids)])
     return files
 

@@ -49,7 +49,11 @@ def load_source(
     the source when given); ``base_dir`` resolves a relative ``path`` (the manifest's folder on
     one machine).
     """
-    common: dict[str, Any] = {"image_template": source.image_template, "strict": strict}
+    common: dict[str, Any] = {
+        "image_template": source.image_template,
+        "strict": strict,
+        "task_type": source.task_type,
+    }
     if mounted_path is not None:
         return load_tasks(Path(mounted_path), source.format, source.filter, **common)
     if source.path is not None:

@@ -22,6 +22,11 @@ The first fix applied decides the outcome (the edit's ``old_str`` no longer matc
 a randomly initialized model resolves the task with a probability near one in four (measured
 by ``perf/toy_resolve_rate.py``).
 
+``task_type="implement"`` and ``task_type="classify"`` give the toys of the other task types
+(docs/task-types.md): ``add`` without a body (the right body, two wrong ones, ``view``, a test run,
+``submit``), and a module that pastes input into a shell command (``classify`` with CWE-78, its
+parent CWE-77, CWE-79, CWE-89, ``view``, ``shell``), six action tokens each.
+
 Everything is deterministic: the same seed gives the same weights, and the suite's commits have
 fixed authors and dates (the commit ids are stable; the bundle's pack bytes may differ between
 git versions).
@@ -74,6 +79,56 @@ ACTIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "submit": ("submit", {}),
 }
 
+#: The implement toy: ``add``'s body is missing; the right body, two wrong ones.
+STUB = 'def add(a, b):\n    """Return the sum of a and b."""\n    raise NotImplementedError("add")'
+_SPEC = 'def add(a, b):\n    """Return the sum of a and b."""\n'
+IMPLEMENT_ACTIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "fix": ("edit", {"path": MODULE, "old_str": STUB, "new_str": _SPEC + "    return a + b"}),
+    "wrong_times": (
+        "edit",
+        {"path": MODULE, "old_str": STUB, "new_str": _SPEC + "    return a * b"},
+    ),
+    "wrong_swap": (
+        "edit",
+        {"path": MODULE, "old_str": STUB, "new_str": _SPEC + "    return b - a"},
+    ),
+    "view": ("view", {"path": MODULE}),
+    "test": ("shell", {"command": "python -m unittest -q"}),
+    "submit": ("submit", {}),
+}
+
+#: The classify toy: a shell command built from input (CWE-78). The answers score 1 (CWE-78),
+#: 0.5 (CWE-77, its parent), 0.125 (CWE-79, three edges away through CWE-74) and 0.0625
+#: (CWE-89, four edges away); the first accepted answer ends the episode.
+VULNERABLE_MODULE = "net.py"
+CLASSIFY_LABEL = "CWE-78"
+_WHY = "the host is pasted into a shell command"
+CLASSIFY_ACTIONS: dict[str, tuple[str, dict[str, Any]]] = {
+    "right": ("classify", {"cwe": CLASSIFY_LABEL, "reasoning": _WHY}),
+    "parent": ("classify", {"cwe": "CWE-77", "reasoning": _WHY}),
+    "wrong_xss": ("classify", {"cwe": "CWE-79", "reasoning": _WHY}),
+    "wrong_sql": ("classify", {"cwe": "CWE-89", "reasoning": _WHY}),
+    "view": ("view", {"path": VULNERABLE_MODULE}),
+    "shell": ("shell", {"command": f"cat {VULNERABLE_MODULE}"}),
+}
+
+#: The action tokens of each task type's toy (six each: the model is the same size).
+ACTIONS_BY_TYPE: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
+    "repair": ACTIONS,
+    "implement": IMPLEMENT_ACTIONS,
+    "classify": CLASSIFY_ACTIONS,
+}
+
+
+def _actions(task_type: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    try:
+        return ACTIONS_BY_TYPE[task_type]
+    except KeyError:
+        raise ToyBuildError(
+            f"no toy for task type {task_type!r}; known: {', '.join(ACTIONS_BY_TYPE)}"
+        ) from None
+
+
 #: The chat template: ``<|im_start|><|role|>content[tool calls]<|im_end|>``, no separators, the
 #: tools not rendered (the model cannot read them anyway). Arguments are written as the message
 #: holds them (a JSON string), so a parsed call renders back to its action token's text.
@@ -99,24 +154,25 @@ class ToyBuildError(CrlError):
     """The toy suite could not be written (git failed)."""
 
 
-def toy_vocabulary() -> list[str]:
-    """Every token of the toy tokenizer, in id order."""
+def toy_vocabulary(task_type: str = "repair") -> list[str]:
+    """Every token of the toy tokenizer of ``task_type``'s toy, in id order."""
     specials = [UNK, PAD, IM_START, IM_END, *(role_token(r) for r in ROLES)]
-    return specials + [action_text(tool, args) for tool, args in ACTIONS.values()]
+    return specials + [action_text(tool, args) for tool, args in _actions(task_type).values()]
 
 
-def action_ids() -> dict[str, int]:
-    """The id of each action token (``fix``, ``wrong_times``, ..., ``submit``)."""
-    vocabulary = toy_vocabulary()
-    return {name: vocabulary.index(action_text(*ACTIONS[name])) for name in ACTIONS}
+def action_ids(task_type: str = "repair") -> dict[str, int]:
+    """The id of each action token (``fix``, ``wrong_times``, ..., ``submit`` for repair)."""
+    vocabulary = toy_vocabulary(task_type)
+    actions = _actions(task_type)
+    return {name: vocabulary.index(action_text(*actions[name])) for name in actions}
 
 
-def build_toy_tokenizer() -> Any:
-    """The toy ``PreTrainedTokenizerFast`` (see the module docs)."""
+def build_toy_tokenizer(task_type: str = "repair") -> Any:
+    """The toy ``PreTrainedTokenizerFast`` of ``task_type``'s toy (see the module docs)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
-    vocabulary = toy_vocabulary()
+    vocabulary = toy_vocabulary(task_type)
     # A word-level model knowing only <unk> and no pre-tokenizer: each stretch of text between
     # added tokens is one "word", hence one <unk>.
     backend = Tokenizer(models.WordLevel({UNK: 0}, unk_token=UNK))
@@ -140,16 +196,18 @@ def build_toy_tokenizer() -> Any:
     return tokenizer
 
 
-def build_toy_model(dest: Path, *, seed: int = 0, head_dim: int | None = None) -> Path:
+def build_toy_model(
+    dest: Path, *, seed: int = 0, head_dim: int | None = None, task_type: str = "repair"
+) -> Path:
     """Write the toy model and tokenizer to ``dest`` (``from_pretrained`` loads it) and return
     ``dest``. The weights are a random initialization from ``seed`` (float32); the global torch
     random state is left as it was. ``head_dim`` widens the attention heads beyond
     hidden size / heads (16): a real vLLM's CPU attention kernels need 64 or more
-    (tests/fixtures/vllm.py)."""
+    (tests/fixtures/vllm.py). ``task_type`` picks the action tokens (docs/task-types.md)."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    tokenizer = build_toy_tokenizer()
+    tokenizer = build_toy_tokenizer(task_type)
     widened: dict[str, Any] = {} if head_dim is None else {"head_dim": head_dim}
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -249,11 +307,99 @@ def _diff_after(repo: Path, path: str, text: str) -> str:
     return diff
 
 
-def build_toy_suite(dest: Path) -> Path:
-    """Write the toy suite to ``dest``: ``repos/toycalc.bundle`` and ``tasks.jsonl`` (one
-    native task, its ``source`` relative to the file, as ``crl_worker.tasks.loaders`` reads it).
-    Returns the path of ``tasks.jsonl``."""
+_VULNERABLE = (
+    '"""Network helpers."""\n\nimport os\n\n\n'
+    "def ping(host):\n"
+    '    """Ping a host the user names."""\n'
+    '    return os.system("ping -c 1 " + host)\n'
+)
+
+
+def _one_commit_repo(repo: Path, files: dict[str, str], message: str) -> str:
+    repo.mkdir()
+    _git(repo, "init", "--quiet", "--initial-branch=main")
+    for name, text in files.items():
+        (repo / name).write_text(text, encoding="utf-8")
+    _git(repo, "add", "--all")
+    _git(repo, "commit", "--quiet", "-m", message)
+    return _git(repo, "rev-parse", "HEAD").strip()
+
+
+def _bundle(repo: Path, bundle: Path) -> None:
+    partial = bundle.with_name(bundle.name + ".partial")
+    _git(repo, "bundle", "create", "--quiet", str(partial), "main")
+    partial.replace(bundle)
+
+
+def _other_toy(dest: Path, task_type: str) -> Any:
+    """The implement or the classify toy task (its bundle written under ``dest``)."""
     from crl_worker.tasks.model import Task
+
+    common: dict[str, Any] = {
+        "created_at": "2024-01-02T09:00:00Z",
+        "language": "python",
+        "env": {"PYTHONDONTWRITEBYTECODE": "1"},
+        "timeouts": {"setup": 300, "test": 60, "command": 30},
+        "metadata": {"suite": "crl-toy"},
+        "task_type": task_type,
+    }
+    with tempfile.TemporaryDirectory(prefix="crl-toy-") as scratch:
+        repo = Path(scratch) / "toy"
+        if task_type == "implement":
+            files = {
+                MODULE: _BASE_FILES[MODULE].replace(BUGGY, STUB),
+                "test_calc.py": _TESTS_AFTER,
+            }
+            base = _one_commit_repo(repo, files, "toycalc: add() to implement")
+            fixed = files[MODULE].replace(STUB, _SPEC + "    return a + b")
+            patch = _diff_after(repo, MODULE, fixed)
+            _bundle(repo, dest / "repos" / "toycalc-implement.bundle")
+            return Task(
+                instance_id="crl-toy__toycalc-implement-1",
+                repo="crl-toy/toycalc-implement",
+                base_commit=base,
+                patch=patch,
+                fail_to_pass=["test_add (test_calc.AddTests)"],
+                pass_to_pass=["test_sub (test_calc.SubTests)"],
+                problem_statement=(
+                    "The body of `add` in `calc.py` is missing. Implement it:\n\n"
+                    f"```python\n{_SPEC}```\n"
+                ),
+                source="repos/toycalc-implement.bundle",
+                # No test patch selects the files: the command names them.
+                test={"command": "python -m unittest -v test_calc", "log_format": "unittest"},
+                **common,
+            )
+        base = _one_commit_repo(repo, {VULNERABLE_MODULE: _VULNERABLE}, "toynet")
+        _bundle(repo, dest / "repos" / "toynet.bundle")
+        return Task(
+            instance_id="crl-toy__toynet-classify-1",
+            repo="crl-toy/toynet",
+            base_commit=base,
+            classification={"cwe": CLASSIFY_LABEL, "location": f"{VULNERABLE_MODULE}::ping"},
+            problem_statement="A helper that pings hosts users name.",
+            source="repos/toynet.bundle",
+            **common,
+        )
+
+
+def build_toy_suite(dest: Path, *, task_type: str = "repair") -> Path:
+    """Write the toy suite of ``task_type`` to ``dest``: its git bundle under ``repos/`` and
+    ``tasks.jsonl`` (one native task, its ``source`` relative to the file, as
+    ``crl_worker.tasks.loaders`` reads it). Returns the path of ``tasks.jsonl``."""
+    from crl_worker.tasks.model import Task
+
+    _actions(task_type)  # an unknown type fails here, before anything is written
+    if task_type != "repair":
+        dest = dest.resolve()
+        (dest / "repos").mkdir(parents=True, exist_ok=True)
+        other = _other_toy(dest, task_type)
+        tasks = dest / "tasks.jsonl"
+        record = other.model_dump(mode="json", exclude_defaults=True)
+        record["task_type"] = task_type
+        tasks.write_text(json.dumps(record) + "\n", encoding="utf-8")
+        logger.info("wrote the %s toy suite to %s", task_type, dest)
+        return tasks
 
     dest = dest.resolve()  # git runs inside the scratch repository
     (dest / BUNDLE).parent.mkdir(parents=True, exist_ok=True)
@@ -305,14 +451,21 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m crl_worker.train.toy",
-        description="Write the toy model and the toy repair suite (no downloads).",
+        description="Write the toy model and a toy suite (no downloads).",
     )
     parser.add_argument("dest", type=Path, help="folder to write model/ and suite/ into")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    parser.add_argument(
+        "--task-type",
+        choices=sorted(ACTIONS_BY_TYPE),
+        default="repair",
+        help="which toy: repair (add subtracts), implement (add has no body) or classify "
+        "(a shell command built from input, CWE-78)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    model = build_toy_model(args.dest / "model", seed=args.seed)
-    tasks = build_toy_suite(args.dest / "suite")
+    model = build_toy_model(args.dest / "model", seed=args.seed, task_type=args.task_type)
+    tasks = build_toy_suite(args.dest / "suite", task_type=args.task_type)
     logger.info("toy model in %s, toy suite in %s", model, tasks)
     return 0
 
