@@ -115,7 +115,9 @@ def instances(suites: Sequence[str], repos: Sequence[str], httpbin: str | None) 
     return [t for t in tasks if t.repo not in missing]
 
 
-def _table(title: str, tasks: Sequence[Task], checks: Sequence[InstanceCheck], seconds: float):
+def _table(
+    title: str, tasks: Sequence[Task], checks: Sequence[InstanceCheck], seconds: float
+) -> None:
     by_repo: dict[str, list[InstanceCheck]] = defaultdict(list)
     repo_of = {t.instance_id: t.repo for t in tasks}
     for c in checks:
@@ -143,7 +145,9 @@ def _table(title: str, tasks: Sequence[Task], checks: Sequence[InstanceCheck], s
         print(f"throughput: {60 * len(checks) / seconds:.2f} instances per minute")
 
 
-def _timed_check(tasks: list[Task], config: dict[str, Any], runs: int, jobs: int):
+def _timed_check(
+    tasks: list[Task], config: dict[str, Any], runs: int, jobs: int
+) -> tuple[list[InstanceCheck], float]:
     started = time.perf_counter()
     checks = asyncio.run(check_tasks(tasks, sandbox_config=config, runs=runs, jobs=jobs))
     return checks, time.perf_counter() - started

@@ -388,8 +388,18 @@ _add("scikit-learn/scikit-learn", ["0.20", "0.21", "0.22"], Recipe(language="pyt
      python="3.6", image_only=True, test_command=PYTEST, log_format="pytest"))  # fmt: skip
 _add("scikit-learn/scikit-learn", ["1.3", "1.4", "1.5", "1.6", "*"], Recipe(language="python",
      python="3.9", image_only=True, test_command=PYTEST, log_format="pytest"))  # fmt: skip
+
+# mwaskom/seaborn: pure Python on numpy/pandas/matplotlib wheels (issue 18: every instance in
+# shared/data resolves with gold and not without in a local sandbox with these pins).
+_SEABORN_PINS = ("contourpy==1.1.0", "cycler==0.11.0", "fonttools==4.42.1",
+                 "importlib-resources==6.0.1", "kiwisolver==1.4.5", "matplotlib==3.7.2",
+                 "numpy==1.25.2", "packaging==23.1", "pandas==1.5.3", "pillow==10.0.0",
+                 "pyparsing==3.0.9", "pytest==7.4.0", "python-dateutil==2.8.2",
+                 "pytz==2023.3.post1", "scipy==1.11.2", "six==1.16.0", "tzdata==2023.1",
+                 "zipp==3.16.2")  # fmt: skip
 _add("mwaskom/seaborn", ["0.11", "0.12", "0.13", "0.14", "*"], Recipe(language="python",
-     python="3.9", image_only=True, test_command=PYTEST, log_format="pytest"))  # fmt: skip
+     python="3.9", install=(_pip(*_SEABORN_PINS), EDITABLE), test_command=PYTEST,
+     log_format="pytest"))  # fmt: skip
 
 #: The generic recipe's test command: the task environment's own pytest (``python -m``, never a
 #: ``pytest`` found elsewhere), no cache folder written into the checkout, and per-test lines.
