@@ -425,6 +425,12 @@ def test_java_test_files_and_selection() -> None:
     assert selection.maven_test_filter(["a.BTest::x", "a.BTest#y", "a.CTest", "a.CTest#z"]) == (
         "a.BTest#x+y,a.CTest"
     )
+    # Surefire names a JUnit 5 parameterized case "method{Type, Type}[n]" (GitBug-Java's ids):
+    # -Dtest takes the method's name, or the case is never run and graded missing.
+    assert selection.maven_test_filter(
+        ["o.SemverTest#shouldCoerce{String, String}[52]", "o.SemverTest#shouldParse{String}[1]"]
+    ) == ("o.SemverTest#shouldCoerce+shouldParse")
+    assert selection.gradle_test_filters(["o.ATest#m{String}[1]"]) == ["--tests", "o.ATest.m"]
 
 
 def test_deleted_files_and_plain_diffs() -> None:
