@@ -190,7 +190,10 @@ for _alias, _same in {"5.1": "5.0", "5.2": "5.0", "6.3": "6.2", "7.2": "7.1", "8
     _PYTEST_PINS[_alias] = _PYTEST_PINS[_same]
 _PYTEST_PINS["*"] = _PYTEST_PINS["7.4"]
 for _v, _pins in _PYTEST_PINS.items():
-    _install = [_pip(*_pins)]
+    # setuptools 81+ has no pkg_resources, which the namespace-package tests' fixtures import
+    # (test_cmdline_python_namespace_package failed with the gold patch); the environment's
+    # seeded setuptools would be the newest.
+    _install = [_pip(*_pins, "setuptools==68.0.0")]
     if _v == "6.3":
         # That release's setup.cfg has a doubled ">=>=" that modern pip rejects.
         _install.insert(0, "sed -i 's/>=>=/>=/' setup.cfg")
