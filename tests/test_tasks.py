@@ -772,3 +772,17 @@ def test_text_and_in_memory_rows(tmp_path: Path) -> None:
     result = load_tasks(path, "swe-bench")
     assert result.errors == []
     assert result.tasks[0].created_at == "2023-01-02T03:04:05+00:00"
+
+
+def test_log_fragments_in_published_lists_are_left_out(lite: list[Task]) -> None:
+    """pytest-dev__pytest-5227's PASS_TO_PASS holds three pieces of a log ("[100%]", "["), which
+    no runner reports: kept, the gold patch would be graded unresolved (docs/validation.md)."""
+    (task,) = [t for t in lite if t.instance_id == "pytest-dev__pytest-5227"]
+    assert task.metadata["dropped_ids"] == ["[100%]", "[", "[100%]------------------------------"]
+    assert len(task.pass_to_pass) == 31 and all("::" in i for i in task.pass_to_pass)
+    assert formats.drop_log_fragments(["a.py::t[1]", " ", "[50%]"]) == (
+        ["a.py::t[1]"],
+        [" ", "[50%]"],
+    )
+    dropped = {t.instance_id for t in lite if "dropped_ids" in t.metadata}
+    assert dropped == {"pytest-dev__pytest-5227"}
