@@ -325,7 +325,13 @@ for _v in _versions(
             language="python",
             python="3.10" if _v in ("8.0", "8.1") else "3.9",
             # Jinja2 3.0.3 first: the releases that cap Jinja2<3.0 downgrade it again.
-            install=(*_sphinx_caps(_v), _pip("Jinja2==3.0.3"), "python -m pip install -e .[test]"),
+            # setuptools 68: sphinx.registry imports pkg_resources, which setuptools 81+ lacks
+            # (every module failed to import: an environment error).
+            install=(
+                *_sphinx_caps(_v),
+                _pip("Jinja2==3.0.3", "setuptools==68.0.0"),
+                "python -m pip install -e .[test]",
+            ),
             test_command=PYTEST,
             log_format="pytest",
             notes="7.2 and later need graphviz (a system package) for the graphviz tests",
