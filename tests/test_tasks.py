@@ -786,3 +786,14 @@ def test_log_fragments_in_published_lists_are_left_out(lite: list[Task]) -> None
     )
     dropped = {t.instance_id for t in lite if "dropped_ids" in t.metadata}
     assert dropped == {"pytest-dev__pytest-5227"}
+
+
+def test_recipes_of_repositories_that_import_pkg_resources_pin_setuptools(
+    lite: list[Task],
+) -> None:
+    """Sphinx (before 5) and pytest's namespace-package tests import pkg_resources, which
+    setuptools 81+ lacks; the environment's seeded setuptools is the newest (docs/validation.md:
+    17 of 20 sphinx instances were environment errors, pytest-11148's gold run failed)."""
+    for task in lite:
+        if task.repo in ("sphinx-doc/sphinx", "pytest-dev/pytest"):
+            assert any("setuptools==68.0.0" in c for c in task.install), task.instance_id
