@@ -21,11 +21,13 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from rich.console import Console
 
 from crl_worker import rewards
 from crl_worker.agent.gold import GoldPolicy
 from crl_worker.api.common import AgentSpec
 from crl_worker.bench.runner import BenchmarkRunner
+from crl_worker.bench.summary import summary_table
 from crl_worker.errors import TaskFormatError
 from crl_worker.harness.check import InstanceCheck, judge
 from crl_worker.harness.evaluate import evaluate
@@ -382,7 +384,9 @@ async def test_an_environment_error_is_never_scored_as_a_wrong_answer(
     unitconv: RecordRepo, tmp_path: Path
 ) -> None:
     """The gold agent on a task whose runner is missing: no verdict, no reward, counted apart in
-    the summary (before: 'unresolved' with reward 0, the task's fault scored as the model's)."""
+    the summary (before: 'unresolved' with reward 0, the task's fault scored as the model's),
+    not retried within the run (the same environment gives the same answer), and named in the
+    text table (before: only the JSON had it)."""
     task = _convert(unitconv.record).model_copy(update={"source": str(unitconv.path)})
     broken = task.model_copy(
         update={"test": task.test.model_copy(update={"command": "no-such-runner {tests}"})}
@@ -398,14 +402,22 @@ async def test_an_environment_error_is_never_scored_as_a_wrong_answer(
         suite="byo",
         model="gold",
         parallelism=1,
+        retries=2,
     )
     outcome = await runner.run()
     (result,) = outcome.records
+    assert outcome.ran == 1, "an environment error is not retried within the run"
+    assert len(store.results_file.read_text().splitlines()) == 1
     assert result.resolved is None and result.reward is None
     assert result.environment_error
     assert "exit 127" in (result.infrastructure_error or "")
     assert (outcome.summary["errored"], outcome.summary["environmentErrors"]) == (1, 1)
     assert outcome.summary["unresolved"] == 0 and outcome.summary["resolveRate"] is None
+    console = Console(width=300, record=True)
+    console.print(summary_table(outcome.summary))
+    text = console.export_text()
+    assert "1 attempts graded no test" in text and f"{broken.instance_id}#0" in text
+    assert "exit 127" in text
     (trajectory,) = [json.loads(line) for line in store.trajectories_file.read_text().splitlines()]
     evaluation = EvalResult.model_validate(trajectory["evaluation"])
     assert rewards.tests_score(evaluation) is None

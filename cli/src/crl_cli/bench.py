@@ -271,11 +271,21 @@ def bench(
         )
         raise typer.Exit(128 + signalled if signalled else INVALID)
     if summary["errored"]:
-        err.print(
-            f"[red]{summary['errored']} attempts had infrastructure failures[/] (not counted as"
-            " unresolved); run the same command again to retry them",
-            highlight=False,
-        )
+        environment = summary.get("environmentErrors") or 0
+        if environment:
+            err.print(
+                f"[red]{environment} attempts graded no test[/]: their task's environment is"
+                " broken (runner missing, nothing collected); fix the tasks (`crl tasks check`"
+                " shows the exit code and the log), then run the same command again",
+                highlight=False,
+            )
+        if summary["errored"] > environment:
+            err.print(
+                f"[red]{summary['errored'] - environment} attempts had infrastructure"
+                " failures[/] (not counted as unresolved); run the same command again to retry"
+                " them",
+                highlight=False,
+            )
         raise typer.Exit(ERRORED)
 
 

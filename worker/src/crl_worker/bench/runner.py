@@ -12,8 +12,11 @@ an interrupted run has the fullest pass@1 picture.
 Failures stay with their attempt. A sandbox that does not start, a model server that does not
 answer, a harness step that times out: the attempt is written as an infrastructure failure (no
 verdict) and the others go on (a test run that outlives its time is different: unresolved, as in
-SWE-bench's harness, so a patch that hangs the tests counts against the model); it is run again after the rest of the suite up to ``retries``
-times, and on resume. :meth:`BenchmarkRunner.stop` (the callers wire
+SWE-bench's harness, so a patch that hangs the tests counts against the model); it is run again
+after the rest of the suite up to ``retries`` times, and on resume. An environment error (the
+task's test run reported no tests) is errored too, but not retried within the run: it is not
+transient, and a retry would repeat a whole agent episode to get it again; a resume (after the
+environment is fixed) runs it again. :meth:`BenchmarkRunner.stop` (the callers wire
 it to SIGINT and SIGTERM) stops starting attempts and cancels the running ones; a cancelled
 attempt writes no result (its trajectory so far goes to ``cancelled.jsonl``), everything written
 stays, and the next run resumes from there. A
@@ -198,8 +201,10 @@ class BenchmarkRunner:
     def _count_error(self, result: AttemptResult) -> None:
         """Give up after ``max_consecutive_errors`` infrastructure failures in a row: the model
         server or the sandboxes are down, and going on would only write the rest of the suite
-        off as errored (a rerun resumes once they are back)."""
-        if not result.infrastructure_failure:
+        off as errored (a rerun resumes once they are back). An environment error resets the
+        count: the sandbox started and the tests ran, so the infrastructure is up; the task's
+        environment is what failed."""
+        if not result.infrastructure_failure or result.environment_error:
             self._consecutive_errors = 0
             return
         self._consecutive_errors += 1
@@ -251,10 +256,16 @@ class BenchmarkRunner:
                     return
                 ran += 1
                 tries[key] = tries.get(key, 0) + 1
-                if result.infrastructure_failure and tries[key] <= self.retries:
+                if (
+                    result.infrastructure_failure
+                    and not result.environment_error
+                    and tries[key] <= self.retries
+                ):
                     # Again after everything else: a transient failure (an evicted pod, a
                     # restarting server) has had time to pass. This worker is still running,
-                    # so the retry is taken even when the other workers have finished.
+                    # so the retry is taken even when the other workers have finished. An
+                    # environment error is not transient (the same environment reports no
+                    # tests again): another agent episode would only repeat it.
                     queue.append(key)
                 self._count_error(result)
                 await self._after(result)

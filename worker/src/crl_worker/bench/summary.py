@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from crl_worker.bench.stats import Comparison, resolve_rate, suite_pass_at_k
-from crl_worker.rollout.results import AttemptResult
+from crl_worker.rollout.results import ENVIRONMENT_ERROR_PREFIX, AttemptResult
 
 
 def now_rfc3339() -> str:
@@ -268,6 +268,28 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
+def environment_errors_line(summary: Mapping[str, Any], shown: int = 3) -> str:
+    """One line for people: how many errored attempts were environment errors (the task's test
+    run reported no tests, so the task or its recipe is broken, not the model or a machine),
+    with the first few instances and why, from the summary's ``infrastructureErrors``."""
+    count = summary.get("environmentErrors") or 0
+    listed = [
+        e
+        for e in summary.get("infrastructureErrors", [])
+        if (e.get("error") or "").startswith(ENVIRONMENT_ERROR_PREFIX)
+    ]
+    parts = [
+        f"{e['instanceId']}#{e['attempt']}: {e['error'][len(ENVIRONMENT_ERROR_PREFIX) :]}"
+        for e in listed[:shown]
+    ]
+    more = count - len(parts)
+    return (
+        f"{count} attempts graded no test (task environment, not the model)"
+        + (": " + "; ".join(parts) if parts else "")
+        + (f"; and {more} more" if parts and more > 0 else "")
+    )
+
+
 def summary_table(summary: Mapping[str, Any]) -> Group:
     """The per-repository table with a totals row, then pass@k, tokens and time, for people."""
     table = Table(title=f"{escape(summary['suite'])} · {escape(summary['model'])}")
@@ -328,6 +350,9 @@ def summary_table(summary: Mapping[str, Any]) -> Group:
             else ""
         ),
     )
+    environment = summary.get("environmentErrors") or 0
+    if environment:
+        extra.add_row("environment", escape(environment_errors_line(summary)))
     reasons = ", ".join(f"{k} {v}" for k, v in summary["exitReasons"].items())
     extra.add_row("endings", escape(reasons) or "-")
     if classification:

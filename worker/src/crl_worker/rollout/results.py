@@ -120,8 +120,13 @@ class AttemptResult(BaseModel):
         environment: runner missing, nothing collected, nothing selected), not because a
         machine failed; counted among the errored attempts, and apart in the summary."""
         return self.resolved is None and (self.infrastructure_error or "").startswith(
-            "evaluation: environment error:"
+            ENVIRONMENT_ERROR_PREFIX
         )
+
+
+#: How an attempt's ``infrastructure_error`` starts when its test run graded nothing (the
+#: evaluation's environment error, prefixed by the episode).
+ENVIRONMENT_ERROR_PREFIX = "evaluation: environment error: "
 
 
 def fingerprint(identity: Mapping[str, Any]) -> str:

@@ -214,6 +214,18 @@ def _record_harness(
     return fields, used
 
 
+def drop_log_fragments(ids: list[str]) -> tuple[list[str], list[str]]:
+    """``(kept, dropped)``: ids that are pieces of a test log rather than tests are dropped.
+
+    SWE-bench's log parsers took some progress markers for test names, so a few published lists
+    hold ``"[100%]"``, ``"["`` or ``"[100%]------"`` (pytest-dev__pytest-5227's PASS_TO_PASS). No
+    runner reports such an id, so kept they would be graded missing and the gold patch
+    unresolved. A test id of any log format (a path, a name, ``Class#method``) never starts with
+    ``[`` or is blank."""
+    kept = [i for i in ids if i.strip() and not i.lstrip().startswith("[")]
+    return kept, [i for i in ids if i not in kept]
+
+
 def _swebench_like(
     record: Record, ref: RecordRef, options: ConvertOptions, image_of: Callable[[str], str]
 ) -> Task:
@@ -223,9 +235,18 @@ def _swebench_like(
     base_commit = text(record, ref, "base_commit", required=True)
     fail_to_pass = _list_field(record, ref, "FAIL_TO_PASS", "fail_to_pass", required=True)
     pass_to_pass = _list_field(record, ref, "PASS_TO_PASS", "pass_to_pass")
+    fail_to_pass, dropped = drop_log_fragments(fail_to_pass)
+    pass_to_pass, dropped_p2p = drop_log_fragments(pass_to_pass)
     version = optional_text(record, ref, "version")
     recipe = swebench_recipe(repo, version)
     metadata = _extras(record, _SWEBENCH_FIELDS)
+    if dropped or dropped_p2p:
+        metadata["dropped_ids"] = [*dropped, *dropped_p2p]
+        logger.warning(
+            "%s: ids that are pieces of a log, not tests, left out of the lists: %s",
+            instance_id,
+            ", ".join(repr(i) for i in [*dropped, *dropped_p2p]),
+        )
     if recipe is None:
         logger.debug("no recipe for %s; using the generic pytest recipe", repo)
         recipe = GENERIC_PYTHON

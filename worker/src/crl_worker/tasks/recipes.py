@@ -190,7 +190,10 @@ for _alias, _same in {"5.1": "5.0", "5.2": "5.0", "6.3": "6.2", "7.2": "7.1", "8
     _PYTEST_PINS[_alias] = _PYTEST_PINS[_same]
 _PYTEST_PINS["*"] = _PYTEST_PINS["7.4"]
 for _v, _pins in _PYTEST_PINS.items():
-    _install = [_pip(*_pins)]
+    # setuptools 81+ has no pkg_resources, which the namespace-package tests' fixtures import
+    # (test_cmdline_python_namespace_package failed with the gold patch); the environment's
+    # seeded setuptools would be the newest.
+    _install = [_pip(*_pins, "setuptools==68.0.0")]
     if _v == "6.3":
         # That release's setup.cfg has a doubled ">=>=" that modern pip rejects.
         _install.insert(0, "sed -i 's/>=>=/>=/' setup.cfg")
@@ -322,7 +325,13 @@ for _v in _versions(
             language="python",
             python="3.10" if _v in ("8.0", "8.1") else "3.9",
             # Jinja2 3.0.3 first: the releases that cap Jinja2<3.0 downgrade it again.
-            install=(*_sphinx_caps(_v), _pip("Jinja2==3.0.3"), "python -m pip install -e .[test]"),
+            # setuptools 68: sphinx.registry imports pkg_resources, which setuptools 81+ lacks
+            # (every module failed to import: an environment error).
+            install=(
+                *_sphinx_caps(_v),
+                _pip("Jinja2==3.0.3", "setuptools==68.0.0"),
+                "python -m pip install -e .[test]",
+            ),
             test_command=PYTEST,
             log_format="pytest",
             notes="7.2 and later need graphviz (a system package) for the graphviz tests",
@@ -388,8 +397,18 @@ _add("scikit-learn/scikit-learn", ["0.20", "0.21", "0.22"], Recipe(language="pyt
      python="3.6", image_only=True, test_command=PYTEST, log_format="pytest"))  # fmt: skip
 _add("scikit-learn/scikit-learn", ["1.3", "1.4", "1.5", "1.6", "*"], Recipe(language="python",
      python="3.9", image_only=True, test_command=PYTEST, log_format="pytest"))  # fmt: skip
+
+# mwaskom/seaborn: pure Python on numpy/pandas/matplotlib wheels (issue 18: every instance in
+# shared/data resolves with gold and not without in a local sandbox with these pins).
+_SEABORN_PINS = ("contourpy==1.1.0", "cycler==0.11.0", "fonttools==4.42.1",
+                 "importlib-resources==6.0.1", "kiwisolver==1.4.5", "matplotlib==3.7.2",
+                 "numpy==1.25.2", "packaging==23.1", "pandas==1.5.3", "pillow==10.0.0",
+                 "pyparsing==3.0.9", "pytest==7.4.0", "python-dateutil==2.8.2",
+                 "pytz==2023.3.post1", "scipy==1.11.2", "six==1.16.0", "tzdata==2023.1",
+                 "zipp==3.16.2")  # fmt: skip
 _add("mwaskom/seaborn", ["0.11", "0.12", "0.13", "0.14", "*"], Recipe(language="python",
-     python="3.9", image_only=True, test_command=PYTEST, log_format="pytest"))  # fmt: skip
+     python="3.9", install=(_pip(*_SEABORN_PINS), EDITABLE), test_command=PYTEST,
+     log_format="pytest"))  # fmt: skip
 
 #: The generic recipe's test command: the task environment's own pytest (``python -m``, never a
 #: ``pytest`` found elsewhere), no cache folder written into the checkout, and per-test lines.

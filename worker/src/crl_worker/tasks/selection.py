@@ -170,8 +170,9 @@ def _java_id_parts(test_id: str) -> tuple[str, str | None]:
     for separator in ("#", "::"):
         if separator in test_id:
             cls, _, method = test_id.partition(separator)
-            # Parameterized and signature suffixes are not part of the method's name.
-            method = re.split(r"[\[(\s]", method, maxsplit=1)[0]
+            # Parameterized and signature suffixes are not part of the method's name:
+            # "m[1]", "m(String)", and Surefire's JUnit 5 form "m{String, int}[1]".
+            method = re.split(r"[\[({\s]", method, maxsplit=1)[0]
             return cls.strip(), method or None
     return test_id.strip(), None
 
