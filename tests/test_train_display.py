@@ -40,7 +40,13 @@ def run_on_a_terminal(command: list[str], cwd: Path, timeout: float = 600) -> tu
         stdout=follower,
         stderr=follower,
         cwd=cwd,
-        env={**env(), "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "40"},
+        env={
+            **env(),
+            "TERM": "xterm-256color",
+            "COLUMNS": "200",
+            "LINES": "40",
+            "CRL_PROGRESS_INTERVAL_SECONDS": "0.5",
+        },
     )
     os.close(follower)
     chunks: list[bytes] = []
@@ -85,6 +91,8 @@ def test_a_terminal_gets_the_display_and_the_log_file_gets_everything(
     for step in (1, 2):
         assert re.search(rf"step {step}/2: reward \d\.\d{{3}}  resolved \d+%  loss ", shown), shown
     assert "rollouts/s" in shown and "staleness 0" in shown
+    # While a batch runs, the bar says how far it is.
+    assert re.search(r"step [12]: \d/4 rollouts \(\d running\)", shown), shown
     for row in ("outcome", "Succeeded (exit 0)", "steps", "2/2", "reward", "run folder", "log"):
         assert row in shown, shown
     # Nothing of the pod's log stream: no JSON lines, lease chatter or library warnings.
@@ -98,7 +106,11 @@ def test_a_terminal_gets_the_display_and_the_log_file_gets_everything(
     assert "py.warnings" in loggers  # transformers' FutureWarnings, captured as records
     steps = [r for r in records if r.get("event") == "train.step"]
     assert [r["step"] for r in steps] == [1, 2]
+    assert any(r.get("event") == "train.rollouts" and r["total"] == 4 for r in records)
     assert all(r["rollouts"] == 4 for r in steps)
+    # The wait of the sandboxes and the server between two batches is measured from step 2 on.
+    metrics = [json.loads(line) for line in (log.parent / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[0]["idle_seconds"] is None and metrics[1]["idle_seconds"] > 0
 
 
 def test_json_logs_stay_what_a_pod_prints(toy_files: Path, tmp_path: Path) -> None:

@@ -164,3 +164,37 @@ def test_pushes_that_keep_hanging_stop_the_run_with_the_reason(
         "reason": "PushTimedOut",
         "message": f"pushing version 1 failed: the push did not finish within {DEADLINE} s",
     }
+
+
+# --- the watchdog's rules on their own ----------------------------------------------------------
+
+
+def test_the_limits_come_from_the_environment_and_bad_values_keep_the_defaults() -> None:
+    from crl_worker.train.watchdog import MAX_LOGPROB_GAP, PUSH_DEADLINE, Watchdog
+
+    set_ = Watchdog({"CRL_PUSH_DEADLINE_SECONDS": "30", "CRL_MAX_LOGPROB_GAP": "0.05"})
+    assert (set_.push_deadline, set_.max_gap) == (30.0, 0.05)
+    for bad in ("soon", "0", "-1", "nan", "inf"):
+        kept = Watchdog({"CRL_PUSH_DEADLINE_SECONDS": bad, "CRL_MAX_LOGPROB_GAP": bad})
+        assert (kept.push_deadline, kept.max_gap) == (PUSH_DEADLINE, MAX_LOGPROB_GAP), bad
+    assert Watchdog({}).gap({"sampling/sampling_logp_difference/mean": 0.2}) == 0.2
+    assert Watchdog({}).gap({"loss": 1.0}) is None
+
+
+def test_problems_in_a_row_are_counted_until_a_step_is_in_sync() -> None:
+    from crl_worker.train.watchdog import MAX_RECOVERIES, Watchdog
+
+    dog = Watchdog({})
+    assert dog.in_sync(1).reason == "InSync"
+    dog.problem("LogprobGap", "gap 0.2")
+    state = dog.in_sync(2)
+    assert state.ok and state.reason == "Recovered" and "LogprobGap: gap 0.2" in state.message
+    assert dog.in_sync(3).reason == "Recovered"  # stays, so the status shows what happened
+    for _ in range(MAX_RECOVERIES - 1):
+        dog.problem("LogprobGap", "gap 0.2")  # the gap persists after each push again
+    assert not dog.exhausted()
+    dog.problem("LogprobGap", "gap 0.2")
+    assert dog.exhausted()
+    dog.in_sync(4)
+    dog.step_done()  # a step in sync starts the count over
+    assert dog.problems == 0 and not dog.exhausted()

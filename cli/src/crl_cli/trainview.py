@@ -29,7 +29,13 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from crl_worker.train.events import RESUME_EVENT, START_EVENT, STEP_EVENT, WEIGHT_SYNC_EVENT
+from crl_worker.train.events import (
+    RESUME_EVENT,
+    ROLLOUTS_EVENT,
+    START_EVENT,
+    STEP_EVENT,
+    WEIGHT_SYNC_EVENT,
+)
 
 #: Log file of a `crl train` run, inside its run folder.
 LOG_NAME = "train.log"
@@ -60,6 +66,7 @@ class TrainView:
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
         """The last lines that were not step events (shown when the trainer fails)."""
         self.started = time.monotonic()
+        self._figures = ""
         self._log: IO[str] | None = None
         self.bar: Progress | None = None
         if console.is_terminal:
@@ -105,6 +112,9 @@ class TrainView:
         event = record.get("event")
         if event == STEP_EVENT:
             self._step(record)
+            return
+        if event == ROLLOUTS_EVENT:
+            self._rollouts(record)
             return
         if event in (START_EVENT, RESUME_EVENT):
             self._start(record)
@@ -155,9 +165,20 @@ class TrainView:
             f"step {step}/{record.get('total_steps', self.total_steps)}: {figures}"
             f"  ({_number(record.get('step_seconds'), '{:.1f}')} s)"
         )
+        self._figures = figures
         if self.bar is not None:
             self.bar.update(self.task, completed=step, figures=escape(figures))
         self._print(escape(line))
+
+    def _rollouts(self, record: Mapping[str, Any]) -> None:
+        """A batch in progress: its rollouts done and running, after the last step's
+        figures."""
+        progress = (
+            f"step {record.get('step')}: {record.get('done')}/{record.get('total')} rollouts"
+            f" ({record.get('in_flight')} running)"
+        )
+        if self.bar is not None:
+            self.bar.update(self.task, figures=escape(f"{self._figures}  {progress}".strip()))
 
     def _print(self, markup: str) -> None:
         if self.bar is not None:

@@ -15,7 +15,22 @@ RESUME_EVENT = "train.resume"
 #: ``loss``, ``rollouts``, ``infrastructure_failures``, ``rollouts_per_second``,
 #: ``staleness_max``, ``step_seconds``, ``weight_pushes``, ``push_seconds``.
 STEP_EVENT = "train.step"
+#: While a batch runs, at most every :data:`PROGRESS_INTERVAL` seconds (rank 0): ``step`` (the
+#: step being rolled out), ``done``, ``total`` (this rank's episodes), ``in_flight``.
+ROLLOUTS_EVENT = "train.rollouts"
+#: Environment variable: seconds between two rollout progress events.
+PROGRESS_INTERVAL_ENV = "CRL_PROGRESS_INTERVAL_SECONDS"
+#: Default seconds between two rollout progress events (a heartbeat in a pod's log too).
+PROGRESS_INTERVAL = 15.0
 #: The weight-sync watchdog found a problem (``reason``, ``message``) or recovered from one.
 WEIGHT_SYNC_EVENT = "train.weight_sync"
 
-__all__ = ["RESUME_EVENT", "START_EVENT", "STEP_EVENT", "WEIGHT_SYNC_EVENT"]
+__all__ = [
+    "PROGRESS_INTERVAL",
+    "PROGRESS_INTERVAL_ENV",
+    "RESUME_EVENT",
+    "ROLLOUTS_EVENT",
+    "START_EVENT",
+    "STEP_EVENT",
+    "WEIGHT_SYNC_EVENT",
+]

@@ -81,6 +81,8 @@ class RolloutRunner:
     """Trajectories of episodes cancelled by a stop (kept for the logs)."""
     in_flight: int = 0
     """Episodes running now."""
+    finished: int = 0
+    """Episodes finished since the runner was made (scored, failed or cancelled)."""
 
     def __post_init__(self) -> None:
         self._reward = make_reward(self.reward_spec)
@@ -127,6 +129,7 @@ class RolloutRunner:
             )
         finally:
             self.in_flight -= 1
+            self.finished += 1
         reward = score(trajectory, task, self._reward)
         trajectory.reward = reward
         return Rollout(

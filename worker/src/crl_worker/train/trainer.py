@@ -45,7 +45,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from crl_worker.api.contract import Env
 from crl_worker.tasks.model import Task
 from crl_worker.train.errors import TrainConfigError
-from crl_worker.train.events import RESUME_EVENT, STEP_EVENT
+from crl_worker.train.events import (
+    PROGRESS_INTERVAL,
+    PROGRESS_INTERVAL_ENV,
+    RESUME_EVENT,
+    ROLLOUTS_EVENT,
+    STEP_EVENT,
+)
 from crl_worker.train.monitor import Monitor, RolloutStats, merge_stats, read_status
 from crl_worker.train.rollouts import Rollout, RolloutRunner
 from crl_worker.train.samples import trajectory_sample
@@ -162,9 +168,13 @@ class TrainingJob:
         self.trainer: Any = None
         self.tokenizer: Any = None
         self.policy_version = 0
-        self.watchdog = Watchdog()
+        self.watchdog = Watchdog(speaks=self.rank == 0)
         """The weight-sync watchdog (deadlines, version checks, the logprob gap)."""
         self._push_timed_out = False
+        self._rollouts_ended: float | None = None
+        """When this rank's last batch of rollouts finished."""
+        self._idle: float | None = None
+        """Seconds between that and the start of this step's rollouts."""
         self._step_stats: RolloutStats | None = None
         self._step_started = time.monotonic()
         self._attempts = 0
@@ -516,14 +526,39 @@ class TrainingJob:
         work = asyncio.ensure_future(
             self.runner.run(tasks, policy, version=version, first_attempt=first)
         )
+        started = self.runner.finished
+        interval = _progress_interval()
+        said = time.monotonic()
         while not work.done():
-            await asyncio.wait({work}, timeout=0.5)
+            await asyncio.wait({work}, timeout=min(0.5, interval))
+            if self.rank == 0 and not work.done() and time.monotonic() - said >= interval:
+                said = time.monotonic()
+                done = self.runner.finished - started
+                current = self._current_step()
+                logger.info(
+                    "step %d: %d of %d rollouts done, %d running",
+                    current,
+                    done,
+                    len(tasks),
+                    self.runner.in_flight,
+                    extra={
+                        "event": ROLLOUTS_EVENT,
+                        "step": current,
+                        "done": done,
+                        "total": len(tasks),
+                        "in_flight": self.runner.in_flight,
+                    },
+                )
             if self.stop.set and not work.done():
                 work.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await work
                 return None
         return work.result()
+
+    def _current_step(self) -> int:
+        """The step being rolled out (1-based)."""
+        return int(self.trainer.state.global_step) + 1 if self.trainer is not None else 0
 
     def rollout_func(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         """TRL's rollout function: one whole episode per prompt (an instance id).
@@ -542,6 +577,8 @@ class TrainingJob:
                 raise Preempted
             self._step_started = time.monotonic()
             self._ensure_server_weights(step)
+            if attempt == 0 and self._rollouts_ended is not None:
+                self._idle = time.monotonic() - self._rollouts_ended
             if self.client is not None:
                 assert self.sync is not None  # a policy client comes with its server's sync
                 self.client.model = self.sync.model_name()
@@ -550,6 +587,7 @@ class TrainingJob:
                 )
             else:
                 rollouts = self._rollouts_in_process(tasks, step)
+            self._rollouts_ended = time.monotonic()
             self._write_cancelled()
             if self._any_rank(rollouts is None):
                 self._stopping = True
@@ -614,8 +652,11 @@ class TrainingJob:
             pad_id = self.tokenizer.eos_token_id
         max_length = self.spec.rollout.agent.max_total_tokens
         stats = RolloutStats(
-            rollouts=self._discarded_failures, infrastructure_failures=self._discarded_failures
+            rollouts=self._discarded_failures,
+            infrastructure_failures=self._discarded_failures,
+            idle_seconds=[self._idle] if self._idle is not None else [],
         )
+        self._idle = None
         self._discarded_failures = 0
         out: dict[str, list[Any]] = {
             "prompt_ids": [],
@@ -948,6 +989,15 @@ def link_checkpoint(directory: Path, step: int) -> None:
     for link in directory.glob("step-*"):
         if link.is_symlink() and not link.exists():
             link.unlink()
+
+
+def _progress_interval() -> float:
+    """Seconds between two rollout progress events (``$CRL_PROGRESS_INTERVAL_SECONDS``)."""
+    try:
+        value = float(os.environ.get(PROGRESS_INTERVAL_ENV, PROGRESS_INTERVAL))
+    except ValueError:
+        return PROGRESS_INTERVAL
+    return value if value > 0 else PROGRESS_INTERVAL
 
 
 def _fmt(value: float | None) -> str:

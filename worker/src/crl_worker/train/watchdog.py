@@ -88,8 +88,10 @@ def _env_float(name: str, default: float, env: Mapping[str, str]) -> float:
 class Watchdog:
     """Keeps the ``WeightSync`` state and counts the recoveries in a row."""
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None, *, speaks: bool = True) -> None:
         env = os.environ if env is None else env
+        self.speaks = speaks
+        """Whether this process logs the findings (rank 0 only: every rank keeps the state)."""
         self.push_deadline = _env_float(PUSH_DEADLINE_ENV, PUSH_DEADLINE, env)
         """Seconds a push may take."""
         self.max_gap = _env_float(MAX_LOGPROB_GAP_ENV, MAX_LOGPROB_GAP, env)
@@ -105,6 +107,8 @@ class Watchdog:
         """Record a problem (the caller recovers, or stops once :meth:`exhausted`)."""
         self.problems += 1
         self.state = WeightSyncState(False, reason, message)
+        if not self.speaks:
+            return self.state
         logger.warning(
             "weight sync: %s: %s",
             reason,
@@ -126,6 +130,8 @@ class Watchdog:
                 RECOVERED,
                 f"recovered at version {version} from {previous.reason}: {previous.message}",
             )
+            if not self.speaks:
+                return self.state
             logger.warning(
                 "weight sync: recovered: %s",
                 self.state.message,
