@@ -3,6 +3,7 @@
 Runs ``python -m crl_worker.train`` (or torchrun with 2 processes) on the toy model and suite,
 ``--steps`` steps each, and prints per configuration: mean step time and its rollout share,
 tokens per second (prompt + completion tokens of the step's samples over the step's wall time),
+the idle share (sandboxes and inference waiting for the update and push, over the step time),
 and the peak RSS of the trainer processes. The first step is left out of the means (sandbox
 clones, DeepSpeed's op build).
 
@@ -96,9 +97,22 @@ def run(root: Path, name: str, zero: int, nproc: int, steps: int) -> dict[str, A
         "step_s": round(step_s, 2),
         "trl_step_time_s": round(rollout_s, 2),
         "tokens_per_s": round(sum(r["tokens_per_second"] for r in steady) / len(steady), 1),
+        # Sandboxes and inference waiting for the trainer, as a share of the time between
+        # batches (what overlapping rollouts with training would win back).
+        "idle_share": _idle_share(records),
         "reward_first": records[0]["reward_mean"],
         "reward_last": records[-1]["reward_mean"],
     }
+
+
+def _idle_share(records: list[dict[str, Any]]) -> float | None:
+    """Idle seconds over step seconds (a step's time runs from its push to its update, about
+    one batch-to-batch cycle), over the steps that have an idle time."""
+    idle = [r["idle_seconds"] for r in records if r.get("idle_seconds") is not None]
+    if not idle:
+        return None
+    cycle = [r["step_seconds"] for r in records if r.get("idle_seconds") is not None]
+    return min(1.0, sum(idle) / sum(cycle))
 
 
 def main() -> None:
@@ -117,12 +131,14 @@ def main() -> None:
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"toy GRPO on the CPU, {args.steps} steps x 8 rollouts (first step left out of means)")
     print(
-        f"{'config':<30} {'step s':>7} {'TRL step s':>10} {'tokens/s':>9} {'reward 1st->last':>17} {'wall s':>7}"
+        f"{'config':<30} {'step s':>7} {'TRL step s':>10} {'tokens/s':>9} {'idle':>6}"
+        f" {'reward 1st->last':>17} {'wall s':>7}"
     )
     for r in rows:
+        idle = "-" if r["idle_share"] is None else f"{r['idle_share']:.0%}"
         print(
             f"{r['config']:<30} {r['step_s']:>7} {r['trl_step_time_s']:>10} {r['tokens_per_s']:>9}"
-            f" {r['reward_first']:>8.3f}->{r['reward_last']:<7.3f} {r['wall_s']:>7}"
+            f" {idle:>6} {r['reward_first']:>8.3f}->{r['reward_last']:<7.3f} {r['wall_s']:>7}"
         )
     print(f"peak RSS of the largest trainer process: {peak:.0f} MiB")
 

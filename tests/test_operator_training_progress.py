@@ -252,3 +252,49 @@ def test_training_run_status_follows_the_trainers_reports(
         cm = kube.get("ConfigMap", namespace, progress) or {}
         assert json.loads(cm["data"]["progress.json"])["step"] == 13
         time.sleep(1)
+
+
+def test_the_watchdogs_finding_is_the_weight_sync_condition() -> None:
+    run = run_model()
+    kids = running(run)
+    before = trainingrun_status(run, Observed(children=kids, pool=ready_pool()), None, T0)
+    assert not [x for x in before["conditions"] if x["type"] == "WeightSync"]
+
+    hung = wire(
+        {
+            **REPORT,
+            "weightSync": {
+                "ok": False,
+                "reason": "PushTimedOut",
+                "message": "pushing version 12 failed: the push did not finish within 600 s",
+            },
+        }
+    )
+    st = trainingrun_status(
+        run, Observed(children=kids, pool=ready_pool(), report=hung), before, T0
+    )
+    found = next(x for x in st["conditions"] if x["type"] == "WeightSync")
+    assert (found["status"], found["reason"]) == ("False", "PushTimedOut")
+    assert "did not finish within 600 s" in found["message"]
+    TrainingRun.model_validate({**run.model_dump(by_alias=True), "status": st})
+
+    # A report without it (a restarted trainer's first) keeps what was recorded; the recovery
+    # flips it back, with a new transition time.
+    quiet = trainingrun_status(
+        run, Observed(children=kids, pool=ready_pool(), report=wire(REPORT)), st, T1
+    )
+    kept = next(x for x in quiet["conditions"] if x["type"] == "WeightSync")
+    assert kept == {**found, "lastTransitionTime": found["lastTransitionTime"]}
+    healed = wire(
+        {**REPORT, "weightSync": {"ok": True, "reason": "Recovered", "message": "serving v12"}}
+    )
+    after = trainingrun_status(
+        run, Observed(children=kids, pool=ready_pool(), report=healed), quiet, T1
+    )
+    flipped = next(x for x in after["conditions"] if x["type"] == "WeightSync")
+    assert (flipped["status"], flipped["reason"]) == ("True", "Recovered")
+    assert flipped["lastTransitionTime"] != found["lastTransitionTime"]
+
+    # A reason that is not CamelCase is refused with the report (the API would refuse it).
+    with pytest.raises(ValueError, match=r"weightSync\.reason"):
+        wire({**REPORT, "weightSync": {"ok": False, "reason": "push timed out"}})

@@ -25,6 +25,7 @@ FAILED = "Failed"
 RUNNING = "Running"
 GATEWAY_READY = "GatewayReady"
 ADMITTED = "Admitted"
+WEIGHT_SYNC = "WeightSync"
 
 # --- reasons (CamelCase, as the API requires) ---------------------------------------------
 INVALID_SPEC = "InvalidSpec"

@@ -349,6 +349,20 @@ def trainingrun_conditions(run: TrainingRun, seen: Observed) -> list[Cond]:
     return [ready, *out]
 
 
+def weight_sync_condition(report: Obj | None, previous: Mapping[str, Any]) -> Cond | None:
+    """The `WeightSync` condition from the trainer's report (its watchdog's last finding); the
+    recorded one while no report says anything of it; none before the first."""
+    found = (report or {}).get("weightSync")
+    if isinstance(found, Mapping):
+        return cond(
+            c.WEIGHT_SYNC, bool(found["ok"]), str(found["reason"]), str(found.get("message", ""))
+        )
+    for entry in previous.get("conditions") or ():
+        if entry.get("type") == c.WEIGHT_SYNC:
+            return Cond.stored(entry)
+    return None
+
+
 def trainer_says(report: Obj | None) -> str:
     """The trainer's report in a few words for the Training condition: `step 12/200,
     checkpointing: <message>` ("" without a report)."""
@@ -416,6 +430,9 @@ def trainingrun_status(
     observed, step, policy version, last checkpoint and metrics from the trainer's report."""
     prev = previous or {}
     conds = trainingrun_conditions(run, seen)
+    weight_sync = weight_sync_condition(seen.report, prev)
+    if weight_sync is not None:
+        conds.append(weight_sync)
     generation = run.metadata.model_dump().get("generation")
     job = seen.of_kind("Job")
     js = job_state(job) if job is not None else None

@@ -6,7 +6,8 @@ A worker (the benchmark runner, the trainer's rank 0) merge-patches a small JSON
 reconcile and copies it into the resource's status. Both ends validate with these models:
 :class:`ProgressReport` (a Benchmark's `status.progress`, `resolveRate`, `passAtK`) and
 :class:`TrainingProgress` (a TrainingRun's `status.step`, `totalSteps`, `policyVersion`,
-`lastCheckpoint`, `metrics`). :class:`WireReport` gives every report the same size limit and
+`lastCheckpoint`, `metrics`, and the `WeightSync` condition from `weightSync`).
+:class:`WireReport` gives every report the same size limit and
 error messages on both ends. How a worker sends them is crl_worker.rollout.report.
 """
 
@@ -219,6 +220,23 @@ class CheckpointReport(BaseModel):
         return value
 
 
+class WeightSyncReport(BaseModel):
+    """`weightSync` of a training report: what the trainer's weight-sync watchdog found last
+    (the TrainingRun's `WeightSync` condition)."""
+
+    model_config = _WIRE
+
+    ok: bool
+    """Whether the inference server serves the trainer's current weights, as far as the
+    checks tell (the push finished in time, the served version is the pushed one, the
+    logprob gap is under its threshold)."""
+    reason: str = Field(min_length=1, max_length=64, pattern=r"^[A-Z][A-Za-z0-9]*$")
+    """CamelCase: `InSync`, `Recovered`, `PushTimedOut`, `PushFailed`, `WrongVersion`,
+    `LogprobGap`."""
+    message: str = Field(default="", max_length=MAX_MESSAGE_CHARS)
+    """What happened, for people."""
+
+
 class TrainingProgress(WireReport):
     """What the trainer publishes: `progress.json`, camelCase on the wire.
 
@@ -245,6 +263,8 @@ class TrainingProgress(WireReport):
     `checkpointing`)."""
     message: str | None = Field(default=None, max_length=MAX_MESSAGE_CHARS)
     """A line for humans, e.g. why the trainer is waiting."""
+    weight_sync: WeightSyncReport | None = None
+    """The weight-sync watchdog's last finding; None with in-process generation."""
     updated_at: datetime | None = None
     """When the trainer wrote this report (the reporter fills it in)."""
 

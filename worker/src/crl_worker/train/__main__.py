@@ -19,6 +19,7 @@ from crl_worker.errors import CrlError
 from crl_worker.logs import setup_logging
 from crl_worker.tasks.model import Task
 from crl_worker.train.errors import TrainConfigError
+from crl_worker.train.events import START_EVENT
 from crl_worker.train.settings import TrainSettings, resolve_settings
 
 logger = logging.getLogger("crl_worker.train")
@@ -92,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run one trainer process; returns the exit status."""
     args = parser().parse_args(argv)
     setup_logging()
+    # Library warnings (transformers' FutureWarnings, ...) become log records: JSON lines in a
+    # pod, and `crl train` keeps them in its log file instead of on the terminal.
+    logging.captureWarnings(True)
     # One line per sandbox request (hundreds per step) would bury the step lines.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # TRL warns with the whole sample for every rollout left out (reward None): ours are
@@ -133,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
         settings.total_steps,
         settings.inference_url or "in-process (transformers)",
         settings.run_dir,
+        extra={
+            "event": START_EVENT,
+            "run": settings.name,
+            "total_steps": settings.total_steps,
+            "run_dir": str(settings.run_dir),
+        },
     )
     try:
         return TrainingJob(settings, tasks).run()

@@ -9,7 +9,10 @@ Names (all prefixed ``crl_train_``): ``step``, ``total_steps``, ``policy_version
 ``reward_mean``, ``reward_std``, ``resolve_rate``, ``kl``, ``loss``, ``entropy``,
 ``tokens_per_second``, ``rollout_seconds`` (histogram), ``staleness`` (histogram, in policy
 versions), ``rollouts_total{outcome="resolved|unresolved|infrastructure_failure"}``,
-``infrastructure_failures_total``, ``turns_left_out_total``, ``step_seconds``.
+``infrastructure_failures_total``, ``turns_left_out_total``, ``step_seconds``,
+``weight_pushes_total{outcome="ok|failed"}``, ``weight_push_seconds`` (histogram),
+``weight_sync_problems_total{reason}`` (the watchdog's findings), ``rollouts_in_flight``,
+``rollout_idle_seconds`` (histogram: sandboxes and inference waiting between batches).
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ class RolloutStats:
     turns_left_out: int = 0
     rollout_seconds: list[float] = field(default_factory=list)
     staleness: list[int] = field(default_factory=list)
+    idle_seconds: list[float] = field(default_factory=list)
+    """Seconds the sandboxes and the server waited between the previous batch's rollouts and
+    this one's (the update, the push, a checkpoint), one value per rank."""
 
     def add(self, other: RolloutStats) -> None:
         """Add another rank's sums to these."""
@@ -62,6 +68,7 @@ class RolloutStats:
         self.reward_sq_sum += other.reward_sq_sum
         self.rollout_seconds.extend(other.rollout_seconds)
         self.staleness.extend(other.staleness)
+        self.idle_seconds.extend(other.idle_seconds)
 
     @property
     def reward_mean(self) -> float | None:
@@ -104,6 +111,13 @@ class StepRecord:
     rollout_seconds_mean: float | None
     staleness_max: int | None
     turns_left_out: int
+    idle_seconds: float | None = None
+    """Seconds rollouts waited for the trainer before this step's batch (mean over ranks;
+    None for a process's first step): what overlapping rollouts with training would save."""
+    weight_pushes: int = 0
+    """Weight pushes since the previous step (retries included)."""
+    push_seconds: float = 0.0
+    """Their wall time."""
     trl: dict[str, float] = field(default_factory=dict)
     """Everything TRL logged for the step (completion lengths, clip ratios, ...)."""
 
@@ -206,6 +220,37 @@ class Monitor:
         for metric in NONFINITE_CHECKED:
             # Exported at 0 from the start, so a first NaN shows as an increase.
             self.c_nonfinite.labels(metric)
+        self.c_pushes = Counter(
+            "crl_train_weight_pushes",
+            "Weight pushes to the inference server by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        self.h_push = Histogram(
+            "crl_train_weight_push_seconds",
+            "Wall time of one weight push (gathering, transfer and the served-version check)",
+            buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600),
+            registry=r,
+        )
+        self.c_sync_problems = Counter(
+            "crl_train_weight_sync_problems",
+            "Weight-sync watchdog findings by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.h_idle = Histogram(
+            "crl_train_rollout_idle_seconds",
+            "Seconds sandboxes and inference waited between two batches' rollouts",
+            buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600),
+            registry=r,
+        )
+        self.g_in_flight = Gauge(
+            "crl_train_rollouts_in_flight", "Rollouts running on this rank now", registry=r
+        )
+        self.pushes = 0
+        """Weight pushes since the last step record."""
+        self.push_seconds = 0.0
+        """Their wall time."""
         self.g_total.set(total_steps)
         if enabled and metrics_port is not None:
             start_http_server(metrics_port, registry=r)
@@ -253,9 +298,15 @@ class Monitor:
             ),
             staleness_max=max(stats.staleness) if stats.staleness else None,
             turns_left_out=stats.turns_left_out,
+            idle_seconds=(
+                sum(stats.idle_seconds) / len(stats.idle_seconds) if stats.idle_seconds else None
+            ),
+            weight_pushes=self.pushes,
+            push_seconds=self.push_seconds,
             trl={k: v for k, v in ((k, _finite(v)) for k, v in logs.items()) if v is not None},
         )
         self.last = record
+        self.pushes, self.push_seconds = 0, 0.0
         if not self.enabled:
             return record
         self.g_step.set(step)
@@ -281,6 +332,8 @@ class Monitor:
             self.h_rollout.observe(seconds)
         for lag in stats.staleness:
             self.h_staleness.observe(lag)
+        if record.idle_seconds is not None:
+            self.h_idle.observe(record.idle_seconds)
         unresolved = stats.scored - stats.resolved
         self.c_rollouts.labels("resolved").inc(stats.resolved)
         self.c_rollouts.labels("unresolved").inc(unresolved)
@@ -291,6 +344,19 @@ class Monitor:
         with (self.run_dir / "metrics.jsonl").open("a") as out:
             out.write(json.dumps(asdict(record)) + "\n")
         return record
+
+    def weight_push(self, seconds: float, *, ok: bool) -> None:
+        """Count one weight push and its duration."""
+        self.pushes += 1
+        self.push_seconds += seconds
+        if self.enabled:
+            self.c_pushes.labels("ok" if ok else "failed").inc()
+            self.h_push.observe(seconds)
+
+    def weight_sync_problem(self, reason: str) -> None:
+        """Count one watchdog finding."""
+        if self.enabled:
+            self.c_sync_problems.labels(reason).inc()
 
     def checkpoint_saved(self, step: int, path: Path) -> None:
         """Note a checkpoint for the summary."""

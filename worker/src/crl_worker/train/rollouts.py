@@ -79,6 +79,10 @@ class RolloutRunner:
     concurrency: int = 8
     cancelled: list[Trajectory] = field(default_factory=list)
     """Trajectories of episodes cancelled by a stop (kept for the logs)."""
+    in_flight: int = 0
+    """Episodes running now."""
+    finished: int = 0
+    """Episodes finished since the runner was made (scored, failed or cancelled)."""
 
     def __post_init__(self) -> None:
         self._reward = make_reward(self.reward_spec)
@@ -118,9 +122,14 @@ class RolloutRunner:
         async def keep(trajectory: Trajectory) -> None:
             self.cancelled.append(trajectory)
 
-        trajectory, _ = await run_episode(
-            task, attempt, self.sandbox_factory, policy, self.agent, keep_cancelled=keep
-        )
+        self.in_flight += 1
+        try:
+            trajectory, _ = await run_episode(
+                task, attempt, self.sandbox_factory, policy, self.agent, keep_cancelled=keep
+            )
+        finally:
+            self.in_flight -= 1
+            self.finished += 1
         reward = score(trajectory, task, self._reward)
         trajectory.reward = reward
         return Rollout(

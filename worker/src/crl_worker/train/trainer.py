@@ -45,10 +45,25 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from crl_worker.api.contract import Env
 from crl_worker.tasks.model import Task
 from crl_worker.train.errors import TrainConfigError
+from crl_worker.train.events import (
+    PROGRESS_INTERVAL,
+    PROGRESS_INTERVAL_ENV,
+    RESUME_EVENT,
+    ROLLOUTS_EVENT,
+    STEP_EVENT,
+)
 from crl_worker.train.monitor import Monitor, RolloutStats, merge_stats, read_status
 from crl_worker.train.rollouts import Rollout, RolloutRunner
 from crl_worker.train.samples import trajectory_sample
 from crl_worker.train.settings import TrainSettings
+from crl_worker.train.watchdog import (
+    LOGPROB_GAP,
+    PUSH_FAILED,
+    PUSH_TIMED_OUT,
+    WRONG_VERSION,
+    Watchdog,
+    WeightSyncStopped,
+)
 
 if TYPE_CHECKING:
     from crl_worker.agent.client import ChatClient, Policy
@@ -153,6 +168,13 @@ class TrainingJob:
         self.trainer: Any = None
         self.tokenizer: Any = None
         self.policy_version = 0
+        self.watchdog = Watchdog(speaks=self.rank == 0)
+        """The weight-sync watchdog (deadlines, version checks, the logprob gap)."""
+        self._push_timed_out = False
+        self._rollouts_ended: float | None = None
+        """When this rank's last batch of rollouts finished."""
+        self._idle: float | None = None
+        """Seconds between that and the start of this step's rollouts."""
         self._step_stats: RolloutStats | None = None
         self._step_started = time.monotonic()
         self._attempts = 0
@@ -193,6 +215,8 @@ class TrainingJob:
             # The pool's capacity is shared by every rank.
             concurrency=max(1, (pool.max_sandboxes if pool is not None else 8) // self.world),
         )
+        runner = self.runner
+        self.monitor.g_in_flight.set_function(lambda: runner.in_flight)
         if s.inference_url is not None:
             from crl_worker.agent.client import ChatClient
 
@@ -277,22 +301,72 @@ class TrainingJob:
 
     # --- weights --------------------------------------------------------------------------------
 
+    async def _within_deadline(self, push: Coroutine[Any, Any, None]) -> None:
+        """``push``, cancelled once the watchdog's deadline passes (then a TimeoutError that
+        says so)."""
+        self._push_timed_out = False
+        deadline = self.watchdog.push_deadline
+        try:
+            await asyncio.wait_for(push, deadline)
+        except TimeoutError:
+            self._push_timed_out = True
+            raise TimeoutError(f"the push did not finish within {deadline:g} s") from None
+
     def _push_weights(self, version: int) -> bool:
-        """Bring the inference server to ``version``; whether it worked (every rank takes part
-        in the gathering and learns the outcome)."""
+        """Bring the inference server to ``version`` and check that it serves it; whether it
+        worked (every rank takes part in the gathering and learns the outcome)."""
         error: str | None
+        started = time.monotonic()
         if self.settings.weight_sync == "lora-adapter":
             error = self._push_adapter(version)
         else:
             error = self._push_full(version)
+        if error is None and self.rank == 0:
+            error = self._check_served(version)
+        elif error is not None:
+            reason = PUSH_TIMED_OUT if self._push_timed_out else PUSH_FAILED
+            error = f"{reason}|pushing version {version} failed: {error}"
         error = self._broadcast(error)
+        self.monitor.weight_push(time.monotonic() - started, ok=error is None)
         if error is not None:
-            logger.warning("pushing weights version %d failed: %s", version, error)
+            reason, _, message = error.partition("|")
+            self._weight_sync_problem(reason, message)
             return False
         self.policy_version = version
         if self.sync is not None:
             self.sync.version = version
+        self.watchdog.in_sync(version)
         return True
+
+    def _check_served(self, version: int) -> str | None:
+        """Rank 0, right after a push: does the server serve ``version``? A server that lost
+        it is refilled by the sync where it can be (an adapter) and checked again; ``None``
+        when it serves it, else ``"Reason|message"``."""
+        assert self.sync is not None  # pushes happen only with a server to push to
+        try:
+            lost = bool(self.engine.call(self.sync.ensure_loaded()))
+        except Exception as exc:
+            return f"{PUSH_FAILED}|checking the server after pushing version {version}: {exc}"
+        if not lost:
+            return None
+        self._weight_sync_problem(
+            WRONG_VERSION,
+            f"the server did not serve version {version} right after its push; loading it again",
+        )
+        try:
+            lost = bool(self.engine.call(self.sync.ensure_loaded()))
+        except Exception as exc:
+            return f"{WRONG_VERSION}|checking the server again: {exc}"
+        if lost or self.sync.version != version:
+            return f"{WRONG_VERSION}|the server still does not serve version {version}"
+        return None
+
+    def _weight_sync_problem(self, reason: str, message: str) -> None:
+        """Record a watchdog finding (the WeightSync condition, a metric) and publish it."""
+        self.watchdog.problem(reason, message)
+        self.monitor.weight_sync_problem(reason)
+        if self.trainer is not None:
+            self.publish(int(self.trainer.state.global_step), phase="Training", message=message)
 
     def _push_adapter(self, version: int) -> str | None:
         """Save the adapter (only its own weights gathered) and load it into the server."""
@@ -316,7 +390,9 @@ class TrainingJob:
         try:
             assert self.sync is not None  # pushes happen only with a server to push to
             model.save_pretrained(str(directory), state_dict=state)
-            self.engine.call(push_update(self.sync, AdapterUpdate(version, directory)))
+            self.engine.call(
+                self._within_deadline(push_update(self.sync, AdapterUpdate(version, directory)))
+            )
         except Exception as exc:
             return str(exc)
         self._prune_adapters(version)
@@ -353,7 +429,8 @@ class TrainingJob:
 
         assert self.sync is not None  # pushes happen only with a server to push to
         future = asyncio.run_coroutine_threadsafe(
-            push_update(self.sync, TensorUpdate(version, stream())), self.engine.loop
+            self._within_deadline(push_update(self.sync, TensorUpdate(version, stream()))),
+            self.engine.loop,
         )
         for item in self._gathered(model, zero3):
             while not future.done():
@@ -409,15 +486,24 @@ class TrainingJob:
         full_weights = self.settings.weight_sync == "nccl"
         if lost:
             logger.warning("the inference server had lost its weights (restarted?)")
-        if step == 0 or (self.policy_version == step and not (lost and full_weights)):
+        repush = self.watchdog.repush and step > 0
+        if step == 0 or (
+            self.policy_version == step and not (lost and full_weights) and not repush
+        ):
             # Up to date; a lost adapter was loaded again by ensure_loaded itself (full
             # weights cannot be: every rank has to gather them, so they are pushed here).
             return
+        self.watchdog.repush = False
         for attempt in range(PUSH_ATTEMPTS):
             if self._push_weights(step):
                 return
+            if self.watchdog.exhausted():
+                raise WeightSyncStopped(
+                    f"weight sync failed {self.watchdog.problems} times in a row, last: "
+                    f"{self.watchdog.state.message if self.watchdog.state else '?'}"
+                )
             lag = step - self.policy_version
-            if not full_weights and lag <= self.spec.algorithm.max_staleness:
+            if not full_weights and lag <= self.spec.algorithm.max_staleness and not repush:
                 return  # the adapter of an earlier version is still served: use it
             time.sleep(min(30.0, 2.0 * 2**attempt))
         from crl_worker.errors import InfrastructureError
@@ -440,14 +526,39 @@ class TrainingJob:
         work = asyncio.ensure_future(
             self.runner.run(tasks, policy, version=version, first_attempt=first)
         )
+        started = self.runner.finished
+        interval = _progress_interval()
+        said = time.monotonic()
         while not work.done():
-            await asyncio.wait({work}, timeout=0.5)
+            await asyncio.wait({work}, timeout=min(0.5, interval))
+            if self.rank == 0 and not work.done() and time.monotonic() - said >= interval:
+                said = time.monotonic()
+                done = self.runner.finished - started
+                current = self._current_step()
+                logger.info(
+                    "step %d: %d of %d rollouts done, %d running",
+                    current,
+                    done,
+                    len(tasks),
+                    self.runner.in_flight,
+                    extra={
+                        "event": ROLLOUTS_EVENT,
+                        "step": current,
+                        "done": done,
+                        "total": len(tasks),
+                        "in_flight": self.runner.in_flight,
+                    },
+                )
             if self.stop.set and not work.done():
                 work.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await work
                 return None
         return work.result()
+
+    def _current_step(self) -> int:
+        """The step being rolled out (1-based)."""
+        return int(self.trainer.state.global_step) + 1 if self.trainer is not None else 0
 
     def rollout_func(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         """TRL's rollout function: one whole episode per prompt (an instance id).
@@ -466,6 +577,8 @@ class TrainingJob:
                 raise Preempted
             self._step_started = time.monotonic()
             self._ensure_server_weights(step)
+            if attempt == 0 and self._rollouts_ended is not None:
+                self._idle = time.monotonic() - self._rollouts_ended
             if self.client is not None:
                 assert self.sync is not None  # a policy client comes with its server's sync
                 self.client.model = self.sync.model_name()
@@ -474,6 +587,7 @@ class TrainingJob:
                 )
             else:
                 rollouts = self._rollouts_in_process(tasks, step)
+            self._rollouts_ended = time.monotonic()
             self._write_cancelled()
             if self._any_rank(rollouts is None):
                 self._stopping = True
@@ -538,8 +652,11 @@ class TrainingJob:
             pad_id = self.tokenizer.eos_token_id
         max_length = self.spec.rollout.agent.max_total_tokens
         stats = RolloutStats(
-            rollouts=self._discarded_failures, infrastructure_failures=self._discarded_failures
+            rollouts=self._discarded_failures,
+            infrastructure_failures=self._discarded_failures,
+            idle_seconds=[self._idle] if self._idle is not None else [],
         )
+        self._idle = None
         self._discarded_failures = 0
         out: dict[str, list[Any]] = {
             "prompt_ids": [],
@@ -618,6 +735,7 @@ class TrainingJob:
         the metrics log, the status. Called on every rank (the statistics are gathered)."""
         if "loss" not in logs:
             return  # the end-of-training summary, not a step
+        self._watch_gap(step, logs)
         stats = merge_stats(self._gather(self._step_stats or RolloutStats()))
         self._step_stats = None
         record = self.monitor.record_step(
@@ -639,8 +757,54 @@ class TrainingJob:
                 record.infrastructure_failures,
                 _fmt(record.loss),
                 record.step_seconds,
+                extra={
+                    # For `crl train`'s display (it reads the JSON lines); pods keep them too.
+                    "event": STEP_EVENT,
+                    "step": step,
+                    "total_steps": self.settings.total_steps,
+                    "reward_mean": record.reward_mean,
+                    "resolve_rate": record.resolve_rate,
+                    "loss": record.loss,
+                    "rollouts": record.rollouts,
+                    "infrastructure_failures": record.infrastructure_failures,
+                    "rollouts_per_second": (
+                        record.rollouts_per_minute / 60.0
+                        if record.rollouts_per_minute is not None
+                        else None
+                    ),
+                    "staleness_max": record.staleness_max,
+                    "step_seconds": record.step_seconds,
+                    "weight_pushes": record.weight_pushes,
+                    "push_seconds": record.push_seconds,
+                },
             )
             self.publish(step, phase="Training")
+
+    def _watch_gap(self, step: int, logs: dict[str, Any]) -> None:
+        """The watchdog's third check: the step's trainer-vs-server logprob gap. Above the
+        threshold the weights are pushed again before the next batch; a gap that outlasts
+        :data:`~crl_worker.train.watchdog.MAX_RECOVERIES` pushes stops the run."""
+        if self.sync is None:
+            return  # in-process generation: the trainer sampled its own logprobs
+        gap = self.watchdog.gap(logs)
+        # Every rank must take the same branch (the next push is a collective).
+        bad = self._broadcast(gap is not None and gap > self.watchdog.max_gap)
+        if not bad:
+            self.watchdog.step_done()
+            return
+        self._weight_sync_problem(
+            LOGPROB_GAP,
+            f"step {step}: the mean logprob gap between trainer and server is {gap:.4g}, above "
+            f"{self.watchdog.max_gap:g}: the server's weights are not the trainer's; pushing "
+            "them again",
+        )
+        if self.watchdog.exhausted():
+            raise WeightSyncStopped(
+                f"the logprob gap stayed above {self.watchdog.max_gap:g} after "
+                f"{self.watchdog.problems - 1} pushes (last {gap:.4g}): the inference server "
+                "does not serve the trained weights"
+            )
+        self.watchdog.repush = True
 
     def on_step_end(self, step: int) -> bool:
         """Whether to stop after this step (every rank agrees)."""
@@ -679,6 +843,8 @@ class TrainingJob:
             phase=phase,
             message=message,
         )
+        if self.watchdog.state is not None:
+            summary["weightSync"] = self.watchdog.state.wire()
         self.monitor.write_status(summary)
         if self.reporter is not None:
             try:
@@ -704,13 +870,20 @@ class TrainingJob:
             step = _step_of(resume)
             self._resume_records(step if resume is not None else None)
             if resume is not None:
-                logger.info("resuming from %s", resume)
+                logger.info("resuming from %s", resume, extra={"event": RESUME_EVENT, "step": step})
             self.publish(step, phase="Training")
             try:
                 self.trainer.train(resume_from_checkpoint=str(resume) if resume else None)
             except Preempted:
                 self._save_after_stop()
                 return self._stopped()
+            except WeightSyncStopped as exc:
+                # Never train on weights the server does not serve: stop, clearly.
+                step = int(self.trainer.state.global_step)
+                message = f"weight sync: {exc}; resume from the last checkpoint once fixed"
+                logger.error("%s", message)
+                self.publish(step, phase="Failed", message=message)
+                return 1
             step = int(self.trainer.state.global_step)
             if self._stopping:
                 return self._stopped()
@@ -816,6 +989,15 @@ def link_checkpoint(directory: Path, step: int) -> None:
     for link in directory.glob("step-*"):
         if link.is_symlink() and not link.exists():
             link.unlink()
+
+
+def _progress_interval() -> float:
+    """Seconds between two rollout progress events (``$CRL_PROGRESS_INTERVAL_SECONDS``)."""
+    try:
+        value = float(os.environ.get(PROGRESS_INTERVAL_ENV, PROGRESS_INTERVAL))
+    except ValueError:
+        return PROGRESS_INTERVAL
+    return value if value > 0 else PROGRESS_INTERVAL
 
 
 def _fmt(value: float | None) -> str:
