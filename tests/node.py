@@ -19,7 +19,7 @@ containers:
   client. cgroup v1 settings for this host (``failCgroupV1: false``, ``cgroupfs``).
 - the node is labelled ``coderepair.io/node=real`` and tainted
   ``coderepair.io/node=real:NoSchedule``: only pods that ask for it land there
-  (:data:`POD_PLACEMENT`), so the kwok-based tests sharing the cluster never do.
+  (:attr:`RealNode.placement`), so the kwok-based tests sharing the cluster never do.
 - **images**: no registry is reachable, so the pause image is made from ``crl-pause`` and
   imported as ``registry.k8s.io/pause:3.10``; test images are imported from the Docker engine
   of the image builds (``docker save`` into ``ctr import``, :meth:`RealNode.load_image`). Pods use
@@ -52,7 +52,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from .cluster import Cluster, ClusterError, cache_dir, free_port
+from .cluster import Cluster, ClusterError, free_port
 from .paths import ROOT
 
 log = logging.getLogger(__name__)
@@ -62,11 +62,6 @@ BUILD_SCRIPT = ROOT / "tests" / "controlplane" / "kubelet" / "build.sh"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 #: Label and taint key of the real node; the value is always "real".
 NODE_KEY = "coderepair.io/node"
-#: What a pod spec needs to run on the real node (merge into ``spec``).
-POD_PLACEMENT: dict[str, Any] = {
-    "nodeSelector": {NODE_KEY: "real"},
-    "tolerations": [{"key": NODE_KEY, "operator": "Equal", "value": "real", "effect": "NoSchedule"}],
-}
 #: Debian packages and the files that show they are installed.
 REQUIRED_FILES = {
     "containerd": Path("/usr/bin/containerd"),
@@ -123,7 +118,22 @@ def host_ip() -> str:
     return address
 
 
-def image_archive(tag: str, files: dict[str, tuple[bytes, int]], entrypoint: Sequence[str]) -> bytes:
+def image_reference(tag: str) -> str:
+    """``tag`` as containerd names it: the registry and ``library/`` made explicit."""
+    name, _, digest = tag.partition("@")
+    first, _, rest = name.partition("/")
+    if not rest:
+        name = f"docker.io/library/{name}"
+    elif "." not in first and ":" not in first and first != "localhost":
+        name = f"docker.io/{name}"
+    if not digest and ":" not in name.rsplit("/", 1)[-1]:
+        name += ":latest"
+    return f"{name}@{digest}" if digest else name
+
+
+def image_archive(
+    tag: str, files: dict[str, tuple[bytes, int]], entrypoint: Sequence[str]
+) -> bytes:
     """A one-layer image in ``docker save`` format (what ``ctr images import`` reads).
 
     ``files`` maps a path in the image to (content, mode).
@@ -184,6 +194,28 @@ def processes_mentioning(needle: str) -> list[tuple[int, str]]:
     return found
 
 
+def _cgroup_hierarchies() -> list[Path]:
+    """Mount points of the cgroup v1 hierarchies (one per controller set), or the v2 root."""
+    points = []
+    with open("/proc/self/mountinfo") as info:
+        for line in info:
+            fields = line.split()
+            fstype = fields[fields.index("-") + 1]
+            if fstype in ("cgroup", "cgroup2"):
+                points.append(Path(fields[4]))
+    return sorted(set(points))
+
+
+def _cgroup_dirs(root: str) -> list[Path]:
+    return [hierarchy / root.lstrip("/") for hierarchy in _cgroup_hierarchies()]
+
+
+def _netns() -> set[str]:
+    with contextlib.suppress(OSError):
+        return {entry.name for entry in Path("/run/netns").iterdir()}
+    return set()
+
+
 @dataclass
 class _Process:
     name: str
@@ -194,14 +226,17 @@ class _Process:
 
 @dataclass
 class Leftovers:
-    """What a stopped node left behind: processes, mounts, the bridge (all empty when clean)."""
+    """What a stopped node left behind (all empty when clean): processes, mounts, the bridge,
+    its cgroups and network namespaces (containerd 1.6 keeps those in /run/netns)."""
 
     processes: list[tuple[int, str]] = field(default_factory=list)
     mounts: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
+    cgroups: list[str] = field(default_factory=list)
+    netns: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.processes or self.mounts or self.links)
+        return bool(self.processes or self.mounts or self.links or self.cgroups or self.netns)
 
 
 class RealNode:
@@ -217,12 +252,14 @@ class RealNode:
         workdir: Path,
         *,
         name: str = "real-node",
+        label: str = "real",
         bin_dir: Path | None = None,
         startup_timeout: float = 120,
     ) -> None:
         self.cluster = cluster
         self.workdir = workdir.resolve()
         self.name = name
+        self.label = label
         self._bin_dir = bin_dir
         self.startup_timeout = startup_timeout
         self.id = uuid.uuid4().hex[:8]
@@ -235,6 +272,19 @@ class RealNode:
         self._processes: list[_Process] = []
         self._run_dir = self.workdir / "run"
         self._own_run_dir = False
+        # The kubelet's cgroup root, its own: two kubelets sharing /kubepods would each remove
+        # the other's pod cgroups as orphans.
+        self.cgroup_root = f"/crl-node-{self.id}"
+        self._netns_before: set[str] | None = None
+
+    @property
+    def placement(self) -> dict[str, Any]:
+        """What a pod spec needs to run on this node (merge into ``spec``)."""
+        return {
+            "nodeSelector": {NODE_KEY: self.label, "kubernetes.io/hostname": self.name},
+            "tolerations": [{"key": NODE_KEY, "operator": "Equal", "value": self.label,
+                             "effect": "NoSchedule"}],
+        }  # fmt: skip
 
     # -- paths --------------------------------------------------------------------------------
 
@@ -293,6 +343,7 @@ class RealNode:
             proc.log_file.close()
         self._processes.clear()
         self._unmount_all()
+        self._remove_cgroup_root()
         subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
         with contextlib.suppress(Exception):
             self.cluster.kubectl("delete", "node", self.name, "--ignore-not-found", "--wait=false",
@@ -313,7 +364,10 @@ class RealNode:
         if self._own_run_dir:
             mounts += mounts_under(self._run_dir)
         link = subprocess.run(["ip", "link", "show", self.bridge], capture_output=True, check=False)
-        return Leftovers(processes, mounts, [self.bridge] if link.returncode == 0 else [])
+        cgroups = [str(d) for d in _cgroup_dirs(self.cgroup_root) if d.exists()]
+        netns = sorted(_netns() - self._netns_before) if self._netns_before is not None else []
+        return Leftovers(processes, mounts, [self.bridge] if link.returncode == 0 else [],
+                         cgroups, netns)  # fmt: skip
 
     # -- images -------------------------------------------------------------------------------
 
@@ -324,7 +378,9 @@ class RealNode:
             input=input, capture_output=True, timeout=timeout, check=False,
         )  # fmt: skip
         if result.returncode != 0:
-            raise NodeError(f"ctr {' '.join(args)} failed: {result.stderr.decode(errors='replace')}")
+            raise NodeError(
+                f"ctr {' '.join(args)} failed: {result.stderr.decode(errors='replace')}"
+            )
         return result.stdout.decode(errors="replace")
 
     def import_archive(self, archive: bytes | Path) -> None:
@@ -346,11 +402,8 @@ class RealNode:
             self.import_archive(Path(archive.name))
 
     def has_image(self, tag: str) -> bool:
-        """Whether the node's containerd holds ``tag`` (normalized as containerd names it)."""
-        name = tag if "/" in tag.split(":")[0] else f"docker.io/library/{tag}"
-        if ":" not in name.rsplit("/", 1)[-1]:
-            name += ":latest"
-        return name in self.ctr("images", "list", "-q").split()
+        """Whether the node's containerd holds ``tag``."""
+        return image_reference(tag) in self.ctr("images", "list", "-q").split()
 
     # -- startup ------------------------------------------------------------------------------
 
@@ -363,6 +416,8 @@ class RealNode:
         self._run_dir.mkdir(parents=True, exist_ok=True)
         self.node_ip = host_ip()
         self.kubelet_port = free_port()
+        self._netns_before = _netns()
+        self._make_cgroup_root()
         self._write_cni()
         self._write_containerd_config()
         self._spawn("containerd", [
@@ -380,8 +435,8 @@ class RealNode:
             f"--root-dir={self.kubelet_dir / 'root'}",
             f"--hostname-override={self.name}",
             f"--node-ip={self.node_ip}",
-            f"--node-labels={NODE_KEY}=real,type=real",
-            f"--register-with-taints={NODE_KEY}=real:NoSchedule",
+            f"--node-labels={NODE_KEY}={self.label},type=real",
+            f"--register-with-taints={NODE_KEY}={self.label}:NoSchedule",
             "--v=1",
         ])  # fmt: skip
         self._wait(f"Node {self.name} to be Ready", self._ready)
@@ -521,6 +576,7 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
             # This host has cgroup v1 and no systemd as PID 1.
             "failCgroupV1": False,
             "cgroupDriver": "cgroupfs",
+            "cgroupRoot": self.cgroup_root,
             "failSwapOn": False,
             "podLogsDir": str(directory / "pod-logs"),
             "staticPodPath": "",
@@ -656,6 +712,29 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
         while processes_mentioning(str(self.containerd_socket)) and time.monotonic() < deadline:
             time.sleep(0.1)
 
+    def _make_cgroup_root(self) -> None:
+        """Create the kubelet's cgroup root in every hierarchy (the kubelet requires it)."""
+        for directory in _cgroup_dirs(self.cgroup_root):
+            directory.mkdir(exist_ok=True)
+            # A new cpuset cgroup has no CPUs or memory nodes until given its parent's.
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                own = directory / name
+                if own.exists() and not own.read_text().strip():
+                    own.write_text((directory.parent / name).read_text())
+
+    def _remove_cgroup_root(self) -> None:
+        """Remove the cgroup root and everything below it (bottom-up; they hold no process)."""
+        for directory in _cgroup_dirs(self.cgroup_root):
+            if not directory.exists():
+                continue
+            children = sorted((d for d in directory.rglob("*") if d.is_dir()),
+                              key=lambda d: len(d.parts), reverse=True)  # fmt: skip
+            for child in [*children, directory]:
+                try:
+                    child.rmdir()
+                except OSError as error:
+                    log.warning("cannot remove cgroup %s: %s", child, error)
+
     def _unmount_all(self) -> None:
         """Lazily unmount everything under the node's folders (volumes, rootfs, shm, netns)."""
         for directory in [self.workdir, *([self._run_dir] if self._own_run_dir else [])]:
@@ -673,12 +752,10 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
 __all__ = [
     "NODE_KEY",
     "PAUSE_IMAGE",
-    "POD_PLACEMENT",
     "Leftovers",
     "NodeError",
     "RealNode",
     "build",
-    "cache_dir",
     "image_archive",
     "missing",
 ]
