@@ -69,8 +69,11 @@ REQUIRED_FILES = {
     "runc": Path("/usr/sbin/runc"),
     "containernetworking-plugins": Path("/usr/lib/cni/bridge"),
     "tini": Path("/usr/bin/tini"),
+    "iptables": Path("/usr/sbin/iptables"),
 }
 CNI_BIN_DIR = Path("/usr/lib/cni")
+#: The ``kubernetes`` Service's ClusterIP (the first address of the cluster's service range).
+KUBERNETES_SERVICE_IP = "10.96.0.1"
 STOP_GRACE_SECONDS = 10.0
 UNIX_PATH_MAX = 100  # sun_path is 108 bytes; containerd appends ".ttrpc" to its socket's path
 
@@ -344,6 +347,7 @@ class RealNode:
         self._processes.clear()
         self._unmount_all()
         self._remove_cgroup_root()
+        self._unroute_api()
         subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
         with contextlib.suppress(Exception):
             self.cluster.kubectl("delete", "node", self.name, "--ignore-not-found", "--wait=false",
@@ -366,7 +370,9 @@ class RealNode:
         link = subprocess.run(["ip", "link", "show", self.bridge], capture_output=True, check=False)
         cgroups = [str(d) for d in _cgroup_dirs(self.cgroup_root) if d.exists()]
         netns = sorted(_netns() - self._netns_before) if self._netns_before is not None else []
-        return Leftovers(processes, mounts, [self.bridge] if link.returncode == 0 else [],
+        links = [self.bridge] if link.returncode == 0 else []
+        links += [f"iptables nat rule: {rule}" for rule in self._api_rules()]
+        return Leftovers(processes, mounts, links,
                          cgroups, netns)  # fmt: skip
 
     # -- images -------------------------------------------------------------------------------
@@ -419,6 +425,7 @@ class RealNode:
         self._netns_before = _netns()
         self._make_cgroup_root()
         self._write_cni()
+        self._route_api()
         self._write_containerd_config()
         self._spawn("containerd", [
             "tini", "-s", "-g", "--", "containerd", "--config", str(self.workdir / "containerd.toml"),
@@ -440,6 +447,40 @@ class RealNode:
             "--v=1",
         ])  # fmt: skip
         self._wait(f"Node {self.name} to be Ready", self._ready)
+
+    def _dnat_rule(self) -> list[str]:
+        port = self.cluster.server.rsplit(":", 1)[1]
+        return [
+            "PREROUTING", "-i", self.bridge, "-d", KUBERNETES_SERVICE_IP, "-p", "tcp",
+            "--dport", "443", "-m", "comment", "--comment", f"crl-node-{self.id}",
+            "-j", "DNAT", "--to-destination", f"127.0.0.1:{port}",
+        ]  # fmt: skip
+
+    def _route_api(self) -> None:
+        """Let pods reach the API server at the ``kubernetes`` Service's address.
+
+        The API server listens on 127.0.0.1 and no kube-proxy runs, so the node does the one
+        translation in-cluster clients need: TCP from its bridge to 10.96.0.1:443 goes to the
+        API server (DNAT to loopback, which ``route_localnet`` permits on that bridge only).
+        """
+        subprocess.run(["ip", "link", "add", self.bridge, "type", "bridge"], capture_output=True,
+                       check=False)  # fmt: skip
+        subprocess.run(["ip", "link", "set", self.bridge, "up"], capture_output=True, check=False)
+        Path(f"/proc/sys/net/ipv4/conf/{self.bridge}/route_localnet").write_text("1\n")
+        result = subprocess.run(["iptables", "-w", "-t", "nat", "-A", *self._dnat_rule()],
+                                capture_output=True, text=True, check=False)  # fmt: skip
+        if result.returncode != 0:
+            raise NodeError(f"iptables: cannot route the API server to pods: {result.stderr}")
+
+    def _api_rules(self) -> list[str]:
+        listed = subprocess.run(["iptables", "-w", "-t", "nat", "-S", "PREROUTING"],
+                                capture_output=True, text=True, check=False)  # fmt: skip
+        return [line for line in listed.stdout.splitlines() if f"crl-node-{self.id}" in line]
+
+    def _unroute_api(self) -> None:
+        for _ in self._api_rules():
+            subprocess.run(["iptables", "-w", "-t", "nat", "-D", *self._dnat_rule()],
+                           capture_output=True, check=False)  # fmt: skip
 
     def _ctr_ok(self) -> bool:
         try:

@@ -122,6 +122,39 @@ def test_exec_and_logs_reach_a_real_container(
     assert result.stdout.startswith("FROM STDIN\nsleep 3600")
 
 
+def test_a_pod_reaches_the_api_server_as_its_service_account(
+    cluster: Cluster, real_node: RealNode, docker_base: str, node_namespace: str
+) -> None:
+    """In-cluster clients: the ``kubernetes`` Service's address and the pod's projected token,
+    as the Python client's in-cluster configuration uses them, under the API server's RBAC."""
+    cluster.kubectl("create", "rolebinding", "reader", "--clusterrole=view",
+                    f"--serviceaccount={node_namespace}:default", "-n", node_namespace)  # fmt: skip
+    script = (
+        "import json, os, ssl, sys, urllib.request, urllib.error\n"
+        "sa = '/var/run/secrets/kubernetes.io/serviceaccount'\n"
+        "host = os.environ['KUBERNETES_SERVICE_HOST'] + ':' + os.environ['KUBERNETES_SERVICE_PORT']\n"
+        "context = ssl.create_default_context(cafile=sa + '/ca.crt')\n"
+        "token = open(sa + '/token').read()\n"
+        "for path in sys.argv[1:]:\n"
+        "    request = urllib.request.Request('https://' + host + path,\n"
+        "                                     headers={'Authorization': 'Bearer ' + token})\n"
+        "    try:\n"
+        "        with urllib.request.urlopen(request, context=context, timeout=10) as r:\n"
+        "            print(r.status, len(json.load(r)['items']))\n"
+        "    except urllib.error.HTTPError as error:\n"
+        "        print(error.code, json.load(error)['reason'])\n"
+    )
+    pod = _pod(real_node, "client", docker_base, ["sleep", "3600"],
+               automountServiceAccountToken=True)  # fmt: skip
+    _apply(cluster, node_namespace, pod)
+    _wait_ready(cluster, node_namespace, "client")
+    result = cluster.kubectl(
+        "exec", "client", "-n", node_namespace, "--", "python3", "-c", script,
+        f"/api/v1/namespaces/{node_namespace}/pods", "/api/v1/namespaces/kube-system/secrets",
+    )  # fmt: skip
+    assert result.stdout.splitlines() == ["200 1", "403 Forbidden"], result.stdout + result.stderr
+
+
 def test_the_kubelet_api_admits_only_authenticated_authorized_clients(
     cluster: Cluster, real_node: RealNode
 ) -> None:
