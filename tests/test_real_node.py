@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import ssl
+import subprocess
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,8 +25,11 @@ from crl_worker.sandbox.kubernetes import KubernetesSandbox, KubernetesSandboxCo
 from crl_worker.tasks.model import Task, TestSpec
 
 from .cluster import Cluster
+from .fixtures.docker import DockerEngine
 from .node import NODE_KEY, PAUSE_IMAGE, NodeError, RealNode, mounts_under
+from .paths import ROOT
 
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 SMALL = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}
 
 
@@ -349,3 +354,78 @@ def test_a_stopped_node_leaves_no_process_mount_or_link(
     assert not second.leftovers()
     assert cluster.kubectl("get", "node", second.name, "--ignore-not-found", "-o",
                            "name").stdout.strip() == ""  # fmt: skip
+
+
+def test_the_operator_runs_as_the_charts_pod(
+    cluster: Cluster, real_node: RealNode, docker_engine: DockerEngine, docker_base: str,
+    node_namespace: str,
+) -> None:  # fmt: skip
+    """`helm install` as a user runs it: the operator's image (images/build.sh) on the real
+    node, as the chart's Deployment with its own ServiceAccount and RBAC, reaching the API
+    server in-cluster; it reconciles a RolloutPool (its gateway's Deployment appears, owned)."""
+    built = subprocess.run(
+        ["bash", "images/build.sh", "--registry", "crl-test", "--network", "host",
+         "--base-image", docker_base, "operator"],
+        cwd=ROOT, env=docker_engine.env(), capture_output=True, text=True, timeout=900,
+        check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
+    real_node.load_image(docker_engine.env(), f"crl-test/operator:{VERSION}")
+    release = "crl"
+    values = [
+        "--set", "image.registry=crl-test",
+        "--set", "logFormat=text",
+        "--set", "workers=2",
+        "--set", "watch.scope=namespaces",
+        "--set-json", f"nodeSelector={json.dumps(real_node.placement['nodeSelector'])}",
+        "--set-json", f"tolerations={json.dumps(real_node.placement['tolerations'])}",
+    ]  # fmt: skip
+    install = subprocess.run(
+        [str(cluster.helm_path), "install", release, str(ROOT / "charts" / "coderepairrl"),
+         "--namespace", node_namespace, "--wait", "--timeout", "180s", *values],
+        env=cluster.env, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    try:
+        assert install.returncode == 0, install.stderr + cluster.kubectl(
+            "describe", "pods", "-n", node_namespace, check=False).stdout[-4000:]  # fmt: skip
+        pods = json.loads(cluster.kubectl("get", "pods", "-n", node_namespace, "-l",
+                                          "app.kubernetes.io/name=coderepairrl", "-o",
+                                          "json").stdout)["items"]  # fmt: skip
+        [operator] = pods
+        assert operator["spec"]["nodeName"] == real_node.name
+        assert operator["spec"]["serviceAccountName"] == f"{release}-coderepairrl"
+
+        pool = {
+            "apiVersion": "coderepair.io/v1alpha1",
+            "kind": "RolloutPool",
+            "metadata": {"name": "pool", "namespace": node_namespace},
+            "spec": {
+                "tasks": {"format": "task", "path": "/tasks/tasks.jsonl"},
+                "replicas": 1,
+                "maxSandboxes": 2,
+                "sandbox": {"resources": {"requests": {"cpu": "10m", "memory": "32Mi"}}},
+            },
+        }
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(pool))
+        deadline = time.monotonic() + 90
+        owned: list[dict[str, Any]] = []
+        while time.monotonic() < deadline and not owned:
+            listed = json.loads(cluster.kubectl("get", "deployments", "-n", node_namespace, "-o",
+                                                "json").stdout)["items"]  # fmt: skip
+            owned = [
+                d for d in listed
+                if any(o["kind"] == "RolloutPool" and o["name"] == "pool"
+                       for o in d["metadata"].get("ownerReferences", []))
+            ]  # fmt: skip
+            time.sleep(0.5)
+        logs = cluster.kubectl("logs", "-n", node_namespace, operator["metadata"]["name"],
+                               check=False).stdout  # fmt: skip
+        assert owned, f"the operator made no gateway Deployment; its log:\n{logs[-4000:]}"
+    finally:
+        subprocess.run(
+            [str(cluster.helm_path), "uninstall", release, "--namespace", node_namespace,
+             "--wait", "--timeout", "60s"],
+            env=cluster.env, capture_output=True, text=True, timeout=90, check=False,
+        )  # fmt: skip
+        cluster.kubectl("delete", "rolloutpool", "--all", "-n", node_namespace, "--wait=false",
+                        check=False)  # fmt: skip
