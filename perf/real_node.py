@@ -1,6 +1,6 @@
 """Sandbox pods on a real node of the test cluster: how long a cold sandbox takes, and exec.
 
-    python perf/real_node.py [--cold N] [--burst N] [--execs N] [--json]
+    python perf/real_node.py [--cold N] [--burst N] [--execs N] [--leases N] [--no-pool] [--json]
 
 Prints figures; asserts nothing. Needs root, Go, Debian's containerd, containernetworking-plugins,
 tini, docker.io and debootstrap (what ``.ci/run`` installs): it starts the test control plane
@@ -22,8 +22,14 @@ the node's containerd, then:
   shell session (one websocket, API server → kubelet → container) and ``--execs`` one-shot
   execs (a new websocket each, as file reads and writes use), p50 and p99.
 
-Not measured: a warm lease through the in-cluster pool gateway, which needs the gateway running
-as a pod with the operator (not done yet; see docs/testing-cluster.md).
+- **leases through the in-cluster gateway** (skip with ``--no-pool``): the operator's and the
+  worker's images (``images/build.sh``) and the task image of the bundled suite's first task
+  (``TaskImageBuilder``, as ``crl tasks images``) loaded into the node, the chart installed
+  (tests/incluster.py), a RolloutPool of that task with its gateway pod on the node. Then
+  ``--leases`` lease/release cycles of that instance over HTTP at the gateway pod's IP (no
+  kube-proxy, so not through its Service): the first is cold (a new sandbox pod), the rest warm
+  (the released sandbox, reset); and ``--leases`` gateway ``run`` round trips of ``true`` (HTTP
+  → gateway → exec session → container).
 
 Figures (``python perf/real_node.py``, defaults; a 2-core VM shared with four other sessions,
 Kubernetes v1.37.1, containerd 1.6.20, runc 1.1.5, cgroup v1, overlayfs; 2026-11-25)::
@@ -58,18 +64,27 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from crl_worker.api.common import SandboxSpec  # noqa: E402
+from crl_worker.sandbox.images import TaskImageBuilder  # noqa: E402
 from crl_worker.sandbox.kubernetes import (  # noqa: E402
     KubernetesSandbox,
     KubernetesSandboxConfig,
     build_pod,
     pod_ready,
 )
+from crl_worker.tasks.loaders import load_tasks  # noqa: E402
 from crl_worker.tasks.model import Task, TestSpec  # noqa: E402
 from tests.cluster import Cluster  # noqa: E402
-from tests.fixtures.docker import SANDBOX_PACKAGES, debian_image, running_engine  # noqa: E402
+from tests.fixtures.docker import (  # noqa: E402
+    SANDBOX_PACKAGES,
+    DockerEngine,
+    debian_image,
+    running_engine,
+)
+from tests.incluster import build_image, install_operator, start_pool, uninstall_operator  # noqa: E402
 from tests.node import RealNode  # noqa: E402
 
 log = logging.getLogger("perf.real_node")
+SUITE = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"
 RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "256Mi"}}
 # A repository in the workdir, as a task image has one (the sandbox snapshots it at start).
 KEEPALIVE_WITH_REPO = (
@@ -255,15 +270,66 @@ async def sandboxes(
     return {"start": starts, "shell": shell, "once": once}
 
 
+def pool_figures(
+    cluster: Cluster, node: RealNode, engine: DockerEngine, base: str, leases: int
+) -> dict[str, list[float]]:
+    """The operator (chart) and a RolloutPool in-cluster: cold and warm leases through the
+    gateway pod, and the gateway's ``run`` round trip."""
+    suite = load_tasks(SUITE, "task").tasks[:1]
+    built = asyncio.run(TaskImageBuilder(engine.client(), bases={"python": base}).build_all(suite))
+    if built[0].error:
+        raise SystemExit(f"task image: {built[0].error}")
+    images = [build_image(engine, base, "operator"), build_image(engine, base, "worker")]
+    node.load_image(engine.env(), *images, str(built[0].image))
+    namespace = cluster.namespace("perf-pool")
+    install_operator(cluster, node, namespace)
+    try:
+        task = suite[0].model_copy(update={"image": built[0].image})
+        gateway = start_pool(cluster, node, namespace, "perf", [task], replicas=1, max_sandboxes=2)
+        cold: list[float] = []
+        warm: list[float] = []
+        run: list[float] = []
+        for i in range(leases):
+            started = time.monotonic()
+            status, lease = gateway.call("POST", "/v1/leases", {"instance_id": task.instance_id})
+            elapsed = time.monotonic() - started
+            if status != 201:
+                raise SystemExit(f"lease failed: {status} {lease}")
+            (cold if lease["source"] == "cold" else warm).append(elapsed)
+            if i == leases - 1:
+                for _ in range(leases):
+                    t = time.monotonic()
+                    status, ran = gateway.call(
+                        "POST", f"/v1/leases/{lease['lease_id']}/run", {"command": "true"}
+                    )
+                    run.append(time.monotonic() - t)
+                    if status != 200 or ran["exit_code"] != 0:
+                        raise SystemExit(f"run failed: {status} {ran}")
+            gateway.call("DELETE", f"/v1/leases/{lease['lease_id']}", {})
+        return {"cold": cold, "warm": warm, "run": run}
+    finally:
+        uninstall_operator(cluster, namespace)
+        cluster.delete_namespace(namespace)
+
+
 def main() -> None:
     """Start the cluster and node, measure, print."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cold", type=int, default=30, help="pods / sandboxes started one by one")
     parser.add_argument("--burst", type=int, default=10, help="pods created at once")
     parser.add_argument("--execs", type=int, default=200, help="exec round trips of each kind")
+    parser.add_argument(
+        "--leases",
+        type=int,
+        default=100,
+        help="leases (and gateway run round trips) through the in-cluster gateway",
+    )
+    parser.add_argument(
+        "--no-pool", action="store_true", help="skip the operator and RolloutPool (no image builds)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-    for name in ("cold", "burst", "execs"):
+    for name in ("cold", "burst", "execs", "leases"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
@@ -283,7 +349,11 @@ def main() -> None:
                 many = burst(cluster, node, image, args.burst)
                 sbx = asyncio.run(sandboxes(cluster, node, image, args.cold, args.execs))
                 wall = time.monotonic() - started
-    figures = {
+                pool = (
+                    None if args.no_pool
+                    else pool_figures(cluster, node, engine, image, args.leases)
+                )  # fmt: skip
+    figures: dict[str, Any] = {
         "cold pod create -> Ready": summary(cold),
         "cold KubernetesSandbox.start()": summary(sbx["start"]),
         f"burst of {args.burst} pods, last Ready (s)": round(many, 2),
@@ -291,6 +361,11 @@ def main() -> None:
         "exec round trip, one-shot websocket": summary(sbx["once"]),
         "measuring wall time (s)": round(wall, 1),
     }
+    if pool is not None:
+        figures["lease through the gateway, cold"] = summary(pool["cold"])
+        if pool["warm"]:
+            figures["lease through the gateway, warm"] = summary(pool["warm"])
+        figures["gateway run round trip (true)"] = summary(pool["run"])
     if args.json:
         sys.stdout.write(json.dumps(figures, indent=2) + "\n")
         return

@@ -38,6 +38,7 @@ import io
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -219,6 +220,13 @@ def _netns() -> set[str]:
     return set()
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return "(gone)"
+
+
 @dataclass
 class _Process:
     name: str
@@ -279,6 +287,7 @@ class RealNode:
         # the other's pod cgroups as orphans.
         self.cgroup_root = f"/crl-node-{self.id}"
         self._netns_before: set[str] | None = None
+        self._netns_paths: set[str] = set()
 
     @property
     def placement(self) -> dict[str, Any]:
@@ -340,13 +349,16 @@ class RealNode:
             self._drain()
         self._stop_process("kubelet")
         self._remove_containers()
+        self._kill_cgroup_processes()
         self._kill_shims()
         self._stop_process("containerd")
         for proc in self._processes:
             proc.log_file.close()
         self._processes.clear()
         self._unmount_all()
+        self._remove_netns()
         self._remove_cgroup_root()
+        self._remove_cni_rules()
         self._unroute_api()
         subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
         with contextlib.suppress(Exception):
@@ -364,6 +376,8 @@ class RealNode:
         """Processes, mounts and network links of this node that still exist."""
         processes = processes_mentioning(str(self._run_dir))
         processes += [p for p in processes_mentioning(str(self.workdir)) if p not in processes]
+        processes += [(pid, _cmdline(pid)) for pid in self._cgroup_pids()
+                      if pid not in {p for p, _ in processes}]  # fmt: skip
         mounts = mounts_under(self.workdir)
         if self._own_run_dir:
             mounts += mounts_under(self._run_dir)
@@ -372,6 +386,7 @@ class RealNode:
         netns = sorted(_netns() - self._netns_before) if self._netns_before is not None else []
         links = [self.bridge] if link.returncode == 0 else []
         links += [f"iptables nat rule: {rule}" for rule in self._api_rules()]
+        links += [f"iptables nat rule: {rule}" for rule in self._cni_rules()]
         return Leftovers(processes, mounts, links,
                          cgroups, netns)  # fmt: skip
 
@@ -396,15 +411,18 @@ class RealNode:
         else:
             self.ctr("images", "import", "-", input=archive)
 
-    def load_image(self, docker_env: dict[str, str], tag: str) -> None:
-        """Copy ``tag`` from a Docker engine (``docker save``) into the node's containerd."""
+    def load_image(self, docker_env: dict[str, str], *tags: str) -> None:
+        """Copy images from a Docker engine into the node's containerd: one ``docker save`` of
+        every tag (shared layers once), then ``ctr images import``."""
+        if not tags:
+            raise NodeError("load_image: no image named")
         with tempfile.NamedTemporaryFile(dir=self.workdir, suffix=".tar") as archive:
             saved = subprocess.run(
-                ["docker", "save", "-o", archive.name, tag], env=docker_env, capture_output=True,
-                text=True, timeout=600, check=False,
+                ["docker", "save", "-o", archive.name, *tags], env=docker_env,
+                capture_output=True, text=True, timeout=900, check=False,
             )  # fmt: skip
             if saved.returncode != 0:
-                raise NodeError(f"docker save {tag} failed: {saved.stderr}")
+                raise NodeError(f"docker save {' '.join(tags)} failed: {saved.stderr}")
             self.import_archive(Path(archive.name))
 
     def has_image(self, tag: str) -> bool:
@@ -739,10 +757,64 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
                 with contextlib.suppress(NodeError, subprocess.TimeoutExpired):
                     self.ctr("tasks", "delete", "-f", task, timeout=30)
             for container in self.ctr("containers", "list", "-q", timeout=30).split():
+                with contextlib.suppress(NodeError, subprocess.TimeoutExpired, ValueError):
+                    info = json.loads(self.ctr("containers", "info", container, timeout=30))
+                    for namespace in info.get("Spec", {}).get("linux", {}).get("namespaces", []):
+                        if namespace.get("type") == "network" and namespace.get("path"):
+                            self._netns_paths.add(namespace["path"])
                 with contextlib.suppress(NodeError, subprocess.TimeoutExpired):
                     self.ctr("containers", "delete", container, timeout=30)
         except (NodeError, subprocess.TimeoutExpired) as error:
             log.warning("removing the real node's containers: %s", error)
+
+    def _cgroup_pids(self) -> set[int]:
+        pids: set[int] = set()
+        for directory in _cgroup_dirs(self.cgroup_root):
+            if not directory.is_dir():
+                continue
+            for procs in directory.rglob("cgroup.procs"):
+                with contextlib.suppress(OSError, ValueError):
+                    pids.update(int(line) for line in procs.read_text().split())
+        return pids
+
+    def _kill_cgroup_processes(self) -> None:
+        """SIGKILL every process still in the node's cgroups (containers whose shim is gone)."""
+        deadline = time.monotonic() + 10
+        while (pids := self._cgroup_pids()) and time.monotonic() < deadline:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+
+    def _remove_netns(self) -> None:
+        """Remove the pod network namespaces of containers that were not torn down by the
+        kubelet (containerd 1.6 keeps them as bind mounts in /run/netns)."""
+        for path in sorted(self._netns_paths):
+            subprocess.run(["umount", "-l", path], capture_output=True, check=False)
+            with contextlib.suppress(OSError):
+                Path(path).unlink()
+        self._netns_paths.clear()
+
+    def _cni_rules(self) -> list[str]:
+        listed = subprocess.run(["iptables", "-w", "-t", "nat", "-S"], capture_output=True,
+                                text=True, check=False)  # fmt: skip
+        marker = f'name: \\"crl-{self.id}\\"'
+        return [line for line in listed.stdout.splitlines() if marker in line]
+
+    def _remove_cni_rules(self) -> None:
+        """Remove the bridge plugin's masquerading rules of pods whose CNI DEL never ran."""
+        chains = set()
+        for rule in self._cni_rules():
+            parts = shlex.split(rule)
+            if parts[:2] == ["-A", "POSTROUTING"]:
+                subprocess.run(["iptables", "-w", "-t", "nat", "-D", *parts[1:]],
+                               capture_output=True, check=False)  # fmt: skip
+                if "-j" in parts:
+                    chains.add(parts[parts.index("-j") + 1])
+        for chain in chains:
+            for action in ("-F", "-X"):
+                subprocess.run(["iptables", "-w", "-t", "nat", action, chain],
+                               capture_output=True, check=False)  # fmt: skip
 
     def _kill_shims(self) -> None:
         """SIGKILL shims still serving this containerd; tini (their subreaper) reaps them."""

@@ -7,29 +7,45 @@ or Go they are skipped locally and fail under CI=true (the ``real_node`` fixture
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
-import subprocess
 import time
-import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from crl_worker.api.common import SandboxSpec
-from crl_worker.sandbox.kubernetes import KubernetesSandbox, KubernetesSandboxConfig, build_pod
+from crl_worker.sandbox.images import TaskImageBuilder
+from crl_worker.sandbox.kubernetes import (
+    KubernetesSandbox,
+    KubernetesSandboxConfig,
+    build_pod,
+    pod_ready,
+)
+from crl_worker.tasks.loaders import load_tasks
 from crl_worker.tasks.model import Task, TestSpec
 
 from .cluster import Cluster
 from .fixtures.docker import DockerEngine
+from .incluster import (
+    build_image,
+    install_operator,
+    owned_by,
+    sandbox_pods,
+    start_pool,
+    uninstall_operator,
+    until,
+)
 from .node import NODE_KEY, PAUSE_IMAGE, NodeError, RealNode, mounts_under
 from .paths import ROOT
 
-VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+SUITE = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"
 SMALL = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}
 
 
@@ -356,76 +372,106 @@ def test_a_stopped_node_leaves_no_process_mount_or_link(
                            "name").stdout.strip() == ""  # fmt: skip
 
 
-def test_the_operator_runs_as_the_charts_pod(
-    cluster: Cluster, real_node: RealNode, docker_engine: DockerEngine, docker_base: str,
-    node_namespace: str,
-) -> None:  # fmt: skip
-    """`helm install` as a user runs it: the operator's image (images/build.sh) on the real
-    node, as the chart's Deployment with its own ServiceAccount and RBAC, reaching the API
-    server in-cluster; it reconciles a RolloutPool (its gateway's Deployment appears, owned)."""
-    built = subprocess.run(
-        ["bash", "images/build.sh", "--registry", "crl-test", "--network", "host",
-         "--base-image", docker_base, "operator"],
-        cwd=ROOT, env=docker_engine.env(), capture_output=True, text=True, timeout=900,
-        check=False,
-    )  # fmt: skip
-    assert built.returncode == 0, (built.stdout + built.stderr)[-4000:]
-    real_node.load_image(docker_engine.env(), f"crl-test/operator:{VERSION}")
-    release = "crl"
-    values = [
-        "--set", "image.registry=crl-test",
-        "--set", "logFormat=text",
-        "--set", "workers=2",
-        "--set", "watch.scope=namespaces",
-        "--set-json", f"nodeSelector={json.dumps(real_node.placement['nodeSelector'])}",
-        "--set-json", f"tolerations={json.dumps(real_node.placement['tolerations'])}",
-    ]  # fmt: skip
-    install = subprocess.run(
-        [str(cluster.helm_path), "install", release, str(ROOT / "charts" / "coderepairrl"),
-         "--namespace", node_namespace, "--wait", "--timeout", "180s", *values],
-        env=cluster.env, capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
-    try:
-        assert install.returncode == 0, install.stderr + cluster.kubectl(
-            "describe", "pods", "-n", node_namespace, check=False).stdout[-4000:]  # fmt: skip
-        pods = json.loads(cluster.kubectl("get", "pods", "-n", node_namespace, "-l",
-                                          "app.kubernetes.io/name=coderepairrl", "-o",
-                                          "json").stdout)["items"]  # fmt: skip
-        [operator] = pods
-        assert operator["spec"]["nodeName"] == real_node.name
-        assert operator["spec"]["serviceAccountName"] == f"{release}-coderepairrl"
+@dataclass
+class Release:
+    """The chart installed in a namespace of its own, its operator pod on the real node."""
 
-        pool = {
-            "apiVersion": "coderepair.io/v1alpha1",
-            "kind": "RolloutPool",
-            "metadata": {"name": "pool", "namespace": node_namespace},
-            "spec": {
-                "tasks": {"format": "task", "path": "/tasks/tasks.jsonl"},
-                "replicas": 1,
-                "maxSandboxes": 2,
-                "sandbox": {"resources": {"requests": {"cpu": "10m", "memory": "32Mi"}}},
-            },
-        }
-        cluster.kubectl("apply", "-f", "-", input=json.dumps(pool))
-        deadline = time.monotonic() + 90
-        owned: list[dict[str, Any]] = []
-        while time.monotonic() < deadline and not owned:
-            listed = json.loads(cluster.kubectl("get", "deployments", "-n", node_namespace, "-o",
-                                                "json").stdout)["items"]  # fmt: skip
-            owned = [
-                d for d in listed
-                if any(o["kind"] == "RolloutPool" and o["name"] == "pool"
-                       for o in d["metadata"].get("ownerReferences", []))
-            ]  # fmt: skip
-            time.sleep(0.5)
-        logs = cluster.kubectl("logs", "-n", node_namespace, operator["metadata"]["name"],
-                               check=False).stdout  # fmt: skip
-        assert owned, f"the operator made no gateway Deployment; its log:\n{logs[-4000:]}"
+    namespace: str
+    operator_pod: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def operator_release(
+    cluster: Cluster, real_node: RealNode, docker_engine: DockerEngine, docker_base: str
+) -> Iterator[Release]:
+    """`helm install` as a user runs it (tests/incluster.py), with the operator's image
+    (images/build.sh) on the real node; uninstalled afterwards."""
+    real_node.load_image(docker_engine.env(), build_image(docker_engine, docker_base, "operator"))
+    namespace = cluster.namespace("crl-system")
+    try:
+        yield Release(namespace, install_operator(cluster, real_node, namespace))
     finally:
-        subprocess.run(
-            [str(cluster.helm_path), "uninstall", release, "--namespace", node_namespace,
-             "--wait", "--timeout", "60s"],
-            env=cluster.env, capture_output=True, text=True, timeout=90, check=False,
-        )  # fmt: skip
-        cluster.kubectl("delete", "rolloutpool", "--all", "-n", node_namespace, "--wait=false",
-                        check=False)  # fmt: skip
+        uninstall_operator(cluster, namespace)
+        cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--grace-period=1",
+                        "--timeout=60s", check=False, timeout=90)  # fmt: skip
+        cluster.delete_namespace(namespace)
+
+
+def test_the_operator_runs_as_the_charts_pod(
+    cluster: Cluster, real_node: RealNode, operator_release: Release
+) -> None:
+    """The chart's pod on the real node, as its own ServiceAccount, reaching the API server
+    in-cluster: it reconciles a RolloutPool (the gateway's Deployment appears, owned)."""
+    operator = operator_release.operator_pod
+    namespace = operator_release.namespace
+    assert operator["spec"]["nodeName"] == real_node.name
+    assert operator["spec"]["serviceAccountName"] == "crl-coderepairrl"
+    pool = {
+        "apiVersion": "coderepair.io/v1alpha1",
+        "kind": "RolloutPool",
+        "metadata": {"name": "bare", "namespace": namespace},
+        "spec": {
+            "tasks": {"format": "task", "path": "/tasks/tasks.jsonl"},
+            "replicas": 0,
+            "maxSandboxes": 1,
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pool))
+    try:
+        until("the gateway Deployment", lambda: owned_by(cluster, "deployments", namespace,
+                                                         "bare"), timeout=90)  # fmt: skip
+    except AssertionError:
+        logs = cluster.kubectl("logs", "-n", namespace, operator["metadata"]["name"],
+                               check=False).stdout  # fmt: skip
+        raise AssertionError(
+            f"the operator made no gateway Deployment; its log:\n{logs[-4000:]}"
+        ) from None
+    finally:
+        cluster.kubectl("delete", "rolloutpool", "bare", "-n", namespace, "--wait=false")
+    # Still the same pod, never restarted (kopf's watches reach the API server too).
+    pod = json.loads(cluster.kubectl("get", "pod", operator["metadata"]["name"], "-n", namespace,
+                                     "-o", "json").stdout)  # fmt: skip
+    assert pod_ready(pod)
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_a_rolloutpool_leases_real_sandbox_pods(
+    cluster: Cluster, real_node: RealNode, docker_engine: DockerEngine, docker_base: str,
+    operator_release: Release,
+) -> None:  # fmt: skip
+    """A RolloutPool of the bundled suite (two of its tasks, from their task images): the
+    operator's gateway runs as a pod on the real node and leases real sandbox pods, made from
+    the task images, cold then warm; deleting the pool collects them."""
+    namespace = operator_release.namespace
+    tasks = load_tasks(SUITE, "task").tasks[:2]
+    built = asyncio.run(TaskImageBuilder(docker_engine.client(), bases={"python": docker_base})
+                        .build_all(tasks, jobs=2))  # fmt: skip
+    assert [b.error for b in built] == [None, None]
+    worker = build_image(docker_engine, docker_base, "worker")
+    real_node.load_image(docker_engine.env(), worker, *[str(b.image) for b in built])
+    with_images = [
+        t.model_copy(update={"image": b.image}) for t, b in zip(tasks, built, strict=True)
+    ]
+    gateway = start_pool(cluster, real_node, namespace, "mini", with_images)
+
+    instance = tasks[0].instance_id
+    status, lease = gateway.call("POST", "/v1/leases", {"instance_id": instance})
+    assert status == 201, lease
+    assert lease["source"] == "cold"  # a new sandbox pod, started for this lease
+    [sandbox] = sandbox_pods(cluster, namespace, "mini")
+    assert sandbox["spec"]["nodeName"] == real_node.name and pod_ready(sandbox)
+    status, ran = gateway.call("POST", f"/v1/leases/{lease['lease_id']}/run",
+                               {"command": "git status --short | wc -l; ls"})  # fmt: skip
+    assert status == 200 and ran["exit_code"] == 0, ran
+    assert ran["output"].split()[0] == "0"  # the task's repository, clean, in a real container
+    status, released = gateway.call("DELETE", f"/v1/leases/{lease['lease_id']}", {})
+    assert status == 200 and released["action"] == "reuse", released
+    # The same instance again: the warm sandbox, no new pod.
+    status, again = gateway.call("POST", "/v1/leases", {"instance_id": instance})
+    assert status == 201 and again["source"] == "warm", again
+    names = [p["metadata"]["name"] for p in sandbox_pods(cluster, namespace, "mini")]
+    assert names == [sandbox["metadata"]["name"]]
+    gateway.call("DELETE", f"/v1/leases/{again['lease_id']}", {})
+    # Deleting the pool collects its sandbox pods (owner references, garbage collector).
+    cluster.kubectl("delete", "rpool", "mini", "-n", namespace, "--timeout=120s", timeout=150)
+    until("the sandbox pods gone", lambda: not sandbox_pods(cluster, namespace, "mini"))
