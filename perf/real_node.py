@@ -169,9 +169,11 @@ class ReadyWatch:
 
     def _run(self) -> None:
         try:
-            for event in self._watch.stream(self.core.list_namespaced_pod, self.namespace,
-                                            _request_timeout=3600):  # fmt: skip
-                pod = self.api.sanitize_for_serialization(event["object"])
+            stream = self._watch.stream(  # type: ignore[no-untyped-call]
+                self.core.list_namespaced_pod, self.namespace, _request_timeout=3600
+            )
+            for event in stream:
+                pod = self.api.sanitize_for_serialization(event["object"])  # type: ignore[no-untyped-call]
                 if pod_ready(pod):
                     with self._event:
                         self.ready.setdefault(pod["metadata"]["name"], time.monotonic())
@@ -203,7 +205,7 @@ def cold_pods(cluster: Cluster, node: RealNode, image: str, count: int) -> list[
         for i in range(count):
             name = f"cold-sbx-{i}"
             started = time.monotonic()
-            watcher.core.create_namespaced_pod(namespace, manifest(cfg, image, name))
+            watcher.core.create_namespaced_pod(namespace, manifest(cfg, image, name))  # type: ignore[arg-type]
             times.append(watcher.wait([name]) - started)
             watcher.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
     finally:
@@ -223,7 +225,7 @@ def burst(cluster: Cluster, node: RealNode, image: str, count: int) -> float:
     try:
         started = time.monotonic()
         for name in names:
-            watcher.core.create_namespaced_pod(namespace, manifest(cfg, image, name))
+            watcher.core.create_namespaced_pod(namespace, manifest(cfg, image, name))  # type: ignore[arg-type]
         return watcher.wait(names, timeout=300) - started
     finally:
         watcher.stop()
