@@ -38,6 +38,7 @@ import io
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -267,6 +268,10 @@ class RealNode:
         bin_dir: Path | None = None,
         startup_timeout: float = 120,
     ) -> None:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
+            raise NodeError(f"node name {name!r}: lowercase letters, digits and '-', at most 63")
+        if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", label):
+            raise NodeError(f"node label value {label!r} is not a valid label value")
         self.cluster = cluster
         self.workdir = workdir.resolve()
         self.name = name

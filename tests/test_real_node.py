@@ -8,8 +8,11 @@ or Go they are skipped locally and fail under CI=true (the ``real_node`` fixture
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
 import json
 import ssl
+import tarfile
 import time
 import urllib.error
 import urllib.request
@@ -42,7 +45,15 @@ from .incluster import (
     uninstall_operator,
     until,
 )
-from .node import NODE_KEY, PAUSE_IMAGE, NodeError, RealNode, mounts_under
+from .node import (
+    NODE_KEY,
+    PAUSE_IMAGE,
+    NodeError,
+    RealNode,
+    image_archive,
+    image_reference,
+    mounts_under,
+)
 from .paths import ROOT
 
 SUITE = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"
@@ -475,3 +486,38 @@ def test_a_rolloutpool_leases_real_sandbox_pods(
     # Deleting the pool collects its sandbox pods (owner references, garbage collector).
     cluster.kubectl("delete", "rpool", "mini", "-n", namespace, "--timeout=120s", timeout=150)
     until("the sandbox pods gone", lambda: not sandbox_pods(cluster, namespace, "mini"))
+
+
+# --- pure parts (no node needed) ---------------------------------------------------------------
+
+
+def test_node_names_and_labels_are_checked(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path / "unused")
+    for name, label in [("Real_Node", "real"), ("-x", "real"), ("ok", "a b"), ("ok", "-x")]:
+        with pytest.raises(NodeError):
+            RealNode(cluster, tmp_path, name=name, label=label)
+    node = RealNode(cluster, tmp_path, name="n-1", label="teardown")
+    assert node.placement["nodeSelector"] == {NODE_KEY: "teardown", "kubernetes.io/hostname": "n-1"}
+
+
+def test_image_references_are_spelled_as_containerd_names_them() -> None:
+    assert image_reference("busybox") == "docker.io/library/busybox:latest"
+    assert image_reference("crl-test/operator:0.1.0") == "docker.io/crl-test/operator:0.1.0"
+    assert image_reference("registry.k8s.io/pause:3.10") == "registry.k8s.io/pause:3.10"
+    assert image_reference("localhost/x") == "localhost/x:latest"
+
+
+def test_the_pause_archive_is_a_docker_save_archive() -> None:
+    archive = image_archive(
+        "registry.k8s.io/pause:3.10", {"pause": (b"\x7fELF", 0o755)}, ["/pause"]
+    )
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        [manifest] = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+        assert manifest["RepoTags"] == ["registry.k8s.io/pause:3.10"]
+        config = json.loads(tar.extractfile(manifest["Config"]).read())  # type: ignore[union-attr]
+        layer = tar.extractfile(manifest["Layers"][0]).read()  # type: ignore[union-attr]
+    assert config["config"]["Entrypoint"] == ["/pause"]
+    assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(layer).hexdigest()]
+    with tarfile.open(fileobj=io.BytesIO(layer)) as files:
+        member = files.getmember("pause")
+        assert member.mode == 0o755 and files.extractfile(member).read() == b"\x7fELF"  # type: ignore[union-attr]
