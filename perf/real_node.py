@@ -27,9 +27,11 @@ the node's containerd, then:
   (``TaskImageBuilder``, as ``crl tasks images``) loaded into the node, the chart installed
   (tests/incluster.py), a RolloutPool of that task with its gateway pod on the node. Then
   ``--leases`` lease/release cycles of that instance over HTTP at the gateway pod's IP (no
-  kube-proxy, so not through its Service): the first is cold (a new sandbox pod), the rest warm
-  (the released sandbox, reset); and ``--leases`` gateway ``run`` round trips of ``true`` (HTTP
-  → gateway → exec session → container).
+  kube-proxy, so not through its Service), each lease once the released sandbox is ready again
+  (``/healthz`` polled): the first is cold (a new sandbox pod), the rest warm; then
+  ``--leases`` cycles back to back (each lease right after the release: it waits for the reset
+  of the released sandbox); and ``--leases`` gateway ``run`` round trips of ``true`` (HTTP →
+  gateway → exec session → container).
 
 Figures (``python perf/real_node.py``, defaults; a 2-core VM shared with four other sessions,
 Kubernetes v1.37.1, containerd 1.6.20, runc 1.1.5, cgroup v1, overlayfs; 2026-11-25)::
@@ -290,7 +292,30 @@ def pool_figures(
         gateway = start_pool(cluster, node, namespace, "perf", [task], replicas=1, max_sandboxes=2)
         cold: list[float] = []
         warm: list[float] = []
+        ready_warm: list[float] = []
         run: list[float] = []
+
+        def wait_ready() -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                status, health = gateway.call("GET", "/healthz")
+                if status == 200 and health.get("ready", 0) >= 1:
+                    return
+                time.sleep(0.05)
+            raise SystemExit("no ready sandbox 60 s after a release")
+
+        # Leases while a ready sandbox exists: the released one has finished its reset.
+        for _ in range(leases):
+            if cold or warm:
+                wait_ready()
+            started = time.monotonic()
+            status, lease = gateway.call("POST", "/v1/leases", {"instance_id": task.instance_id})
+            elapsed = time.monotonic() - started
+            if status != 201:
+                raise SystemExit(f"lease failed: {status} {lease}")
+            (cold if lease["source"] == "cold" else ready_warm).append(elapsed)
+            gateway.call("DELETE", f"/v1/leases/{lease['lease_id']}", {})
+        # Back to back: each lease right after the release, so it waits for the reset.
         for i in range(leases):
             started = time.monotonic()
             status, lease = gateway.call("POST", "/v1/leases", {"instance_id": task.instance_id})
@@ -308,7 +333,7 @@ def pool_figures(
                     if status != 200 or ran["exit_code"] != 0:
                         raise SystemExit(f"run failed: {status} {ran}")
             gateway.call("DELETE", f"/v1/leases/{lease['lease_id']}", {})
-        return {"cold": cold, "warm": warm, "run": run}
+        return {"cold": cold, "warm": warm, "ready_warm": ready_warm, "run": run}
     finally:
         uninstall_operator(cluster, namespace)
         cluster.delete_namespace(namespace)
@@ -365,8 +390,8 @@ def main() -> None:
     }
     if pool is not None:
         figures["lease through the gateway, cold"] = summary(pool["cold"])
-        if pool["warm"]:
-            figures["lease through the gateway, warm"] = summary(pool["warm"])
+        figures["lease, warm, a ready sandbox waiting"] = summary(pool["ready_warm"])
+        figures["lease, warm, right after its release"] = summary(pool["warm"])
         figures["gateway run round trip (true)"] = summary(pool["run"])
     if args.json:
         sys.stdout.write(json.dumps(figures, indent=2) + "\n")
