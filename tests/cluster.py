@@ -428,6 +428,20 @@ class Cluster:
         except urllib.error.HTTPError as error:
             return int(error.code), error.read().decode()
 
+    def issue_certificate(
+        self, name: str, subject: str, *, server_names: Sequence[str] = ()
+    ) -> tuple[Path, Path]:
+        """A certificate and key signed by the cluster CA: (certificate, key) paths.
+
+        A client certificate for ``subject`` (``/O=group/CN=user``), or a serving one when
+        ``server_names`` (IP addresses or DNS names) are given. tests/node.py uses it for the
+        real node's kubelet.
+        """
+        if not name.replace("-", "").isalnum():
+            raise ClusterError(f"certificate name {name!r}: letters, digits and '-' only")
+        self._pki.leaf(name, subject, server_names=server_names)
+        return Path(self._pki[f"{name}.crt"]), Path(self._pki[f"{name}.key"])
+
     def log_tails(self, lines: int = 40) -> str:
         """The last lines of every component's log, for error messages."""
         return "\n".join(
@@ -612,7 +626,8 @@ class Cluster:
         ])  # fmt: skip
         self._spawn("kwok", [
             str(self.kwok_path), f"--kubeconfig={self.workdir / 'kwok.kubeconfig'}",
-            f"--config={stages}", "--manage-all-nodes=true",
+            # Only the fake nodes (tests/node.py may add a real one, which kwok must not touch).
+            f"--config={stages}", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             f"--server-address=127.0.0.1:{free_port()}",
             "--node-ip=127.0.0.1", f"--node-port={self.exec_port}",
             f"--cidr={POD_CIDR}", "--node-lease-duration-seconds=40",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -21,6 +22,8 @@ from .fixtures.vllm import (
     training_run,
     vllm_python_or_skip,
 )
+from .node import NodeError, RealNode
+from .node import missing as real_node_missing
 from .paths import ROOT
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.vllm)
         if "docker_engine" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.docker)
+        if "real_node" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.realnode)
 
 
 @pytest.fixture(scope="session")
@@ -101,6 +106,37 @@ def docker_base(docker_engine: DockerEngine) -> str:
     """The tag of a Debian bookworm image with bash, git and Python 3 in the engine: built from
     Debian packages once per recipe and kept in the cache (tests/fixtures/docker.py)."""
     return debian_image(docker_engine, SANDBOX_PACKAGES)
+
+
+@pytest.fixture(scope="session")
+def real_node(
+    cluster: Cluster, docker_engine: DockerEngine, docker_base: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RealNode]:  # fmt: skip
+    """A real node (tests/node.py: kubelet, containerd, CNI) in the session's cluster, with the
+    Debian sandbox base image (``docker_base``) loaded; stopped at the end, and the session
+    fails if it leaves a process, mount, cgroup or network link behind.
+
+    Pods reach it only through ``real_node.placement`` (label and taint). Without root,
+    containerd, the CNI plugins or Go the tests are skipped, except under CI=true (a failure).
+    """
+    reason = real_node_missing()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs a real node: {reason}")
+        pytest.skip(reason)
+    node = RealNode(cluster, tmp_path_factory.mktemp("node"))
+    try:
+        node.start()
+        node.load_image(docker_engine.env(), docker_base)
+    except NodeError as error:
+        with contextlib.suppress(NodeError):
+            node.stop()
+        pytest.fail(f"the real node did not start: {error}")
+    try:
+        yield node
+    finally:
+        node.stop()
 
 
 @pytest.fixture
