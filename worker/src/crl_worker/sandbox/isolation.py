@@ -71,13 +71,11 @@ def namespace_candidates() -> list[list[str]]:
     ]
 
 
-async def _probe(prefix: tuple[str, ...]) -> str | None:
-    """Why ``prefix`` cannot run a program in its namespaces, or None when it can."""
-    # In the namespace, the probe is process 1 and sees only itself in /proc.
-    check = "[ $$ = 1 ] && [ ! -e /proc/2 ] || { echo 'not in a fresh pid namespace'; exit 3; }"
+async def _trial(argv: list[str], check: str, what: str) -> str | None:
+    """Run the shell ``check`` behind ``argv``: why it failed, or None when it exited 0."""
     try:
         proc = await asyncio.create_subprocess_exec(
-            *prefix,
+            *argv,
             "/bin/sh",
             "-c",
             check,
@@ -87,16 +85,23 @@ async def _probe(prefix: tuple[str, ...]) -> str | None:
             env={"PATH": "/usr/bin:/bin", "LANG": "C"},
         )
     except OSError as exc:
-        return f"{prefix[0]}: {exc}"
+        return f"{argv[0]}: {exc}"
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), _PROBE_TIMEOUT)
     except TimeoutError:
         proc.kill()
         await proc.wait()
-        return f"unshare did not finish within {_PROBE_TIMEOUT:.0f} s"
+        return f"{what} did not finish within {_PROBE_TIMEOUT:.0f} s"
     if proc.returncode != 0:
         return out.decode("utf-8", "replace").strip()[-500:] or f"exit {proc.returncode}"
     return None
+
+
+async def _probe(prefix: tuple[str, ...]) -> str | None:
+    """Why ``prefix`` cannot run a program in its namespaces, or None when it can."""
+    # In the namespace, the probe is process 1 and sees only itself in /proc.
+    check = "[ $$ = 1 ] && [ ! -e /proc/2 ] || { echo 'not in a fresh pid namespace'; exit 3; }"
+    return await _trial(list(prefix), check, "unshare")
 
 
 async def shell_prefix(mode: Isolation, *, name: str = "sandbox") -> list[str]:
@@ -235,24 +240,10 @@ async def _probe_confinement(prefix: tuple[str, ...]) -> str | None:
             f"[ ! -e {hidden}/secret ] && touch {kept}/ok && ! touch {folder}/no 2>/dev/null "
             "|| { echo 'the trial plan did not hold'; exit 3; }"
         )
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *prefix,
-                *confine_command(plan),
-                "/bin/sh",
-                "-c",
-                check,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                env={"PATH": "/usr/bin:/bin", "LANG": "C"},
-            )
-            out, _ = await asyncio.wait_for(proc.communicate(), _PROBE_TIMEOUT)
-        except (OSError, TimeoutError) as exc:
-            return f"confinement probe: {exc}"
-        if proc.returncode != 0 or not (kept / "ok").exists():
-            return out.decode("utf-8", "replace").strip()[-500:] or f"exit {proc.returncode}"
-    return None
+        found = await _trial([*prefix, *confine_command(plan)], check, "the confinement probe")
+        if found is None and not (kept / "ok").exists():
+            found = "the trial plan did not hold"
+        return found
 
 
 async def can_confine(prefix: list[str], mode: Isolation, *, name: str = "sandbox") -> bool:
