@@ -81,6 +81,12 @@ class Env(StrEnum):
     GRADING_CONFIRM = "CRL_GRADING_CONFIRM"
     """``0`` (or ``false``, ``off``) turns off the integrity check that grades every resolved
     episode again in a fresh sandbox (docs/security.md, "Grading integrity"); on by default."""
+    PUSH_DEADLINE = "CRL_PUSH_DEADLINE_SECONDS"
+    """Seconds a weight push may take before the trainer's watchdog counts it as hung (600)."""
+    MAX_LOGPROB_GAP = "CRL_MAX_LOGPROB_GAP"
+    """The largest mean |trainer - server| logprob gap per step the watchdog accepts (0.1)."""
+    PROGRESS_INTERVAL = "CRL_PROGRESS_INTERVAL_SECONDS"
+    """Seconds between two rollout progress events of the trainer (15)."""
 
 
 Component = Literal["benchmark-runner", "trainer", "pool-gateway"]
@@ -136,6 +142,9 @@ ENVIRONMENT: dict[Env, EnvVar] = {
     Env.CACHE_DIR: EnvVar(frozenset(), user_set=True),
     Env.GIT_MIRROR: EnvVar(frozenset(), user_set=True),
     Env.GRADING_CONFIRM: EnvVar(frozenset(), user_set=True),
+    Env.PUSH_DEADLINE: EnvVar(frozenset(), user_set=True),
+    Env.MAX_LOGPROB_GAP: EnvVar(frozenset(), user_set=True),
+    Env.PROGRESS_INTERVAL: EnvVar(frozenset(), user_set=True),
 }
 
 #: The API key variables, in the order they are tried.

@@ -7,6 +7,8 @@ error to draw its progress display. Torch-free, so the command line can import t
 
 from __future__ import annotations
 
+from crl_worker.api.contract import Env
+
 #: Opens the run: ``run`` (its name), ``total_steps``, ``run_dir``.
 START_EVENT = "train.start"
 #: A resumed run continues after ``step``.
@@ -19,7 +21,7 @@ STEP_EVENT = "train.step"
 #: step being rolled out), ``done``, ``total`` (this rank's episodes), ``in_flight``.
 ROLLOUTS_EVENT = "train.rollouts"
 #: Environment variable: seconds between two rollout progress events.
-PROGRESS_INTERVAL_ENV = "CRL_PROGRESS_INTERVAL_SECONDS"
+PROGRESS_INTERVAL_ENV = Env.PROGRESS_INTERVAL
 #: Default seconds between two rollout progress events (a heartbeat in a pod's log too).
 PROGRESS_INTERVAL = 15.0
 #: The weight-sync watchdog found a problem (``reason``, ``message``) or recovered from one.

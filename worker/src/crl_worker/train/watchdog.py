@@ -26,16 +26,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from crl_worker.api.contract import Env
 from crl_worker.train.events import WEIGHT_SYNC_EVENT
 
 logger = logging.getLogger(__name__)
 
 #: Environment variable: seconds a weight push may take before it counts as hung.
-PUSH_DEADLINE_ENV = "CRL_PUSH_DEADLINE_SECONDS"
+PUSH_DEADLINE_ENV = Env.PUSH_DEADLINE
 #: Default push deadline (a full 8B model over NCCL takes well under a minute).
 PUSH_DEADLINE = 600.0
 #: Environment variable: the largest mean |trainer - server| logprob gap accepted per step.
-MAX_LOGPROB_GAP_ENV = "CRL_MAX_LOGPROB_GAP"
+MAX_LOGPROB_GAP_ENV = Env.MAX_LOGPROB_GAP
 #: Default gap threshold: healthy bf16 runs stay near 0.01-0.02, broken syncs jump to ~0.2.
 MAX_LOGPROB_GAP = 0.1
 #: TRL's per-step metric of that gap.
