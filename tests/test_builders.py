@@ -806,7 +806,7 @@ def test_a_benchmark_owns_its_inline_pool() -> None:
     )
     pool = find(render(bench), "RolloutPool")
     assert pool["spec"]["replicas"] == 3
-    assert pool["spec"]["tasks"] == {"format": "swe-bench", "path": "t.jsonl"}
+    assert pool["spec"]["tasks"] == {"format": "swe-bench", "path": "t.jsonl", "taskType": "repair"}
     assert pool["metadata"]["namespace"] == "default"
     assert "ownerReferences" not in pool["metadata"]  # no uid offline
 
