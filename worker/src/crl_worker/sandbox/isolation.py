@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from crl_worker.errors import SandboxError
+from crl_worker.sandbox.transport import NSENTER
 
 logger = logging.getLogger(__name__)
 
@@ -291,4 +292,4 @@ def join_command() -> list[str]:
 def can_join(prefix: list[str]) -> bool:
     """Whether scripts may join the namespaces a shell started behind ``prefix``: only without a
     user namespace (as root), where ``nsenter`` needs nothing more."""
-    return bool(prefix) and "--user" not in prefix and os.path.exists("/usr/bin/nsenter")
+    return bool(prefix) and "--user" not in prefix and os.path.exists(NSENTER)
