@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CLASSIFY = ROOT / "examples" / "suites" / "classify"
 IMPLEMENT = ROOT / "examples" / "suites" / "implement"
 MINI = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"
+FIXTURES = ROOT / "tests" / "fixtures" / "vulns"
 
 
 def _tasks(path: Path, task_type: str | None = None) -> list[Task]:
@@ -162,6 +163,34 @@ def test_bigvul_records(tmp_path: Path) -> None:
     assert "CWE-399 is not in the shipped CWE list" in errors
     assert "not a vulnerable function (vul is 0)" in errors
     assert "not a GitHub repository" in errors
+
+
+def test_real_bigvul_rows(tmp_path: Path) -> None:
+    """Big-Vul's own CVE-level rows (tests/fixtures/vulns/README.md): the values as the
+    dataset has them, with its empty labels, categories and run-together commit URLs."""
+    loaded = load_tasks(FIXTURES / "bigvul-cve-rows.jsonl", "bigvul")
+    found = {t.instance_id: t for t in loaded.tasks}
+    assert sorted(found) == ["bigvul-28327", "bigvul-33683", "bigvul-43956", "bigvul-44070"]
+    rails = found["bigvul-28327"]
+    assert rails.repo == "rails/rails" and rails.classification is not None
+    assert rails.base_commit == "7282ed863ca7e6f928bae9162c9a63a98775a19d~1"
+    assert (rails.classification.cwe, rails.classification.cve) == ("CWE-352", "CVE-2008-5189")
+    # A '#file' anchor and a '.patch' suffix on the commit URL.
+    assert found["bigvul-43956"].repo == "liblime/LibLime-Koha"
+    assert found["bigvul-44070"].base_commit == "410ed3001d51c689cf59085b7417466caa2ded7b~1"
+    text = " | ".join(str(e) for e in loaded.errors)
+    assert len(loaded.errors) == 4, text
+    assert "the record has no CWE label" in text
+    assert "CWE-189 is not in the shipped CWE list" in text
+    assert "CWE-264 is not in the shipped CWE list" in text
+    assert "3 commit URLs and no commit id that picks one of them" in text
+    # With the row's commit id (MSR_data_cleaned.csv has one per row) the URL is picked.
+    mono = json.loads((FIXTURES / "bigvul-cve-rows.jsonl").read_text().splitlines()[4])
+    second = "65292a69c837b8a5f7a392d34db63de592153358"
+    picked = load_tasks(
+        _write_jsonl(tmp_path / "m.jsonl", [{**mono, "commit_id": second}]), "bigvul"
+    )
+    assert [(t.repo, t.base_commit) for t in picked.tasks] == [("mono/mono", f"{second}~1")]
 
 
 def test_cvefixes_and_primevul_records(tmp_path: Path) -> None:
