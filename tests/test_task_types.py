@@ -519,8 +519,11 @@ async def test_implement_tests_are_hidden_until_grading(
 
     sandbox = create_sandbox(_local(tmp_path), task)
     async with sandbox:
+        assert not sandbox.dirty
         gold = await evaluate(sandbox, task, model_patch=task.patch)
         assert gold.resolved and resolution_reward(eval_result=[gold]) == [1.0]
+        # A pool replaces such a sandbox rather than reuse it (what a reset does not undo).
+        assert sandbox.dirty
         found = await sandbox.run(_probe(task, marker))
         assert int(found.output.strip().splitlines()[-1]) > 0  # the probe sees them now
         assert hidden in touched_files(await sandbox.diff())
