@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec, TaskSource
 from crl_worker.harness.check import check_tasks
 from crl_worker.harness.derive import derive_implement, find_candidates, stub_text
+from crl_worker.harness.evaluate import evaluate, touched_files
 from crl_worker.rewards import pass_fraction_reward, resolution_reward
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.registry import create_sandbox
@@ -39,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CLASSIFY = ROOT / "examples" / "suites" / "classify"
 IMPLEMENT = ROOT / "examples" / "suites" / "implement"
 MINI = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"
+FIXTURES = ROOT / "tests" / "fixtures" / "vulns"
 
 
 def _tasks(path: Path, task_type: str | None = None) -> list[Task]:
@@ -160,6 +163,34 @@ def test_bigvul_records(tmp_path: Path) -> None:
     assert "CWE-399 is not in the shipped CWE list" in errors
     assert "not a vulnerable function (vul is 0)" in errors
     assert "not a GitHub repository" in errors
+
+
+def test_real_bigvul_rows(tmp_path: Path) -> None:
+    """Big-Vul's own CVE-level rows (tests/fixtures/vulns/README.md): the values as the
+    dataset has them, with its empty labels, categories and run-together commit URLs."""
+    loaded = load_tasks(FIXTURES / "bigvul-cve-rows.jsonl", "bigvul")
+    found = {t.instance_id: t for t in loaded.tasks}
+    assert sorted(found) == ["bigvul-28327", "bigvul-33683", "bigvul-43956", "bigvul-44070"]
+    rails = found["bigvul-28327"]
+    assert rails.repo == "rails/rails" and rails.classification is not None
+    assert rails.base_commit == "7282ed863ca7e6f928bae9162c9a63a98775a19d~1"
+    assert (rails.classification.cwe, rails.classification.cve) == ("CWE-352", "CVE-2008-5189")
+    # A '#file' anchor and a '.patch' suffix on the commit URL.
+    assert found["bigvul-43956"].repo == "liblime/LibLime-Koha"
+    assert found["bigvul-44070"].base_commit == "410ed3001d51c689cf59085b7417466caa2ded7b~1"
+    text = " | ".join(str(e) for e in loaded.errors)
+    assert len(loaded.errors) == 4, text
+    assert "the record has no CWE label" in text
+    assert "CWE-189 is not in the shipped CWE list" in text
+    assert "CWE-264 is not in the shipped CWE list" in text
+    assert "3 commit URLs and no commit id that picks one of them" in text
+    # With the row's commit id (MSR_data_cleaned.csv has one per row) the URL is picked.
+    mono = json.loads((FIXTURES / "bigvul-cve-rows.jsonl").read_text().splitlines()[4])
+    second = "65292a69c837b8a5f7a392d34db63de592153358"
+    picked = load_tasks(
+        _write_jsonl(tmp_path / "m.jsonl", [{**mono, "commit_id": second}]), "bigvul"
+    )
+    assert [(t.repo, t.base_commit) for t in picked.tasks] == [("mono/mono", f"{second}~1")]
 
 
 def test_cvefixes_and_primevul_records(tmp_path: Path) -> None:
@@ -339,6 +370,9 @@ async def test_derivation_is_reproducible_and_rejects_untested_bodies(
     (task,) = derived.tasks
     again = shipped[task.instance_id]
     assert (task.base_commit, task.patch) == (again.base_commit, again.patch)
+    assert task.test_patch == again.test_patch and task.metadata["hidden_tests"] == [
+        "tests/test_ops.py"
+    ]
     assert (task.fail_to_pass, task.pass_to_pass) == (again.fail_to_pass, again.pass_to_pass)
     reasons = dict(derived.rejected)
     assert reasons["Interval.parse"].startswith("no test fails without the body")
@@ -355,6 +389,15 @@ async def test_derivation_is_reproducible_and_rejects_untested_bodies(
         check=True,
     )
     assert log.stdout.split() == [task.base_commit]
+    # ... and no copy of the withheld tests: they are the test patch, applied only to grade.
+    files = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", task.base_commit],
+        cwd=clone,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "tests/test_ops.py" not in files.stdout.split()
 
 
 def test_derive_implement_refuses_what_it_cannot_derive_from(tmp_path: Path) -> None:
@@ -411,6 +454,84 @@ def test_stubbing_keeps_signature_decorators_and_docstring(tmp_path: Path) -> No
     assert '        """Area of a w by h box."""\n        raise NotImplementedError' in stubbed
     assert "total" not in stubbed and "def _hidden(self):" in stubbed
     compile(stubbed, "box.py", "exec")
+
+
+# --- hidden tests of implement tasks -----------------------------------------------------------
+
+
+def _marker(task: Task) -> str:
+    """A test function's name that only the withheld tests hold."""
+    names = re.findall(r"^\+\s*def (test_\w+)", task.test_patch, re.MULTILINE)
+    assert names, "the test patch adds no test function"
+    return names[0]
+
+
+def _probe(task: Task, marker: str) -> str:
+    """A shell command that tries every way an agent could read the withheld tests (the file,
+    HEAD, the history, every object in the store reachable or not, stashes, caches and scratch
+    folders, the task file itself) and prints how many lines name ``marker``."""
+    (hidden,) = task.metadata["hidden_tests"]
+    tries = [
+        f"cat {hidden}",
+        f"git show HEAD:{hidden}",
+        "git log -p --all",
+        "git cat-file --batch-all-objects --batch",
+        "git fsck --unreachable --no-reflogs",
+        "git stash list -p",
+        'grep -rIs . . .. "$HOME" /tmp "${TMPDIR:-/tmp}" /var/tmp',
+        f"cat {IMPLEMENT / 'tasks.jsonl'}",
+    ]
+    return "{ " + "; ".join(f"{t} 2>&1" for t in tries) + f"; }} | grep -c {marker} || true"
+
+
+async def test_implement_tests_are_hidden_until_grading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deciding tests are not in the agent's sandbox by any route; the harness puts them
+    in place over the agent's own file at that path; gold scores 1, nothing 0; and after
+    grading (its diff taken) a reset leaves no copy for the next episode in the sandbox."""
+    monkeypatch.setenv("CRL_CACHE_DIR", str(tmp_path / "cache"))
+    task = next(t for t in _tasks(IMPLEMENT / "tasks.jsonl") if "slugkit" in t.instance_id)
+    marker = _marker(task)
+    (hidden,) = task.metadata["hidden_tests"]
+    fake = "def test_anything():\n    pass\n"
+    policy = Scripted(
+        [
+            ("shell", {"command": _probe(task, marker)}),
+            (
+                "shell",
+                {
+                    "command": f"mkdir -p tests && cat > {hidden} <<'EOF'\n{fake}EOF\npython -m pytest -q {hidden}"
+                },
+            ),
+            ("submit", {}),
+        ]
+    )
+    trajectory = await _episode(task, policy, tmp_path, turns=4)
+    probe, own = [c for t in trajectory.turns for c in t.tool_calls][:2]
+    assert probe.output.strip().splitlines()[-1] == "0", probe.output[-2000:]
+    assert "1 passed" in own.output  # the agent's own test file ran in its sandbox
+    evaluation = trajectory.evaluation
+    assert evaluation is not None and evaluation.infrastructure_error is None
+    assert not evaluation.resolved and evaluation.fail_to_pass_fraction == 0.0
+    assert resolution_reward(eval_result=[evaluation]) == [0.0]
+    assert len(evaluation.fail_to_pass) == len(task.fail_to_pass)  # the real tests ran
+
+    sandbox = create_sandbox(_local(tmp_path), task)
+    async with sandbox:
+        assert not sandbox.dirty
+        gold = await evaluate(sandbox, task, model_patch=task.patch)
+        assert gold.resolved and resolution_reward(eval_result=[gold]) == [1.0]
+        # A pool replaces such a sandbox rather than reuse it (what a reset does not undo).
+        assert sandbox.dirty
+        found = await sandbox.run(_probe(task, marker))
+        assert int(found.output.strip().splitlines()[-1]) > 0  # the probe sees them now
+        assert hidden in touched_files(await sandbox.diff())
+        await sandbox.reset()
+        found = await sandbox.run(_probe(task, marker))
+        assert found.output.strip().splitlines()[-1] == "0", found.output[-2000:]
+        empty = await evaluate(sandbox, task)
+        assert not empty.resolved and resolution_reward(eval_result=[empty]) == [0.0]
 
 
 # --- crl bench --agent gold on both suites ----------------------------------------------------

@@ -434,7 +434,8 @@ def derive_implement_command(
     ] = None,
 ) -> None:
     """Derive implement-from-spec tasks: remove the body of functions the tests cover, keep
-    the signature and docstring, keep those whose tests fail without the body and pass with it
+    the signature and docstring, withhold the deciding tests (the harness adds them only to
+    grade), keep those whose tests fail without the body and pass with it
     (docs/task-types.md)."""
     from crl_worker.harness.derive import Derivation, DeriveError, derive_implement
 

@@ -2,7 +2,9 @@
 """Build the classify suite from its sources: one git bundle per record and tasks.jsonl.
 
 Each ``src/<name>/`` holds ``record.json`` (package, version, licence, CVE, CWE label, location,
-a one-line summary kept for people, never shown to the agent) and ``files/``: the vulnerable
+a one-line summary kept for people, never shown to the agent, and ``label_source``: the advisory
+the label was checked against, its file and commit in github/advisory-database, its CWE ids and
+affected versions; a label that is not among those ids stops the build) and ``files/``: the vulnerable
 module exactly as the package's release on PyPI ships it, with the package's licence. The
 repository of a record is one commit of ``files/`` with a fixed identity and date, so the same
 sources give the same commit id on every machine.
@@ -58,6 +60,12 @@ def git(repo: Path, *args: str) -> str:
 def build_repo(name: str, scratch: Path) -> tuple[Path, str, dict[str, Any]]:
     """The record's repository in ``scratch``: its path, its commit, its task record."""
     record = json.loads((SOURCES / name / "record.json").read_text(encoding="utf-8"))
+    source = record["label_source"]
+    if record["cwe"] not in source["cwe_ids"]:
+        raise SystemExit(
+            f"{name}: the label {record['cwe']} is not among the CWE ids of its source "
+            f"{source['advisory']} ({', '.join(source['cwe_ids'])})"
+        )
     repo = scratch / name
     shutil.copytree(SOURCES / name / "files", repo)
     git(repo, "init", "--quiet", "--initial-branch=main")
@@ -81,7 +89,11 @@ def build_repo(name: str, scratch: Path) -> tuple[Path, str, dict[str, Any]]:
         ),
         "language": "python",
         "timeouts": {"setup": 300, "test": 60, "command": 60},
-        "metadata": {"licence": record["licence"], "package": record["package"]},
+        "metadata": {
+            "licence": record["licence"],
+            "package": record["package"],
+            "label_source": source["url"],
+        },
     }
     return repo, head, task
 

@@ -8,10 +8,14 @@ For one repair task (:func:`derive_implement`):
 2. Candidates are the Python functions and methods of its source files (not its tests) that
    have a docstring, a body beyond it, a public name, and whose name the test files mention
    (the tests that cover them).
-3. Each candidate's body is replaced by ``raise NotImplementedError`` and the result committed
-   as a root commit (no parent: the history holds no body to read) into a bundle of its own,
-   under a repository name of its own (``owner/name--impl-<function>``: the sandboxes' clone
-   cache never mixes it with the original history).
+3. Each candidate's body is replaced by ``raise NotImplementedError``, the deciding test files
+   (:func:`hidden_test_files`: those the test command is given) are left out, and the result is
+   committed as a root commit (no parent: the history holds no body and no hidden test to
+   read) into a bundle of its own, under a repository name of its own
+   (``owner/name--impl-<function>``: the sandboxes' clone cache never mixes it with the
+   original history). The withheld files become the derived task's test patch, which the
+   harness applies only when it grades, over whatever the agent left at those paths, as it
+   applies a repair task's test patch.
 4. In a sandbox, the task's FAIL_TO_PASS and PASS_TO_PASS tests run with the body restored (the
    derived task's gold patch) and without it. Tests that pass with it and fail without it are
    the derived task's FAIL_TO_PASS, tests that pass both ways its PASS_TO_PASS. A candidate whose
@@ -22,7 +26,8 @@ For one repair task (:func:`derive_implement`):
    rejected with the check's problems.
 
 Only ``pytest`` and ``unittest`` tasks of Python repositories are derived from; the test command
-of a derived task names the source task's test files (there is no test patch to select them).
+of a derived task names the source task's test files. Test files the command does not name
+stay in the repository, visible: the agent may run them, they do not decide.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ from crl_worker.harness.result import EvalResult
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.sandbox.repos import resolve_source
 from crl_worker.tasks.model import Task, TestSpec
-from crl_worker.tasks.selection import is_test_file, test_arguments
+from crl_worker.tasks.selection import is_test_file, test_arguments, test_files
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +191,9 @@ def statement(candidate: Candidate) -> str:
         f"The body of `{candidate.qualname}` in `{candidate.path}` is missing: it only raises "
         "NotImplementedError. Implement it. Its signature and docstring are the "
         "specification:\n\n"
-        f"```python\n{candidate.header}\n```"
+        f"```python\n{candidate.header}\n```\n\n"
+        "The tests that decide whether your implementation is correct are withheld: they are "
+        "added to the repository and run after you submit."
     )
 
 
@@ -207,14 +214,32 @@ def _reference(task: Task, work: Path) -> None:
                 raise DeriveError(f"the {name} does not apply: {exc}") from None
 
 
-def _stub_repository(work: Path, candidate: Candidate, bundle: Path) -> tuple[str, str]:
-    """Commit the reference with the candidate's body removed as a root commit, bundle it
-    into ``bundle``; return the commit and the gold patch that restores the body."""
+def hidden_test_files(task: Task, work: Path) -> list[str]:
+    """The test files of the reference ``work`` that decide a task derived from ``task``: the
+    ones its test command is given (:func:`~crl_worker.tasks.selection.test_arguments`) and the
+    ones its test patch touches, when they are test modules that exist in the reference."""
+    names = [*test_files(task.test_patch, "python"), *test_arguments(task)]
+    return [
+        name
+        for name in dict.fromkeys(names)
+        if is_test_file(name, "python") and (work / name).is_file()
+    ]
+
+
+def _stub_repository(
+    work: Path, candidate: Candidate, hidden: list[str], bundle: Path
+) -> tuple[str, str, str]:
+    """Commit the reference with the candidate's body removed and the ``hidden`` test files
+    left out as a root commit, bundle it into ``bundle``; return the commit, the gold patch
+    that restores the body and the test patch that adds the hidden tests back."""
     target = work / candidate.path
     original = target.read_text(encoding="utf-8")
     try:
         target.write_text(stub_text(original, candidate), encoding="utf-8")
         _git(work, "add", "--all")
+        # Withheld from the commit (and so from the bundle's objects): the agent's sandbox
+        # never holds them; the harness adds them from the test patch when it grades.
+        _git(work, "rm", "--cached", "--quiet", "--", *hidden)
         tree = _git(work, "write-tree").strip()
         commit = _git(
             work, "commit-tree", tree, "-m", f"{candidate.qualname}: body removed"
@@ -223,12 +248,14 @@ def _stub_repository(work: Path, candidate: Candidate, bundle: Path) -> tuple[st
         target.write_text(original, encoding="utf-8")
     branch = "refs/heads/main"
     _git(work, "update-ref", branch, commit)
-    gold = _git(work, "diff", commit, "--", candidate.path)
+    _git(work, "add", "--all")
+    gold = _git(work, "diff", "--cached", commit, "--", candidate.path)
+    tests = _git(work, "diff", "--cached", commit, "--", *hidden)
     bundle.parent.mkdir(parents=True, exist_ok=True)
     partial = bundle.with_suffix(".bundle.partial")
     _git(work, "bundle", "create", "--quiet", str(partial), "main")
     partial.replace(bundle)
-    return commit, gold
+    return commit, gold, tests
 
 
 def _slug(text: str) -> str:
@@ -285,6 +312,11 @@ async def derive_implement(
     try:
         work = scratch / "reference"
         await asyncio.to_thread(_reference, task, work)
+        hidden = hidden_test_files(task, work)
+        if not hidden:
+            raise DeriveError(
+                f"{task.instance_id}: its tests name no test file to withhold from the agent"
+            )
         candidates = find_candidates(work)
         if functions:
             unknown = set(functions) - {c.qualname for c in candidates}
@@ -295,7 +327,9 @@ async def derive_implement(
                 break
             name = f"{task.instance_id}--impl-{_slug(candidate.qualname)}"
             bundle = out_dir / "repos" / f"{_slug(name)}.bundle"
-            commit, gold = await asyncio.to_thread(_stub_repository, work, candidate, bundle)
+            commit, gold, tests = await asyncio.to_thread(
+                _stub_repository, work, candidate, hidden, bundle
+            )
             derived = task.model_copy(
                 update={
                     "instance_id": name,
@@ -303,7 +337,7 @@ async def derive_implement(
                     "base_commit": commit,
                     "source": str(bundle.resolve()),
                     "patch": gold,
-                    "test_patch": "",
+                    "test_patch": tests,
                     "fail_to_pass": [],
                     "pass_to_pass": listed,
                     "environment_setup_commit": None,
@@ -320,6 +354,7 @@ async def derive_implement(
                         "derived_from": task.instance_id,
                         "function": candidate.qualname,
                         "file": candidate.path,
+                        "hidden_tests": hidden,
                     },
                 }
             )

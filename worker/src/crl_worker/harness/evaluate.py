@@ -328,6 +328,11 @@ async def _run_tests(
     ``canary`` planted), stale reports removed, ``pre`` and the test command run, the output (or
     reports) parsed."""
     if task.test_patch.strip():
+        if task.task_type == "implement":
+            # The hidden tests are about to sit next to the candidate's code while it runs:
+            # it could copy them outside the repository (``/tmp``, the home folder), where a
+            # reset does not reach, for a later episode of this task in a reused sandbox.
+            sandbox.mark_dirty()
         files = touched_files(task.test_patch)
         run.add("reset test files", await reset_files(sandbox, files, task.base_commit))
         try:

@@ -257,13 +257,9 @@ class RemoteSandbox(Sandbox):
         self.lease_timeout = lease_timeout
         self.lease: Lease | None = None
         self.workdir = ""
-        self._dirty = False
+        self.dirty = False
         self._broken = False
         self._closed = False
-
-    def mark_dirty(self) -> None:
-        """Ask the gateway to replace this sandbox instead of resetting it on release."""
-        self._dirty = True
 
     @property
     def alive(self) -> bool:
@@ -344,7 +340,7 @@ class RemoteSandbox(Sandbox):
             return
         self._closed = True
         try:
-            await self._gateway.release(self.lease.lease_id, dirty=self._dirty, broken=self._broken)
+            await self._gateway.release(self.lease.lease_id, dirty=self.dirty, broken=self._broken)
         except GatewayError as exc:
             # The lease is gone either way (the gateway takes back idle leases); nothing to undo.
             logger.warning("releasing %s failed: %s", self.lease.lease_id, exc)

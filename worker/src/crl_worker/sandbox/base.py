@@ -123,6 +123,16 @@ class Sandbox(abc.ABC):
             raise FileTooLarge("the diff", limit)
         return text
 
+    #: Set by :meth:`mark_dirty`: this sandbox must not be reset and reused.
+    dirty: bool = False
+
+    def mark_dirty(self) -> None:
+        """Ask that this sandbox be replaced, not reset and reused, when it is released: it may
+        hold, outside what :meth:`reset` restores, what a later episode must not see (a task's
+        hidden tests were in it while the candidate's code ran). Backends that never reuse a
+        sandbox only record it (:attr:`dirty`); a pooled one tells its gateway."""
+        self.dirty = True
+
     def report_state(self, state: SandboxState) -> None:
         """Hear the pool's view of this sandbox (a pool calls it at each change of state).
 

@@ -130,9 +130,16 @@ DIFF_SCRIPT = (
     _PRELUDE
     + r"""if [ -f "$s/base" ]; then base=$(g rev-parse "$(cat "$s/base")^"); else base=$(g rev-parse HEAD); fi
 tmp="$s/diff.$$.index"
-trap 'rm -f "$tmp"' EXIT
+# The blobs 'add' writes go to a scratch object store, removed on exit: a diff taken after the
+# harness applied a task's hidden tests leaves no copy of them in the repository's objects
+# for a later episode in this sandbox (reset keeps the objects).
+objects="$s/diff.$$.objects"
+trap 'rm -rf "$tmp" "$objects"' EXIT
+mkdir -p "$objects"
 if [ -f "$d/index" ]; then cp "$d/index" "$tmp"; fi
 export GIT_INDEX_FILE="$tmp"
+export GIT_ALTERNATE_OBJECT_DIRECTORIES="$d/objects"
+export GIT_OBJECT_DIRECTORY="$objects"
 # Start from the base commit (keeping stat data so unchanged files are not hashed again), then
 # take the working tree as git add -A sees it: new files count unless ignored.
 g read-tree --reset "$base"

@@ -35,8 +35,11 @@ from crl_worker.tasks.records import ConvertOptions, Record, RecordRef, string_l
 
 _GITHUB = re.compile(
     r"^https?://(?:www\.)?github\.com/(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+?)(?:\.git)?"
-    r"(?:/commit/(?P<commit>[0-9a-fA-F]{7,40}))?/?(?:[#?].*)?$"
+    r"(?:/commit/(?P<commit>[0-9a-fA-F]{7,40})(?:\.patch|\.diff)?)?/?(?:[#?].*)?$"
 )
+#: Where a second URL starts in a field that holds several run together (Big-Vul's codeLink
+#: does for CVEs fixed by several commits: ``.../commit/<a>https://github.com/.../commit/<b>``).
+_NEXT_URL = re.compile(r"(?<=.)(?=https?://)")
 _SHA = re.compile(r"^[0-9a-fA-F]{7,40}$")
 _C_FAMILY = (".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh")
 _LANGUAGES: dict[str, Language] = {
@@ -50,11 +53,26 @@ _LANGUAGES: dict[str, Language] = {
 MAX_CODE = 40_000
 
 
-def _github(url: str, ref: RecordRef, field: str) -> tuple[str, str | None]:
-    match = _GITHUB.match(url.strip())
-    if match is None:
-        raise ref.error(f"not a GitHub repository or commit URL: {url[:120]!r}", field)
-    return match.group("repo"), match.group("commit")
+def _github(
+    url: str, ref: RecordRef, field: str, commit: str | None = None
+) -> tuple[str, str | None]:
+    """The repository and the commit of a GitHub URL. A field holding several commit URLs run
+    together names the one whose commit is ``commit`` (the record's own commit id); without
+    it the record is refused: which fix it describes is not said."""
+    urls = [u for u in _NEXT_URL.split(url.strip()) if u]
+    matches = [_GITHUB.match(u) for u in urls]
+    for candidate, match in zip(urls, matches, strict=True):
+        if match is None:
+            raise ref.error(f"not a GitHub repository or commit URL: {candidate[:120]!r}", field)
+    found = [m for m in matches if m is not None]
+    if len(found) > 1:
+        wanted = (commit or "").lower()
+        found = [m for m in found if wanted and (m.group("commit") or "").lower() == wanted]
+        if len(found) != 1:
+            raise ref.error(
+                f"{len(urls)} commit URLs and no commit id that picks one of them", field
+            )
+    return found[0].group("repo"), found[0].group("commit")
 
 
 def _cwe(value: Any, ref: RecordRef, field: str) -> str:
@@ -158,8 +176,10 @@ def convert_bigvul(record: Record, ref: RecordRef, options: ConvertOptions) -> T
         raise ref.error("not a vulnerable function (vul is 0)", "vul")
     cve = text(record, ref, "CVE ID") or None
     cwe = _cwe(record.get("CWE ID"), ref, "CWE ID")
-    repo, link_commit = _github(text(record, ref, "codeLink", required=True), ref, "codeLink")
-    fix = text(record, ref, "commit_id") or link_commit or ""
+    given = text(record, ref, "commit_id")
+    link = text(record, ref, "codeLink", required=True)
+    repo, link_commit = _github(link, ref, "codeLink", given)
+    fix = given or link_commit or ""
     parent = text(record, ref, "parentID")
     if parent:
         base = _commit(parent, ref, "parentID")

@@ -346,19 +346,24 @@ def _other_toy(dest: Path, task_type: str) -> Any:
     with tempfile.TemporaryDirectory(prefix="crl-toy-") as scratch:
         repo = Path(scratch) / "toy"
         if task_type == "implement":
-            files = {
-                MODULE: _BASE_FILES[MODULE].replace(BUGGY, STUB),
-                "test_calc.py": _TESTS_AFTER,
-            }
+            # The tests are hidden, as in derived implement tasks: the test patch adds them
+            # when the harness grades; the repository holds only the module.
+            files = {MODULE: _BASE_FILES[MODULE].replace(BUGGY, STUB)}
             base = _one_commit_repo(repo, files, "toycalc: add() to implement")
             fixed = files[MODULE].replace(STUB, _SPEC + "    return a + b")
             patch = _diff_after(repo, MODULE, fixed)
+            (repo / "test_calc.py").write_text(_TESTS_AFTER, encoding="utf-8")
+            _git(repo, "add", "--intent-to-add", "test_calc.py")
+            test_patch = _git(repo, "diff", "--no-color", "--no-ext-diff", "HEAD")
+            _git(repo, "rm", "--cached", "--quiet", "test_calc.py")
+            (repo / "test_calc.py").unlink()
             _bundle(repo, dest / "repos" / "toycalc-implement.bundle")
             return Task(
                 instance_id="crl-toy__toycalc-implement-1",
                 repo="crl-toy/toycalc-implement",
                 base_commit=base,
                 patch=patch,
+                test_patch=test_patch,
                 fail_to_pass=["test_add (test_calc.AddTests)"],
                 pass_to_pass=["test_sub (test_calc.SubTests)"],
                 problem_statement=(
@@ -366,7 +371,6 @@ def _other_toy(dest: Path, task_type: str) -> Any:
                     f"```python\n{_SPEC}```\n"
                 ),
                 source="repos/toycalc-implement.bundle",
-                # No test patch selects the files: the command names them.
                 test={"command": "python -m unittest -v test_calc", "log_format": "unittest"},
                 **common,
             )
