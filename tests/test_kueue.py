@@ -293,10 +293,17 @@ def test_kueue_restarted_mid_run(
     wait_for("the first run admitted", lambda: state(sampler.run("first")) == "Admitted")
     kueue.stop()
     apply(cluster, ns, queued_run("second", "team-restart"))
-    wait_for(
-        "the second run's Workload",
-        lambda: kube.request("GET", "Workload", WORKLOADS.path(ns, "second-workload")),
+    # Kueue's webhooks are down with it, so the Workload cannot even be created: the run
+    # waits with nothing running, and says why.
+    second = wait_for(
+        "the second run waiting for its Workload",
+        lambda: (
+            condition(sampler.run("second"), "Admitted").get("reason") == "WorkloadMissing"
+            and sampler.run("second")
+        ),
     )
+    assert state(second) == "Queued"
+    assert "Job" not in children(kube, ns, "second")
     kueue.start()
     wait_for(
         "the second run queued",
