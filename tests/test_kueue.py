@@ -340,3 +340,48 @@ def test_without_kueue_a_queued_run_runs_and_says_why(cluster: Cluster, tmp_path
             kube.request("GET", "Workload", WORKLOADS.path(ns))
     finally:
         proc.stop()
+
+
+TEAMS = sorted((Path(__file__).resolve().parents[1] / "examples" / "teams").glob("*.yaml"))
+
+
+def test_the_teams_example_applies_and_its_run_is_admitted(
+    kueue_cluster: tuple[Cluster, Kueue], operator: OperatorProcess, kube: Kube
+) -> None:
+    """examples/teams/ as a user applies it: the ClusterQueues become active (their flavor,
+    cohort and priorities exist) and team A's run is admitted as one unit."""
+    cluster, _ = kueue_cluster
+    for path in TEAMS:
+        cluster.kubectl("apply", "--server-side", "-f", str(path))
+    for name in ("team-a", "team-b"):
+        wait_for(
+            f"ClusterQueue {name} active",
+            lambda name=name: (
+                condition(
+                    kube.request(
+                        "GET", "ClusterQueue", f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{name}"
+                    ),
+                    "Active",
+                ).get("status")
+                == "True"
+            ),
+        )
+    run = wait_for(
+        "team A's run admitted",
+        lambda: (
+            state(kube.get("TrainingRun", "team-a", "qwen3-0-6b-team-a") or {}) == "Admitted"
+            and kube.get("TrainingRun", "team-a", "qwen3-0-6b-team-a")
+        ),
+    )
+    assert run["status"]["queue"] == {"name": "gpus", "state": "Admitted", "clusterQueue": "team-a"}
+    workload = kube.get("Workload", "team-a", "qwen3-0-6b-team-a-workload")
+    assert workload is not None
+    assert [(p["name"], p["count"]) for p in workload["spec"]["podSets"]] == [
+        ("inference", 1),
+        ("trainer", 1),
+    ]
+    usage = {
+        a["name"]: a["resourceUsage"][GPU]
+        for a in workload["status"]["admission"]["podSetAssignments"]
+    }
+    assert usage == {"inference": "1", "trainer": "2"}
