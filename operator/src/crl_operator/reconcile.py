@@ -799,7 +799,14 @@ class Reconciler:
         old = c.find(previous.get("conditions"), c.READY)
         if new is None or new.get("status") != "False":
             return
-        if new.get("reason") not in (c.INVALID_SPEC, c.APPLY_FAILED, c.JOB_FAILED, c.PRUNE_FAILED):
+        if new.get("reason") not in (
+            c.INVALID_SPEC,
+            c.APPLY_FAILED,
+            c.JOB_FAILED,
+            c.PRUNE_FAILED,
+            c.EXCEEDS_QUOTA,
+            "Inadmissible",
+        ):
             return
         if (
             old is not None
