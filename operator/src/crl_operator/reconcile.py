@@ -373,17 +373,12 @@ class Reconciler:
         return workload_admission(queue, live, kueue=True)
 
     def _stopped(self, uid: str) -> bool:
-        """No pod-running child of the resource runs any more (after an eviction)."""
-        for child in self.cache.owned(uid):
-            kind = child.get("kind")
-            if kind == "Job":
-                return False
-            if kind == "Deployment" and (
-                (child.get("spec") or {}).get("replicas")
-                or (child.get("status") or {}).get("replicas")
-            ):
-                return False
-        return True
+        """No pod-running child of the resource is left (after an eviction, the render drops
+        the trainer or runner Job, the vLLM Deployment and the inline pool)."""
+        return not any(
+            child.get("kind") in ("Job", "Deployment", "RolloutPool")
+            for child in self.cache.owned(uid)
+        )
 
     def _release_quota(self, resource: TrainingRun | Benchmark, uid: str) -> Problem | None:
         """Clear the evicted Workload's quota reservation once its children stopped.

@@ -104,6 +104,10 @@ def suspended(resource: AnyResource, state: RenderState) -> bool:
     return state.suspended or (isinstance(resource, TrainingRun) and resource.spec.suspend)
 
 
+#: What a queued or evicted resource keeps besides its Workload.
+_KEPT_WHILE_QUEUED = frozenset({"ConfigMap", "Benchmark"})
+
+
 def _queued(
     resource: TrainingRun | Benchmark,
     ns: str,
@@ -113,7 +117,7 @@ def _queued(
     """The children of a resource Kueue admits as one unit (`state.queued`).
 
     The Workload's pod sets come from the render as admitted (every pod-running child
-    present); the children themselves follow the admission: none that runs pods before it.
+    present); the children themselves follow the admission: none that runs a pod before it.
     """
     if not state.queued or state.finished:
         return build(state)
@@ -126,8 +130,13 @@ def _queued(
     if not unit["spec"]["podSets"]:
         # Nothing would run yet (a checkpoint still unresolved): nothing to queue either.
         return [strip_kueue_labels(c) for c in build(waiting)]
-    children = build(state) if state.admitted else build(waiting)
-    return [unit, *(strip_kueue_labels(c) for c in children)]
+    if state.admitted:
+        return [unit, *(strip_kueue_labels(c) for c in build(state))]
+    # Waiting (or evicted): only the configs, which hold the trainer's last report, and the
+    # evaluation Benchmarks (queued on their own). No server, no pool gateway, no sandbox: a
+    # queued run runs nothing and costs the API server three objects.
+    kept = [c for c in build(waiting) if c["kind"] in _KEPT_WHILE_QUEUED]
+    return [unit, *kept]
 
 
 def policy_model(run: TrainingRun) -> ServedModel:
