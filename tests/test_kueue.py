@@ -75,9 +75,21 @@ def kube(kueue_cluster: tuple[Cluster, Kueue]) -> Kube:
     return Kube(load_api_client(str(kueue_cluster[0].kubeconfig)), field_manager="kueue-test")
 
 
-def team(cluster: Cluster, namespace: str, name: str, gpus: int) -> None:
+def team(
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    gpus: int,
+    *,
+    cohort: str | None = None,
+    borrowing_limit: int | None = None,
+) -> None:
     """A ResourceFlavor, a ClusterQueue with `gpus` GPUs that preempts lower priorities, a
-    LocalQueue in `namespace`, and the priorities `low` and `high`."""
+    LocalQueue in `namespace`, and the priorities `low` and `high`. In a `cohort`, the queue
+    may borrow up to `borrowing_limit` idle GPUs and takes lent ones back (reclaim)."""
+    gpu_quota: dict[str, Any] = {"name": GPU, "nominalQuota": gpus}
+    if borrowing_limit is not None:
+        gpu_quota["borrowingLimit"] = borrowing_limit
     docs: list[dict[str, Any]] = [
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
          "metadata": {"name": "gpu"}},
@@ -89,15 +101,17 @@ def team(cluster: Cluster, namespace: str, name: str, gpus: int) -> None:
          "metadata": {"name": name},
          "spec": {
              "namespaceSelector": {},
-             "preemption": {"withinClusterQueue": "LowerPriority"},
+             "preemption": {"withinClusterQueue": "LowerPriority",
+                            "reclaimWithinCohort": "Any"},
              "resourceGroups": [{
                  "coveredResources": ["cpu", "memory", GPU],
                  "flavors": [{"name": "gpu", "resources": [
                      {"name": "cpu", "nominalQuota": "64"},
                      {"name": "memory", "nominalQuota": "512Gi"},
-                     {"name": GPU, "nominalQuota": gpus},
+                     gpu_quota,
                  ]}],
              }],
+             **({"cohortName": cohort} if cohort else {}),
          }},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
          "metadata": {"name": name, "namespace": namespace},
@@ -383,3 +397,36 @@ def test_the_teams_example_applies_and_its_run_is_admitted(
         for a in workload["status"]["admission"]["podSetAssignments"]
     }
     assert usage == {"inference": "1", "trainer": "2"}
+
+
+def test_borrowing_from_an_idle_team_and_reclaim(
+    kueue_cluster: tuple[Cluster, Kueue], operator: OperatorProcess, kube: Kube
+) -> None:
+    """Team Y borrows team X's idle GPUs (two runs on a 2-GPU quota); when team X submits, it
+    reclaims them: one of Y's runs is preempted (status Preempted, its pods stopped), X's run is
+    admitted, and neither team ever holds more than its quota plus what it may borrow."""
+    cluster, _ = kueue_cluster
+    nx, ny = cluster.namespace("lender"), cluster.namespace("borrower")
+    team(cluster, nx, "team-x", 2, cohort="lab", borrowing_limit=0)
+    team(cluster, ny, "team-y", 2, cohort="lab", borrowing_limit=2)
+    x, y = Sampler(kube, nx, 2), Sampler(kube, ny, 4)
+
+    def both() -> None:
+        x.check()
+        y.check()
+        assert x.samples and admitted_gpus(kube, nx) + admitted_gpus(kube, ny) <= 4
+
+    apply(cluster, ny, queued_run("y-0", "team-y"), queued_run("y-1", "team-y"))
+    wait_for(
+        "both of team Y's runs admitted (one on borrowed GPUs)",
+        lambda: both() is None and all(state(y.run(f"y-{i}")) == "Admitted" for i in range(2)),
+    )
+    apply(cluster, nx, queued_run("x-0", "team-x"))
+    wait_for("team X's run admitted", lambda: both() is None and state(x.run("x-0")) == "Admitted")
+    states = sorted(str(state(y.run(f"y-{i}"))) for i in range(2))
+    assert states == ["Admitted", "Preempted"], states
+    preempted = next(f"y-{i}" for i in range(2) if state(y.run(f"y-{i}")) == "Preempted")
+    reason = condition(y.run(preempted), "Admitted")
+    assert reason["reason"] == "Preempted" and "reclamation" in reason["message"], reason
+    wait_for("the preempted run's pods stopped", lambda: children(kube, ny, preempted) == {})
+    assert y.peak == 4 and x.peak == 2
