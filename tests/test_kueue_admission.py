@@ -5,15 +5,18 @@ The Workload statuses below are Kueue v0.17's own, as tests/test_kueue.py saw th
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from crl_operator.builders import RenderState, render
+from crl_operator.builders import RenderState, render, resolve_checkpoint
 from crl_operator.builders.meta import KUEUE_QUEUE_LABEL
 from crl_operator.status import workload_admission
-from crl_worker.api import TrainingRun
+from crl_worker.api import Benchmark, TrainingRun
+from crl_worker.api.validation import load_resources
 
+from .paths import ROOT
 from .test_operator_e2e import PENDING_TRAINER, small_run
 
 
@@ -122,3 +125,19 @@ def test_admission_without_kueue_and_before_the_workload() -> None:
     assert "not installed" in absent.message
     missing = workload_admission("team-a", None, kueue=True)
     assert (missing.state, missing.reason, missing.admitted) == ("Queued", "WorkloadMissing", False)
+
+
+def test_a_benchmark_serving_a_checkpoint_queues_server_and_runner_together() -> None:
+    """examples/benchmark-swe-bench-verified.yaml serves a TrainingRun's checkpoint: its
+    Workload holds the vLLM replicas and the runner; neither exists before admission."""
+    [trainer] = load_resources(str(ROOT / "examples" / "trainingrun-qwen3-8b-swe-gym.yaml"))
+    [bench] = load_resources(str(ROOT / "examples" / "benchmark-swe-bench-verified.yaml"))
+    assert isinstance(trainer, TrainingRun) and isinstance(bench, Benchmark)
+    bench.metadata.uid = "u-2"
+    state = RenderState(inference_ready=True, checkpoint=resolve_checkpoint(bench, trainer))
+    got = kinds(render(bench, "ns", replace(state, queued=True, admitted=False)))
+    assert set(got) == {"Workload"}
+    sets = {p["name"]: p["count"] for p in got["Workload"]["spec"]["podSets"]}
+    assert sets == {"inference": 2, "runner": 1}
+    admitted = kinds(render(bench, "ns", replace(state, queued=True, admitted=True)))
+    assert set(admitted) == {"Workload", "Deployment", "Job"}
