@@ -252,7 +252,7 @@ class Reconciler:
         if (
             admission is not None
             and admission.reserved
-            and not admission.admitted
+            and admission.state in ("Preempted", "Evicted")
             and not isinstance(resource, RolloutPool)
         ):
             # Evicted (preempted, or its pods were not ready in time): the render stopped the
