@@ -182,10 +182,6 @@ def main(argv: list[str] | None = None) -> int:
             for ns in namespaces:
                 cluster.kubectl("create", "namespace", ns)
                 kubectl_apply(cluster, queue_objects(ns.rsplit("-", 1)[0], ns, args.quota))
-            if kind == "TrainingRun":
-                operator = OperatorProcess(
-                    cluster.kubeconfig, log_path=work / "operator.log"
-                ).start()
             phases[phase] = measure(cluster, kube, kind, namespaces, args.runs, args.quota, make)
         floor, runs = phases["floor"], phases["runs"]
         print(
