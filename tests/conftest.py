@@ -37,7 +37,8 @@ def root() -> Path:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test that uses the control plane carries the `cluster` marker (`-m "not cluster"`)."""
     for item in items:
-        if "cluster" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "cluster" in names or "kueue_cluster" in names:
             item.add_marker(pytest.mark.cluster)
         if "vllm" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.vllm)

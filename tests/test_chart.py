@@ -172,10 +172,16 @@ def test_namespaced_watch_binds_only_in_those_namespaces(helm: str, tmp_path: Pa
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "crl-op", "namespace": "crl-system"}
         ]
-    # Cluster-wide, it may only read CRDs (kopf scans them); no namespaces, no children.
+    # Cluster-wide, it may only read CRDs (kopf scans them) and get Kueue's priority classes
+    # (their value goes into a queued run's Workload); no namespaces, no children.
     [cluster_binding] = by_kind(docs, "ClusterRoleBinding")
     assert cluster_binding["roleRef"]["name"] == f"{FULLNAME}-cluster"
-    assert {r for _, r, _ in rules_of(docs, f"{FULLNAME}-cluster")} == {"customresourcedefinitions"}
+    assert set(rules_of(docs, f"{FULLNAME}-cluster")) == {
+        ("apiextensions.k8s.io", "customresourcedefinitions", "get"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+        ("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
+    }
     [container] = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
     args = container["args"]
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
@@ -219,6 +225,11 @@ def test_rbac_is_least_privilege(helm: str) -> None:
     assert not [r for r in rules if r[2] == "update" and not r[1].endswith("/finalizers")]
     assert not [r for r in rules if r[1].endswith("/scale")]
     assert [r for r in rules if r[1] == "events"] == [("", "events", "create")]
+    # Kueue: the Workload of a queued run, and its status only to release an evicted one's quota.
+    assert {r for r in rules if r[1] == "workloads/status"} == {
+        ("kueue.x-k8s.io", "workloads/status", "get"),
+        ("kueue.x-k8s.io", "workloads/status", "patch"),
+    }
     for group, resource in [
         ("", "configmaps"),
         ("", "services"),
@@ -230,6 +241,7 @@ def test_rbac_is_least_privilege(helm: str) -> None:
         ("rbac.authorization.k8s.io", "rolebindings"),
         ("coderepair.io", "rolloutpools"),
         ("coderepair.io", "benchmarks"),
+        ("kueue.x-k8s.io", "workloads"),
     ]:
         for verb in ("create", "get", "list", "watch", "patch", "delete"):
             assert (group, resource, verb) in rules, (group, resource, verb)
@@ -316,3 +328,22 @@ def test_every_value_is_documented() -> None:
     assert sorted(value_paths(values)) == sorted(documented)
     for path in documented:
         assert f"`{path}`" in readme, f"{path} is missing from the chart README"
+
+
+def test_local_queues_are_created_when_asked(helm: str, tmp_path: Path) -> None:
+    assert not by_kind(template(helm), "LocalQueue")
+    values = {
+        "kueue": {
+            "localQueues": [
+                {"name": "team-a", "clusterQueue": "team-a"},
+                {"name": "team-b", "namespace": "team-b", "clusterQueue": "team-b"},
+            ]
+        }
+    }
+    docs = template(helm, "-f", str(values_file(tmp_path, values)), namespace="team-a")
+    queues = {
+        (q["metadata"]["namespace"], q["metadata"]["name"]): q for q in by_kind(docs, "LocalQueue")
+    }
+    assert set(queues) == {("team-a", "team-a"), ("team-b", "team-b")}
+    assert queues["team-b", "team-b"]["spec"] == {"clusterQueue": "team-b"}
+    assert queues["team-a", "team-a"]["apiVersion"] == "kueue.x-k8s.io/v1beta2"

@@ -68,6 +68,8 @@ _KINDS = (
     KindInfo("TrainingRun", "coderepair.io/v1alpha1", "trainingruns"),
     KindInfo("RolloutPool", "coderepair.io/v1alpha1", "rolloutpools"),
     KindInfo("Benchmark", "coderepair.io/v1alpha1", "benchmarks"),
+    # Kueue's: may be absent from the cluster (its watch and list then find nothing).
+    KindInfo("Workload", "kueue.x-k8s.io/v1beta2", "workloads"),
 )
 KINDS: dict[str, KindInfo] = {k.kind: k for k in _KINDS}
 
@@ -84,6 +86,7 @@ CHILD_KINDS: tuple[str, ...] = (
     "PodDisruptionBudget",
     "RolloutPool",
     "Benchmark",
+    "Workload",
 )
 
 

@@ -56,6 +56,13 @@ IN_PROGRESS = "InProgress"
 FINISHED = "Finished"
 SANDBOXES_WARM = "SandboxesWarm"
 SANDBOXES_STARTING = "SandboxesStarting"
+# Admission by Kueue (docs/scheduling.md): Kueue's own reasons (Pending, Inadmissible,
+# Preempted, PodsReadyTimeout, ...) are carried as they are; these are the operator's.
+KUEUE_ADMITTED = "Admitted"
+KUEUE_ABSENT = "KueueAbsent"
+WORKLOAD_MISSING = "WorkloadMissing"
+EXCEEDS_QUOTA = "ExceedsQuota"
+QUEUED = "Queued"
 
 
 @dataclass(frozen=True)

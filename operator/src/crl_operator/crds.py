@@ -25,6 +25,8 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
     "TrainingRun": [
         {"name": "Ready", "type": "string", "jsonPath": _ready("status")},
         {"name": "Reason", "type": "string", "jsonPath": _ready("reason")},
+        {"name": "Admission", "type": "string", "jsonPath": ".status.queue.state"},
+        {"name": "Queue", "type": "string", "jsonPath": ".status.queue.name"},
         {"name": "Step", "type": "integer", "jsonPath": ".status.step"},
         {"name": "Reward", "type": "number", "jsonPath": ".status.metrics.rewardMean"},
         {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1},
@@ -47,6 +49,8 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
     "Benchmark": [
         {"name": "Suite", "type": "string", "jsonPath": ".spec.suite.name"},
         {"name": "Progress", "type": "string", "jsonPath": ".status.progress.summary"},
+        {"name": "Admission", "type": "string", "jsonPath": ".status.queue.state"},
+        {"name": "Queue", "type": "string", "jsonPath": ".status.queue.name", "priority": 1},
         {"name": "Resolve rate", "type": "number", "jsonPath": ".status.resolveRate"},
         {"name": "Ready", "type": "string", "jsonPath": _ready("status"), "priority": 1},
         {"name": "Reason", "type": "string", "jsonPath": _ready("reason"), "priority": 1},

@@ -60,6 +60,16 @@ def _turned_true(prev: Mapping[str, Any] | None, new: Mapping[str, Any], type_: 
     return _status_of(new, type_) == "True" and _status_of(prev, type_) != "True"
 
 
+def _queue_state(status: Mapping[str, Any]) -> str | None:
+    queue = status.get("queue")
+    return str(queue.get("state")) if isinstance(queue, Mapping) else None
+
+
+def _evicted(prev: Mapping[str, Any], computed: Mapping[str, Any]) -> bool:
+    """Kueue took an admitted run's quota back (preemption, pods not ready in time, ...)."""
+    return _queue_state(prev) == "Admitted" and _queue_state(computed) in ("Preempted", "Evicted")
+
+
 def transition_events(
     kind: str, previous: Mapping[str, Any] | None, computed: Mapping[str, Any]
 ) -> list[Event]:
@@ -91,6 +101,9 @@ def transition_events(
         ):
             message = "the trainer Job was suspended (preempted, e.g. by Kueue); it resumes from"
             out.append(Event("Warning", PREEMPTED, f"{message} its last checkpoint"))
+        if _evicted(prev, computed):
+            message = _message_of(computed, c.ADMITTED)
+            out.append(Event("Warning", PREEMPTED, f"evicted by Kueue: {message}"))
         if _turned_true(prev, computed, c.TRAINING):
             out.append(Event("Normal", TRAINER_STARTED, _message_of(computed, c.TRAINING)))
         checkpoint = computed.get("lastCheckpoint")

@@ -49,6 +49,10 @@ from crl_operator.metrics import (
     record_conditions,
 )
 from crl_operator.status import (
+    WL_ADMITTED,
+    WL_EVICTED,
+    WL_QUOTA_RESERVED,
+    Admission,
     Observed,
     Problem,
     benchmark_status,
@@ -58,6 +62,7 @@ from crl_operator.status import (
     rolloutpool_status,
     status_patch,
     trainingrun_status,
+    workload_admission,
 )
 from crl_worker.api import KINDS, AnyResource, Benchmark, RolloutPool, TrainingRun
 from crl_worker.api.contract import PROGRESS_KEY, Annotation, Env
@@ -75,6 +80,10 @@ CHECKPOINT_UNAVAILABLE = "CheckpointUnavailable"
 #: Children that run pods (or make them, as a RolloutPool does): applied in the second wave,
 #: after the ConfigMaps, RBAC and Services they refer to.
 WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "Job", "Pod", "RolloutPool"})
+
+#: Kueue's API: its presence says whether Kueue is installed (checked at most this often).
+KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
+KUEUE_CHECK_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,10 @@ class Reconciler:
         self._tokens: dict[Key, str] = {}
         # Condition types exported per resource (crl_operator_resource_condition), to drop them.
         self._condition_types: dict[Key, set[str]] = {}
+        # Whether Kueue's API is served, and when that was last checked (monotonic seconds).
+        self._kueue: tuple[bool, float] | None = None
+        # WorkloadPriorityClass name -> (value or None when missing, when it was read).
+        self._priorities: dict[str, tuple[int | None, float]] = {}
         self._lock = threading.Lock()
         self._apply_pool = (
             ThreadPoolExecutor(apply_threads, thread_name_prefix="apply") if apply_threads else None
@@ -180,8 +193,9 @@ class Reconciler:
 
         uid = str(body["metadata"]["uid"])
         report = self._report(resource, uid)
+        admission = self._admission(resource, uid)
         # `problem`: a Benchmark whose checkpoint cannot be resolved yet (it still renders).
-        state, problem = self._render_state(resource, body, previous, report)
+        state, problem = self._render_state(resource, body, previous, report, admission)
         try:
             desired = relocate_images(builders.render(resource, ns, state), self.image_registry)
         except BuildError as err:
@@ -235,7 +249,16 @@ class Reconciler:
                 ERRORS.labels(kind=kind, reason=c.PRUNE_FAILED).inc()
                 problem = problem or Problem(c.PRUNE_FAILED, f"{okind} {oname}: {err.message}")
 
-        seen = self._observed(resource, uid, problem, report)
+        if (
+            admission is not None
+            and admission.reserved
+            and admission.state in ("Preempted", "Evicted")
+            and not isinstance(resource, RolloutPool)
+        ):
+            # Evicted (preempted, or its pods were not ready in time): the render stopped the
+            # children; once they are gone, hand the quota back as Kueue's job integrations do.
+            problem = problem or self._release_quota(resource, uid)
+        seen = self._observed(resource, uid, problem, report, admission)
         now = self.now()
         if isinstance(resource, TrainingRun):
             computed = trainingrun_status(resource, seen, previous, now)
@@ -270,6 +293,7 @@ class Reconciler:
         uid: str,
         problem: Problem | None,
         report: dict[str, Any] | None,
+        admission: Admission | None = None,
     ) -> Observed:
         children = tuple(self.cache.owned(uid))
         ns = resource.metadata.namespace or "default"
@@ -277,8 +301,150 @@ class Reconciler:
             pods = tuple(self.cache.pool_pods(ns, resource.metadata.name or ""))
             return Observed(children=children, pods=pods, problem=problem)
         return Observed(
-            children=children, pool=self._pool_of(resource, uid), report=report, problem=problem
+            children=children,
+            pool=self._pool_of(resource, uid),
+            report=report,
+            problem=problem,
+            admission=admission,
         )
+
+    # --- Kueue --------------------------------------------------------------------------------
+
+    def kueue_installed(self) -> bool:
+        """Whether the API server serves Kueue's API (rechecked every 30 s).
+
+        Without Kueue, a resource that names a queue runs unqueued and says so in its
+        `Admitted` condition. An error other than 404 keeps the last answer.
+        """
+        now = time.monotonic()
+        with self._lock:
+            known = self._kueue
+        if known is not None and now - known[1] < KUEUE_CHECK_SECONDS:
+            return known[0]
+        try:
+            self.kube.request("GET", "APIResourceList", KUEUE_API)
+            present = True
+        except KubeError as err:
+            if not err.not_found and known is not None:
+                return known[0]
+            present = False
+        except Exception:  # no answer at all: assume the last state (or absent)
+            return known[0] if known is not None else False
+        with self._lock:
+            if known is None or known[0] != present:
+                log.info("Kueue is %s", "installed" if present else "not installed")
+            self._kueue = (present, now)
+        return present
+
+    def workload_priority(self, name: str) -> int | None:
+        """The value of WorkloadPriorityClass `name` (None when it does not exist); read at
+        most every 30 s per class (the value is copied into the Workload when created)."""
+        now = time.monotonic()
+        with self._lock:
+            known = self._priorities.get(name)
+        if known is not None and now - known[1] < KUEUE_CHECK_SECONDS:
+            return known[0]
+        try:
+            body = self.kube.request(
+                "GET", "WorkloadPriorityClass", f"{KUEUE_API}/workloadpriorityclasses/{name}"
+            )
+            value: int | None = int(body.get("value") or 0)
+        except KubeError as err:
+            if not err.not_found:
+                raise
+            value = None
+        with self._lock:
+            self._priorities[name] = (value, now)
+        return value
+
+    def _admission(self, resource: AnyResource, uid: str) -> Admission | None:
+        """Kueue's admission of a TrainingRun or Benchmark that names a queue, else None."""
+        if isinstance(resource, RolloutPool):
+            return None
+        queue = resource.spec.scheduling.queue_name
+        if not queue:
+            return None
+        if not self.kueue_installed():
+            return workload_admission(queue, None, kueue=False)
+        ns = resource.metadata.namespace or "default"
+        live = self.cache.get("Workload", ns, builders.workload_name(resource))
+        if live is not None and controller_uid(live) != uid:
+            live = None
+        return workload_admission(queue, live, kueue=True)
+
+    def _stopped(self, uid: str) -> bool:
+        """No pod-running child of the resource is left (after an eviction, the render drops
+        the trainer or runner Job, the vLLM Deployment and the inline pool)."""
+        return not any(
+            child.get("kind") in ("Job", "Deployment", "RolloutPool")
+            for child in self.cache.owned(uid)
+        )
+
+    def _release_quota(self, resource: TrainingRun | Benchmark, uid: str) -> Problem | None:
+        """Clear the evicted Workload's quota reservation once its children stopped.
+
+        What Kueue's job integrations do for the Jobs they manage: `Requeued` (True after a
+        preemption, so Kueue queues it again at once), `QuotaReserved=False` (`Pending`),
+        `Admitted=False` and no `status.admission`. The patch carries the Workload's
+        resourceVersion: a concurrent change by Kueue makes it fail, and the next reconcile
+        (which that change triggers) tries again.
+        """
+        if not self._stopped(uid):
+            return None
+        ns = resource.metadata.namespace or "default"
+        name = builders.workload_name(resource)
+        live = self.cache.get("Workload", ns, name)
+        if live is None:
+            return None
+        conds = list((live.get("status") or {}).get("conditions") or ())
+        evicted = c.find(conds, WL_EVICTED) or {}
+        reason = str(evicted.get("reason") or "Evicted")
+        message = str(evicted.get("message") or reason)
+        generation = live["metadata"].get("generation")
+        stamp = c.timestamp(self.now())
+
+        def entry(type_: str, status: str, why: str, text: str) -> dict[str, Any]:
+            old = c.find(conds, type_)
+            changed = old is None or old.get("status") != status
+            return {
+                "type": type_,
+                "status": status,
+                "reason": why,
+                "message": text[:32768],
+                "observedGeneration": generation,
+                "lastTransitionTime": stamp
+                if old is None or changed
+                else old.get("lastTransitionTime"),
+            }
+
+        requeued = reason in ("Preempted", "NodeFailures")
+        replaced = {"Requeued", WL_QUOTA_RESERVED, WL_ADMITTED}
+        new = [x for x in conds if x.get("type") not in replaced] + [
+            entry("Requeued", "True" if requeued else "False", reason, message),
+            entry(WL_QUOTA_RESERVED, "False", "Pending", message),
+            entry(WL_ADMITTED, "False", "NoReservation", "The workload has no reservation"),
+        ]
+        body = {
+            "metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
+            "status": {"admission": None, "conditions": new},
+        }
+        try:
+            result = self.kube.request(
+                "PATCH",
+                "Workload/status",
+                kind_info("Workload").path(ns, name) + "/status",
+                body=body,
+                content_type="application/merge-patch+json",
+            )
+        except KubeError as err:
+            if err.status in (404, 409):
+                return None  # gone, or changed meanwhile: the change's event reconciles again
+            return Problem(c.APPLY_FAILED, f"Workload {name}: releasing its quota: {err.message}")
+        result.setdefault("kind", "Workload")
+        result.setdefault("apiVersion", kind_info("Workload").api_version)
+        self.cache.upsert(result)
+        log.info("released the quota of Workload %s/%s after its eviction (%s)", ns, name, reason)
+        return None
 
     def _report(self, resource: AnyResource, uid: str) -> dict[str, Any] | None:
         """The worker's progress report from its ConfigMap (watched like every child): the
@@ -339,6 +505,7 @@ class Reconciler:
         body: Mapping[str, Any],
         previous: Mapping[str, Any],
         report: Mapping[str, Any] | None,
+        admission: Admission | None = None,
     ) -> tuple[RenderState, Problem | None]:
         """What the builders need from the cluster, and why a checkpoint is unavailable.
 
@@ -364,6 +531,17 @@ class Reconciler:
         checkpoint = None
         problem = None
         evaluation: tuple[int, ...] = ()
+        queued = admission is not None and admission.state != "Unqueued"
+        priority = None
+        klass = None if isinstance(resource, RolloutPool) else resource.spec.scheduling
+        if queued and klass is not None and klass.workload_priority_class_name:
+            priority = self.workload_priority(klass.workload_priority_class_name)
+            if priority is None:
+                problem = Problem(
+                    c.APPLY_FAILED,
+                    f"WorkloadPriorityClass {klass.workload_priority_class_name} does not exist"
+                    " (scheduling.workloadPriorityClassName): create it or fix the name",
+                )
         if isinstance(resource, Benchmark) and resource.spec.model.checkpoint is not None:
             checkpoint, problem = self._checkpoint(resource)
         baseline = None
@@ -382,6 +560,9 @@ class Reconciler:
             checkpoint=checkpoint,
             evaluation_steps=evaluation,
             baseline_results=baseline,
+            queued=queued,
+            admitted=admission is None or admission.admitted,
+            workload_priority=priority,
         )
         return state, problem
 
@@ -613,7 +794,14 @@ class Reconciler:
         old = c.find(previous.get("conditions"), c.READY)
         if new is None or new.get("status") != "False":
             return
-        if new.get("reason") not in (c.INVALID_SPEC, c.APPLY_FAILED, c.JOB_FAILED, c.PRUNE_FAILED):
+        if new.get("reason") not in (
+            c.INVALID_SPEC,
+            c.APPLY_FAILED,
+            c.JOB_FAILED,
+            c.PRUNE_FAILED,
+            c.EXCEEDS_QUOTA,
+            "Inadmissible",
+        ):
             return
         if (
             old is not None

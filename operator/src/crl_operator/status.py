@@ -40,6 +40,7 @@ OWNED_KEYS: dict[str, frozenset[str]] = {
             "lastCheckpoint",
             "metrics",
             "children",
+            "queue",
         }
     ),
     "RolloutPool": frozenset(
@@ -67,6 +68,7 @@ OWNED_KEYS: dict[str, frozenset[str]] = {
             "comparison",
             "resultsPath",
             "children",
+            "queue",
         }
     ),
 }
@@ -78,6 +80,105 @@ class Problem:
 
     reason: str
     message: str
+
+
+#: Kueue's Workload condition types the operator reads.
+WL_QUOTA_RESERVED = "QuotaReserved"
+WL_ADMITTED = "Admitted"
+WL_EVICTED = "Evicted"
+#: The part of Kueue's flavor-assigner message that says a pod set can never fit.
+_NEVER_FITS = "> maximum capacity"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """How Kueue sees a TrainingRun or Benchmark that names a queue (docs/scheduling.md)."""
+
+    state: str
+    """`Queued`, `Admitted`, `Preempted`, `Evicted` (another eviction reason) or `Unqueued`
+    (Kueue is not installed): `status.queue.state`, a printer column."""
+    reason: str
+    """The Admitted condition's reason: Kueue's (`Pending`, `Inadmissible`, `Preempted`,
+    `PodsReadyTimeout`, ...) or the operator's (`Admitted`, `ExceedsQuota`, `KueueAbsent`,
+    `WorkloadMissing`)."""
+    message: str
+    queue: str
+    """The LocalQueue (`scheduling.queueName`)."""
+    cluster_queue: str | None = None
+    """The ClusterQueue that reserved quota, while it holds it."""
+    reserved: bool = False
+    """Kueue has reserved quota for the Workload (`status.admission` is set)."""
+
+    @property
+    def admitted(self) -> bool:
+        """The children may run: quota is reserved and the Workload was not evicted."""
+        return self.state in ("Admitted", "Unqueued")
+
+    def condition(self) -> Cond:
+        """The resource's `Admitted` condition."""
+        return cond(c.ADMITTED, self.admitted, self.reason, self.message)
+
+    def status(self) -> dict[str, Any]:
+        """`status.queue`."""
+        out = {"name": self.queue, "state": self.state, "clusterQueue": self.cluster_queue}
+        return {k: v for k, v in out.items() if v is not None}
+
+
+def workload_admission(queue: str, workload: Obj | None, *, kueue: bool) -> Admission:
+    """The admission of a resource queued in `queue`, from its Kueue Workload (or its absence).
+
+    `kueue`: whether Kueue is installed; without it the resource runs unqueued and says so.
+    """
+    if not kueue:
+        return Admission(
+            "Unqueued",
+            c.KUEUE_ABSENT,
+            f"scheduling.queueName is {queue!r} but Kueue is not installed (no"
+            " kueue.x-k8s.io/v1beta2 API): running without queueing or quota",
+            queue,
+        )
+    if workload is None:
+        return Admission("Queued", c.WORKLOAD_MISSING, "the Kueue Workload is being created", queue)
+    status = workload.get("status") or {}
+    conds = status.get("conditions")
+    admission = status.get("admission") or {}
+    cq = admission.get("clusterQueue") if admission else None
+    reserved = bool(admission)
+    evicted = c.find(conds, WL_EVICTED)
+    if evicted is not None and evicted.get("status") == "True":
+        reason = str(evicted.get("reason") or "Evicted")
+        again = (
+            "stopping its pods (the trainer checkpoints) before the quota is released"
+            if reserved
+            else "requeued; it resumes from its last checkpoint when admitted again"
+        )
+        return Admission(
+            "Preempted" if reason == "Preempted" else "Evicted",
+            reason,
+            f"{evicted.get('message') or reason}; {again}",
+            queue,
+            cq,
+            reserved,
+        )
+    if c.is_true(conds, WL_ADMITTED) and reserved:
+        return Admission(
+            "Admitted",
+            c.KUEUE_ADMITTED,
+            f"admitted by ClusterQueue {cq} (LocalQueue {queue})",
+            queue,
+            cq,
+            True,
+        )
+    pending = c.find(conds, WL_QUOTA_RESERVED)
+    if pending is None or pending.get("status") == "True":
+        # Reserved but admission checks not ready, or Kueue has not looked at it yet.
+        return Admission("Queued", c.QUEUED, f"waiting in LocalQueue {queue}", queue, cq, reserved)
+    message = str(pending.get("message") or "")
+    reason = str(pending.get("reason") or c.QUEUED)
+    if _NEVER_FITS in message:
+        reason = c.EXCEEDS_QUOTA
+        message = f"larger than the quota it can ever get, it will not be admitted: {message}"
+    return Admission("Queued", reason, f"queued in LocalQueue {queue}: {message}", queue, cq)
 
 
 @dataclass(frozen=True)
@@ -96,6 +197,8 @@ class Observed:
     (crl_worker.api.progress.TrainingProgress); None when there is none or it is malformed."""
     problem: Problem | None = None
     """A failure of this reconcile (invalid spec, a child that could not be applied)."""
+    admission: Admission | None = None
+    """Kueue's admission, for a TrainingRun or Benchmark that names a queue."""
 
     def of_kind(self, kind: str, component: str | None = None) -> Obj | None:
         """The one child of `kind` (and of `component` when given), or None."""
@@ -287,7 +390,9 @@ def trainingrun_conditions(run: TrainingRun, seen: Observed) -> list[Cond]:
                 c.SANDBOXES_READY, False, c.FINISHED, "the run finished; its pool was removed"
             )
 
-    if js is None:
+    if seen.admission is not None and not (js is not None and js.phase in ("succeeded", "failed")):
+        admitted = seen.admission.condition()
+    elif js is None:
         admitted = cond(c.ADMITTED, None, c.JOB_MISSING, "the trainer Job does not exist")
     elif js.phase == "suspended":
         admitted = cond(c.ADMITTED, False, c.JOB_SUSPENDED, js.message)
@@ -341,9 +446,10 @@ def trainingrun_conditions(run: TrainingRun, seen: Observed) -> list[Cond]:
     elif suspended:
         ready = _ready(seen.problem or Problem(c.SUSPENDED_BY_USER, "spec.suspend is true"), (), "")
     else:
+        queued = () if seen.admission is None or admitted.true else (admitted,)
         ready = _ready(
             seen.problem,
-            (inference, sandboxes, training),
+            (*queued, inference, sandboxes, training),
             "inference, sandboxes and trainer are up",
         )
     return [ready, *out]
@@ -459,6 +565,8 @@ def trainingrun_status(
     }
     if run.spec.rollout.pool_ref is not None and seen.pool is not None:
         out["children"]["rolloutPool"] = name_of(seen.pool)
+    if seen.admission is not None:
+        out["queue"] = seen.admission.status()
     out["completionTime"] = _completion_time(prev, js, now)
     return _drop_none(out)
 
@@ -601,12 +709,19 @@ def benchmark_conditions(bench: Benchmark, seen: Observed, finished_cleanup: boo
         running,
         *_verdict(js),
     ]
+    queued: tuple[Cond, ...] = ()
+    if seen.admission is not None and not (succeeded or failed):
+        admitted = seen.admission.condition()
+        out.insert(0, admitted)
+        queued = () if admitted.true else (admitted,)
     if succeeded:
         ready = _ready(seen.problem, (), "the benchmark finished")
     elif failed and js is not None:
         ready = _ready(seen.problem or Problem(c.JOB_FAILED, js.message), (), "")
     else:
-        ready = _ready(seen.problem, (inference, sandboxes, running), "the runner is running")
+        ready = _ready(
+            seen.problem, (*queued, inference, sandboxes, running), "the runner is running"
+        )
     return [ready, *out]
 
 
@@ -671,6 +786,8 @@ def benchmark_status(
     if bench.spec.pool_ref is not None and seen.pool is not None:
         out["children"]["rolloutPool"] = name_of(seen.pool)
     out.update(_results(seen.report, progress, prev))
+    if seen.admission is not None:
+        out["queue"] = seen.admission.status()
     out["completionTime"] = _completion_time(prev, js, now)
     return _drop_none(out)
 

@@ -15,6 +15,7 @@ output nor in :func:`retained`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -59,6 +60,7 @@ from crl_operator.builders.pool import (
 )
 from crl_operator.builders.progress import progress_config_map, progress_name
 from crl_operator.builders.trainer import headless_service, job_name, trainer_job, trainer_rbac
+from crl_operator.builders.workload import strip_kueue_labels, workload, workload_name
 from crl_worker.api import AnyResource, Benchmark, RolloutPool, TrainingRun
 from crl_worker.api.base import VolumeSource
 from crl_worker.api.launch import accelerate_config, deepspeed_config, weight_sync_mode
@@ -89,6 +91,7 @@ __all__ = [
     "token_secret",
     "token_secret_name",
     "worker_config",
+    "workload_name",
 ]
 
 
@@ -99,6 +102,41 @@ def _namespace(resource: AnyResource, namespace: str | None) -> str:
 def suspended(resource: AnyResource, state: RenderState) -> bool:
     """Whether the resource is suspended: by its spec (TrainingRun) or by the runtime."""
     return state.suspended or (isinstance(resource, TrainingRun) and resource.spec.suspend)
+
+
+#: What a queued or evicted resource keeps besides its Workload.
+_KEPT_WHILE_QUEUED = frozenset({"ConfigMap", "Benchmark"})
+
+
+def _queued(
+    resource: TrainingRun | Benchmark,
+    ns: str,
+    state: RenderState,
+    build: Callable[[RenderState], list[dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    """The children of a resource Kueue admits as one unit (`state.queued`).
+
+    The Workload's pod sets come from the render as admitted (every pod-running child
+    present); the children themselves follow the admission: none that runs a pod before it.
+    """
+    if not state.queued or state.finished:
+        return build(state)
+    waiting = replace(state, suspended=True)
+    if suspended(resource, state):
+        # Suspended by its spec: no Workload, so no quota is held (it comes back on resume).
+        return [strip_kueue_labels(c) for c in build(state)]
+    whole = build(replace(state, admitted=True, inference_ready=True))
+    unit = workload(resource, ns, whole, state.workload_priority)
+    if not unit["spec"]["podSets"]:
+        # Nothing would run yet (a checkpoint still unresolved): nothing to queue either.
+        return [strip_kueue_labels(c) for c in build(waiting)]
+    if state.admitted:
+        return [unit, *(strip_kueue_labels(c) for c in build(state))]
+    # Waiting (or evicted): only the configs, which hold the trainer's last report, and the
+    # evaluation Benchmarks (queued on their own). No server, no pool gateway, no sandbox: a
+    # queued run runs nothing and costs the API server three objects.
+    kept = [c for c in build(waiting) if c["kind"] in _KEPT_WHILE_QUEUED]
+    return [unit, *kept]
 
 
 def policy_model(run: TrainingRun) -> ServedModel:
@@ -176,17 +214,23 @@ def _benchmark(bench: Benchmark, ns: str, state: RenderState) -> list[dict[str, 
         return out
     spec = inference_spec(bench)
     served = served_model(bench, state.checkpoint)
+    # Only the runtime suspends a Benchmark: while Kueue has not admitted it (or evicted it).
+    paused = state.suspended
+    pool = inline_pool(bench, ns)
+    if pool is not None and paused:
+        pool["spec"]["replicas"] = 0
     if spec is not None and served is None:
         # A checkpoint not resolved yet: nothing to serve, nothing to run.
-        pool = inline_pool(bench, ns)
         return out + ([pool] if pool is not None else [])
     if spec is not None and served is not None:
+        replicas = 0 if paused else spec.replicas
         out += inference_objects(
-            bench, ns, served, spec, replicas=spec.replicas, scheduling=bench.spec.scheduling
+            bench, ns, served, spec, replicas=replicas, scheduling=bench.spec.scheduling
         )
-    pool = inline_pool(bench, ns)
     if pool is not None:
         out.append(pool)
+    if paused:
+        return out
     if spec is None or state.inference_ready:
         # The runner's identity exists exactly while the runner may run (created before it).
         out += runner_rbac(bench, ns)
@@ -205,10 +249,12 @@ def render(
     ns = _namespace(resource, namespace)
     owner_name(resource)  # refuse a nameless resource before building anything
     if isinstance(resource, TrainingRun):
-        return _training_run(resource, ns, state)
+        run = resource
+        return _queued(run, ns, state, lambda s: _training_run(run, ns, s))
     if isinstance(resource, RolloutPool):
         return _rollout_pool(resource, ns)
-    return _benchmark(resource, ns, state)
+    bench = resource
+    return _queued(bench, ns, state, lambda s: _benchmark(bench, ns, s))
 
 
 def retained(

@@ -50,6 +50,7 @@ COMPONENT_SANDBOX_POLICY = "sandbox-policy"
 COMPONENT_RUNNER = "runner"
 COMPONENT_PROGRESS = "progress"
 COMPONENT_EVALUATION = "evaluation"
+COMPONENT_WORKLOAD = "workload"
 
 
 class BuildError(ValueError):
@@ -105,6 +106,17 @@ class RenderState:
     """For a Benchmark with `spec.baseline`: the baseline's results directory as the runner
     sees it (both write to the same results volume), or None when the runner cannot see it.
     The runtime keeps the value of a runner Job that exists (its pod template is immutable)."""
+    queued: bool = False
+    """Kueue admits the resource as one unit: `scheduling.queueName` is set and Kueue is
+    installed. The render then holds a Kueue Workload with every pod set (inference, trainer
+    or runner), and no child carries Kueue's labels (Kueue's own Job/Deployment integrations
+    would otherwise make one Workload per child and admit them separately)."""
+    workload_priority: int | None = None
+    """With `queued` and `scheduling.workloadPriorityClassName`: that class's value, which
+    Kueue wants in the Workload next to the reference (its job integrations copy it too)."""
+    admitted: bool = True
+    """With `queued`: the Workload holds a quota reservation and was not evicted. Until then
+    (and again after an eviction) the resource renders as suspended: no GPU pod exists."""
 
     @classmethod
     def offline(cls) -> RenderState:

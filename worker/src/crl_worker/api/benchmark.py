@@ -19,7 +19,7 @@ from crl_worker.api.common import (
     SchedulingSpec,
     TaskSource,
 )
-from crl_worker.api.status import CommonStatus
+from crl_worker.api.status import CommonStatus, QueueStatus
 
 
 class SuiteSpec(ApiModel):
@@ -221,3 +221,5 @@ class BenchmarkStatus(CommonStatus):
     """Where the per-instance results (JSONL) and the summary are."""
     children: BenchmarkChildren | None = None
     """Objects created for the benchmark."""
+    queue: QueueStatus | None = None
+    """Kueue's admission of the whole run (with `scheduling.queueName`)."""

@@ -29,7 +29,7 @@ from crl_worker.api.common import (
     TaskSource,
     TrainerSpec,
 )
-from crl_worker.api.status import CommonStatus
+from crl_worker.api.status import CommonStatus, QueueStatus
 
 
 class RolloutSpec(ApiModel):
@@ -293,3 +293,5 @@ class TrainingRunStatus(CommonStatus):
     """The last periodic evaluation."""
     children: TrainingRunChildren | None = None
     """Objects created for the run."""
+    queue: QueueStatus | None = None
+    """Kueue's admission of the whole run (with `scheduling.queueName`)."""

@@ -1,7 +1,8 @@
 -- Argo CD health of a coderepair.io TrainingRun, read from the conditions the operator writes.
 -- A run is a batch workload (like a Job): Progressing while it starts and trains, Healthy once
 -- training succeeded, Degraded when the trainer failed or the spec cannot be applied, and
--- Suspended while spec.suspend is set or Kueue holds its trainer Job in the queue.
+-- Suspended while spec.suspend is set or Kueue holds the run (its Workload, status.queue) or
+-- its trainer Job in the queue; Degraded when the run is larger than its queue can ever admit.
 local hs = { status = "Progressing", message = "Waiting for the operator to report status" }
 
 local function condition(conditions, type)
@@ -52,6 +53,12 @@ elseif ready ~= nil and ready.status == "False" and (ready.reason == "InvalidSpe
 elseif is_true(suspended) then
   hs.status = "Suspended"
   hs.message = "Suspended: " .. said(suspended, "spec.suspend is true")
+elseif admitted ~= nil and admitted.status == "False" and admitted.reason == "ExceedsQuota" then
+  hs.status = "Degraded"
+  hs.message = "ExceedsQuota: " .. said(admitted, "larger than its queue's quota")
+elseif obj.status.queue ~= nil and obj.status.queue.state ~= nil and obj.status.queue.state ~= "Admitted" and obj.status.queue.state ~= "Unqueued" then
+  hs.status = "Suspended"
+  hs.message = obj.status.queue.state .. ": " .. said(admitted, "waiting for Kueue to admit the run")
 elseif admitted ~= nil and admitted.status == "False" and admitted.reason == "JobSuspended" then
   hs.status = "Suspended"
   hs.message = "Queued: " .. said(admitted, "the trainer Job is not admitted yet")

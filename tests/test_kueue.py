@@ -1,0 +1,432 @@
+"""TrainingRuns queued, admitted and preempted by a real Kueue (tests/kueue.py).
+
+A control plane of its own (Kueue's webhooks must not reach into the session's shared cluster),
+two kwok nodes with 8 GPUs each, Kueue's manager built from its Go module, and the operator as
+a subprocess. The test plays the trainer where the fake pods cannot: it writes the progress
+report a trainer would. Trainer pods stay Pending (a node selector no node matches), so a
+trainer Job never finishes on its own; Kueue admits by quota, not by pods.
+
+The quota is sampled on every poll: the GPUs of all admitted Workloads (Kueue's own
+`status.admission`) never exceed the ClusterQueue's nominal quota.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from crl_operator.apply import KindInfo, Kube, KubeError, load_api_client
+
+from .cluster import Cluster, ClusterError
+from .cluster import build as build_cluster
+from .kueue import Kueue
+from .operator_process import OperatorProcess
+from .test_operator_e2e import PENDING_TRAINER, apply, condition, small_run, wait_for
+
+GPU = "nvidia.com/gpu"
+QUOTA = 4
+WORKLOADS = KindInfo("Workload", "kueue.x-k8s.io/v1beta2", "workloads")
+
+
+@pytest.fixture(scope="module")
+def kueue_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Kueue]]:
+    """A control plane with Kueue running against it (both built from Go modules)."""
+    if shutil.which("go") is None:
+        if os.environ.get("CI"):
+            pytest.fail("Go is needed in CI to build Kueue (tests/kueue)")
+        pytest.skip("Go is not installed: Kueue is built from its Go module")
+    workdir = tmp_path_factory.mktemp("kueue-cluster")
+    try:
+        cluster = Cluster(workdir / "cluster", bin_dir=build_cluster(), nodes=2).start()
+    except ClusterError as error:
+        pytest.fail(f"the test control plane did not start: {error}")
+    kueue = Kueue(cluster, workdir / "kueue")
+    try:
+        kueue.install()
+        kueue.start()
+        yield cluster, kueue
+    finally:
+        kueue.stop()
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def operator(
+    kueue_cluster: tuple[Cluster, Kueue], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    cluster, _ = kueue_cluster
+    log_path = tmp_path_factory.mktemp("operator") / "operator.log"
+    proc = OperatorProcess(cluster.kubeconfig, log_path=log_path, resync_seconds=20).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def kube(kueue_cluster: tuple[Cluster, Kueue]) -> Kube:
+    return Kube(load_api_client(str(kueue_cluster[0].kubeconfig)), field_manager="kueue-test")
+
+
+def team(
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    gpus: int,
+    *,
+    cohort: str | None = None,
+    borrowing_limit: int | None = None,
+) -> None:
+    """A ResourceFlavor, a ClusterQueue with `gpus` GPUs that preempts lower priorities, a
+    LocalQueue in `namespace`, and the priorities `low` and `high`. In a `cohort`, the queue
+    may borrow up to `borrowing_limit` idle GPUs and takes lent ones back (reclaim)."""
+    gpu_quota: dict[str, Any] = {"name": GPU, "nominalQuota": gpus}
+    if borrowing_limit is not None:
+        gpu_quota["borrowingLimit"] = borrowing_limit
+    docs: list[dict[str, Any]] = [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+         "metadata": {"name": "gpu"}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+         "metadata": {"name": "low"}, "value": 100},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+         "metadata": {"name": "high"}, "value": 1000},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+         "metadata": {"name": name},
+         "spec": {
+             "namespaceSelector": {},
+             "preemption": {"withinClusterQueue": "LowerPriority",
+                            "reclaimWithinCohort": "Any"},
+             "resourceGroups": [{
+                 "coveredResources": ["cpu", "memory", GPU],
+                 "flavors": [{"name": "gpu", "resources": [
+                     {"name": "cpu", "nominalQuota": "64"},
+                     {"name": "memory", "nominalQuota": "512Gi"},
+                     gpu_quota,
+                 ]}],
+             }],
+             **({"cohortName": cohort} if cohort else {}),
+         }},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+         "metadata": {"name": name, "namespace": namespace},
+         "spec": {"clusterQueue": name}},
+    ]  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(d) for d in docs))
+
+
+def queued_run(name: str, queue: str, priority: str = "low", **spec: Any) -> dict[str, Any]:
+    """small_run (1 GPU of inference, 1 trainer node with 1 GPU) in `queue`."""
+    doc = small_run(name, **{"trainer": dict(PENDING_TRAINER), **spec})
+    doc["spec"]["scheduling"] = {"queueName": queue, "workloadPriorityClassName": priority}
+    return doc
+
+
+def admitted_gpus(kube: Kube, namespace: str) -> int:
+    """GPUs Kueue has reserved for the Workloads of `namespace`, from their admissions."""
+    total = 0
+    for wl in kube.request("GET", "Workload", WORKLOADS.path(namespace)).get("items") or ():
+        admission = (wl.get("status") or {}).get("admission") or {}
+        for assignment in admission.get("podSetAssignments") or ():
+            total += int(str((assignment.get("resourceUsage") or {}).get(GPU, 0)))
+    return total
+
+
+class Sampler:
+    """Polls a run's status while checking, on every poll, that the quota holds."""
+
+    def __init__(self, kube: Kube, namespace: str, quota: int) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.quota = quota
+        self.peak = 0
+        self.samples = 0
+
+    def check(self) -> None:
+        used = admitted_gpus(self.kube, self.namespace)
+        self.samples += 1
+        self.peak = max(self.peak, used)
+        assert used <= self.quota, f"{used} GPUs admitted in a queue of {self.quota}"
+
+    def run(self, name: str) -> dict[str, Any]:
+        self.check()
+        return self.kube.get("TrainingRun", self.namespace, name) or {}
+
+
+def children(kube: Kube, namespace: str, run: str) -> dict[str, dict[str, Any]]:
+    """The run's Deployments and Jobs by kind."""
+    out = {}
+    for kind in ("Deployment", "Job"):
+        for obj in kube.list(
+            kind, namespace=namespace, label_selector=f"coderepair.io/trainingrun={run}"
+        ):
+            out[kind] = obj
+    return out
+
+
+def state(run: dict[str, Any]) -> str | None:
+    return ((run.get("status") or {}).get("queue") or {}).get("state")
+
+
+def test_runs_are_admitted_whole_within_quota(
+    kueue_cluster: tuple[Cluster, Kueue], operator: OperatorProcess, kube: Kube
+) -> None:
+    """Two runs of 2 GPUs fit a 4-GPU queue; the third waits visibly with no GPU pod; one
+    larger than the queue says it can never fit; the third starts when one finishes."""
+    cluster, _ = kueue_cluster
+    ns = cluster.namespace("quota")
+    team(cluster, ns, "team-quota", QUOTA)
+    sampler = Sampler(kube, ns, QUOTA)
+    apply(cluster, ns, *(queued_run(f"run-{i}", "team-quota") for i in range(3)))
+    huge = queued_run(
+        "huge", "team-quota", trainer={**PENDING_TRAINER, "nodes": 2, "gpusPerNode": 4}
+    )
+    apply(cluster, ns, huge)
+
+    def settled() -> list[dict[str, Any]] | None:
+        runs = [sampler.run(f"run-{i}") for i in range(3)]
+        states = sorted(str(state(r)) for r in runs)
+        assert states == ["Admitted", "Admitted", "Queued"], [
+            (state(r), condition(r, "Admitted"), condition(r, "Ready")) for r in runs
+        ]
+        return runs
+
+    runs = wait_for("two runs admitted and one queued", settled, op=None)
+    waiting = next(r for r in runs if state(r) == "Queued")
+    name = waiting["metadata"]["name"]
+    admitted = condition(waiting, "Admitted")
+    assert admitted["status"] == "False" and admitted["reason"] == "Pending", admitted
+    assert "team-quota" in admitted["message"] and "insufficient" in admitted["message"], admitted
+    assert condition(waiting, "Ready")["reason"] == "Pending"
+    # Queued means nothing holds a GPU: no inference Deployment and no trainer Job.
+    assert children(kube, ns, name) == {}
+    for r in runs:
+        if state(r) == "Admitted":
+            got = wait_for(
+                "the admitted run's trainer Job",
+                lambda r=r: "Job" in children(kube, ns, r["metadata"]["name"]),
+            )
+            assert got
+    table = cluster.kubectl("get", "trun", "-n", ns, name).stdout
+    assert "Queued" in table and "team-quota" in table, table
+
+    big = wait_for(
+        "the oversized run's verdict",
+        lambda: (
+            condition(sampler.run("huge"), "Admitted").get("reason") == "ExceedsQuota"
+            and sampler.run("huge")
+        ),
+    )
+    assert "maximum capacity" in condition(big, "Admitted")["message"]
+    assert "Job" not in children(kube, ns, "huge")
+
+    # One admitted run goes away: the queued one is admitted and starts.
+    done = next(r["metadata"]["name"] for r in runs if state(r) == "Admitted")
+    cluster.kubectl("delete", "trun", "-n", ns, done, "--wait=false")
+    wait_for("the queued run admitted", lambda: state(sampler.run(name)) == "Admitted")
+    wait_for("its trainer Job", lambda: "Job" in children(kube, ns, name))
+    assert sampler.peak == QUOTA and sampler.samples > 3
+
+
+def report(cluster: Cluster, ns: str, run: str, step: int) -> None:
+    """What the trainer writes after a checkpoint (crl_worker.api.progress.TrainingProgress)."""
+    progress = {
+        "step": step,
+        "totalSteps": 100,
+        "lastCheckpoint": {"step": step, "path": f"step-{step}", "time": "2026-01-01T12:00:00Z"},
+        "phase": "training",
+    }
+    cluster.kubectl("patch", "configmap", "-n", ns, f"{run}-progress", "--type=merge",
+                    "-p", json.dumps({"data": {"progress.json": json.dumps(progress)}}))  # fmt: skip
+
+
+def test_preemption_stops_the_run_and_it_resumes(
+    kueue_cluster: tuple[Cluster, Kueue], operator: OperatorProcess, kube: Kube
+) -> None:
+    """A high-priority run preempts a low one: the low run's trainer Job and inference stop,
+    its status says Preempted, and once the quota is free again it is readmitted, its trainer
+    Job comes back and the step count continues from the last checkpoint."""
+    cluster, _ = kueue_cluster
+    ns = cluster.namespace("preempt")
+    team(cluster, ns, "team-preempt", 2)
+    sampler = Sampler(kube, ns, 2)
+    apply(cluster, ns, queued_run("low", "team-preempt", "low"))
+    wait_for(
+        "the low run's trainer Job",
+        lambda: "Job" in children(kube, ns, "low") and sampler.check() is None,
+    )
+    wait_for("the progress ConfigMap", lambda: kube.get("ConfigMap", ns, "low-progress"))
+    report(cluster, ns, "low", 10)
+    wait_for(
+        "step 10 in the status", lambda: (sampler.run("low").get("status") or {}).get("step") == 10
+    )
+    first_job = children(kube, ns, "low")["Job"]["metadata"]["uid"]
+
+    apply(cluster, ns, queued_run("high", "team-preempt", "high"))
+    low = wait_for(
+        "the low run preempted",
+        lambda: state(sampler.run("low")) == "Preempted" and sampler.run("low"),
+    )
+    assert condition(low, "Admitted")["reason"] == "Preempted", condition(low, "Admitted")
+    wait_for("the high run admitted", lambda: state(sampler.run("high")) == "Admitted")
+    wait_for("the low run's pods stopped", lambda: children(kube, ns, "low") == {})
+    events = cluster.kubectl(
+        "get", "events", "-n", ns, "--field-selector", "involvedObject.name=low", "-o", "json"
+    ).stdout
+    assert "Preempted" in events
+
+    cluster.kubectl("delete", "trun", "-n", ns, "high", "--wait=false")
+    wait_for("the low run readmitted", lambda: state(sampler.run("low")) == "Admitted")
+    job = wait_for("a new trainer Job", lambda: children(kube, ns, "low").get("Job"))
+    assert job["metadata"]["uid"] != first_job
+    assert (sampler.run("low").get("status") or {}).get("step") == 10
+    report(cluster, ns, "low", 11)
+    wait_for(
+        "the step count continues",
+        lambda: (sampler.run("low").get("status") or {}).get("step") == 11,
+    )
+
+
+def test_kueue_restarted_mid_run(
+    kueue_cluster: tuple[Cluster, Kueue], operator: OperatorProcess, kube: Kube
+) -> None:
+    """Kueue stops and comes back: admitted runs stay admitted, a queued one keeps waiting
+    (no GPU pod meanwhile) and is admitted by the restarted Kueue when quota frees up."""
+    cluster, kueue = kueue_cluster
+    ns = cluster.namespace("restart")
+    team(cluster, ns, "team-restart", 2)
+    sampler = Sampler(kube, ns, 2)
+    apply(cluster, ns, queued_run("first", "team-restart"))
+    wait_for("the first run admitted", lambda: state(sampler.run("first")) == "Admitted")
+    kueue.stop()
+    apply(cluster, ns, queued_run("second", "team-restart"))
+    # Kueue's webhooks are down with it, so the Workload cannot even be created: the run
+    # waits with nothing running, and says why.
+    second = wait_for(
+        "the second run waiting for its Workload",
+        lambda: (
+            condition(sampler.run("second"), "Admitted").get("reason") == "WorkloadMissing"
+            and sampler.run("second")
+        ),
+    )
+    assert state(second) == "Queued"
+    assert "Job" not in children(kube, ns, "second")
+    kueue.start()
+    wait_for(
+        "the second run queued",
+        lambda: condition(sampler.run("second"), "Admitted").get("reason") == "Pending",
+    )
+    assert state(sampler.run("first")) == "Admitted"
+    cluster.kubectl("delete", "trun", "-n", ns, "first", "--wait=false")
+    wait_for("the second run admitted", lambda: state(sampler.run("second")) == "Admitted")
+
+
+def test_without_kueue_a_queued_run_runs_and_says_why(cluster: Cluster, tmp_path: Path) -> None:
+    """The session's cluster has no Kueue: the run starts unqueued, its Admitted condition
+    says that the queue it names is not enforced."""
+    ns = cluster.namespace("nokueue")
+    kube = Kube(load_api_client(str(cluster.kubeconfig)), field_manager="kueue-test")
+    proc = OperatorProcess(
+        cluster.kubeconfig, namespaces=[ns], log_path=tmp_path / "op.log"
+    ).start()
+    try:
+        apply(cluster, ns, queued_run("solo", "team-x"))
+        run = wait_for(
+            "the Admitted condition",
+            lambda: (
+                condition(kube.get("TrainingRun", ns, "solo"), "Admitted").get("reason")
+                == "KueueAbsent"
+                and kube.get("TrainingRun", ns, "solo")
+            ),
+        )
+        assert condition(run, "Admitted")["status"] == "True"
+        assert "Kueue is not installed" in condition(run, "Admitted")["message"]
+        assert state(run) == "Unqueued"
+        wait_for("the trainer Job", lambda: "Job" in children(kube, ns, "solo"))
+        with pytest.raises(KubeError):
+            kube.request("GET", "Workload", WORKLOADS.path(ns))
+    finally:
+        proc.stop()
+
+
+TEAMS = sorted((Path(__file__).resolve().parents[1] / "examples" / "teams").glob("*.yaml"))
+
+
+def test_the_teams_example_applies_and_its_run_is_admitted(
+    kueue_cluster: tuple[Cluster, Kueue], operator: OperatorProcess, kube: Kube
+) -> None:
+    """examples/teams/ as a user applies it: the ClusterQueues become active (their flavor,
+    cohort and priorities exist) and team A's run is admitted as one unit."""
+    cluster, _ = kueue_cluster
+    for path in TEAMS:
+        cluster.kubectl("apply", "--server-side", "-f", str(path))
+    for name in ("team-a", "team-b"):
+        wait_for(
+            f"ClusterQueue {name} active",
+            lambda name=name: (
+                condition(
+                    kube.request(
+                        "GET", "ClusterQueue", f"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/{name}"
+                    ),
+                    "Active",
+                ).get("status")
+                == "True"
+            ),
+        )
+    run = wait_for(
+        "team A's run admitted",
+        lambda: (
+            state(kube.get("TrainingRun", "team-a", "qwen3-0-6b-team-a") or {}) == "Admitted"
+            and kube.get("TrainingRun", "team-a", "qwen3-0-6b-team-a")
+        ),
+    )
+    assert run["status"]["queue"] == {"name": "gpus", "state": "Admitted", "clusterQueue": "team-a"}
+    workload = kube.get("Workload", "team-a", "qwen3-0-6b-team-a-workload")
+    assert workload is not None
+    assert [(p["name"], p["count"]) for p in workload["spec"]["podSets"]] == [
+        ("inference", 1),
+        ("trainer", 1),
+    ]
+    usage = {
+        a["name"]: a["resourceUsage"][GPU]
+        for a in workload["status"]["admission"]["podSetAssignments"]
+    }
+    assert usage == {"inference": "1", "trainer": "2"}
+
+
+def test_borrowing_from_an_idle_team_and_reclaim(
+    kueue_cluster: tuple[Cluster, Kueue], operator: OperatorProcess, kube: Kube
+) -> None:
+    """Team Y borrows team X's idle GPUs (two runs on a 2-GPU quota); when team X submits, it
+    reclaims them: one of Y's runs is preempted (status Preempted, its pods stopped), X's run is
+    admitted, and neither team ever holds more than its quota plus what it may borrow."""
+    cluster, _ = kueue_cluster
+    nx, ny = cluster.namespace("lender"), cluster.namespace("borrower")
+    team(cluster, nx, "team-x", 2, cohort="lab", borrowing_limit=0)
+    team(cluster, ny, "team-y", 2, cohort="lab", borrowing_limit=2)
+    x, y = Sampler(kube, nx, 2), Sampler(kube, ny, 4)
+
+    def both() -> None:
+        x.check()
+        y.check()
+        assert x.samples and admitted_gpus(kube, nx) + admitted_gpus(kube, ny) <= 4
+
+    apply(cluster, ny, queued_run("y-0", "team-y"), queued_run("y-1", "team-y"))
+    wait_for(
+        "both of team Y's runs admitted (one on borrowed GPUs)",
+        lambda: both() is None and all(state(y.run(f"y-{i}")) == "Admitted" for i in range(2)),
+    )
+    apply(cluster, nx, queued_run("x-0", "team-x"))
+    wait_for("team X's run admitted", lambda: both() is None and state(x.run("x-0")) == "Admitted")
+    states = sorted(str(state(y.run(f"y-{i}"))) for i in range(2))
+    assert states == ["Admitted", "Preempted"], states
+    preempted = next(f"y-{i}" for i in range(2) if state(y.run(f"y-{i}")) == "Preempted")
+    reason = condition(y.run(preempted), "Admitted")
+    assert reason["reason"] == "Preempted" and "reclamation" in reason["message"], reason
+    wait_for("the preempted run's pods stopped", lambda: children(kube, ny, preempted) == {})
+    assert y.peak == 4 and x.peak == 2
