@@ -558,15 +558,16 @@ def rolloutpool_status(
 # --- Benchmark ----------------------------------------------------------------------------
 
 
-def _served(bench: Benchmark) -> bool:
-    return bench.spec.model.endpoint is None
+def served_by_operator(bench: Benchmark) -> bool:
+    """Whether the operator serves the benchmark's model (not an endpoint, not the gold replay)."""
+    return bench.spec.model.endpoint is None and bench.spec.model.gold is None
 
 
 def benchmark_conditions(bench: Benchmark, seen: Observed, finished_cleanup: bool) -> list[Cond]:
     """Conditions of a Benchmark from its children (or, after cleanup, from what was recorded)."""
     job = seen.of_kind("Job")
     js = job_state(job) if job is not None else None
-    served = _served(bench)
+    served = served_by_operator(bench)
     if finished_cleanup:
         inference = cond(
             c.INFERENCE_READY,

@@ -159,6 +159,8 @@ def prepare_benchmark(
     if max_errors is not None and max_errors < 0:
         raise BenchConfigError(f"the error limit must be at least 0, not {max_errors}")
     check_agent(spec.agent)
+    if spec.model.gold is not None:
+        agent = "gold"  # the manifest asks for the gold replay, whatever the default agent
     endpoint = None if agent == "gold" else resolve_endpoint(spec, url=url, model=model, env=env)
     selected = load_benchmark_tasks(
         config,
