@@ -207,9 +207,11 @@ def pool_ready(pool: Obj | None) -> Cond:
     return cond(c.SANDBOXES_READY, False, c.POOL_NOT_READY, f"RolloutPool {name}: {counts}")
 
 
-def _inference(dep: Obj | None, *, served: bool, suspended: bool) -> Cond:
+def _inference(
+    dep: Obj | None, *, served: bool, suspended: bool, why: str = "the model is served elsewhere"
+) -> Cond:
     if not served:
-        return cond(c.INFERENCE_READY, True, c.NOT_SERVED, "the model is served elsewhere")
+        return cond(c.INFERENCE_READY, True, c.NOT_SERVED, why)
     if suspended:
         return cond(c.INFERENCE_READY, False, c.SCALED_TO_ZERO, "suspended: inference scaled to 0")
     if dep is None:
@@ -274,9 +276,14 @@ def trainingrun_conditions(run: TrainingRun, seen: Observed) -> list[Cond]:
     dep = seen.of_kind("Deployment")
     job = seen.of_kind("Job")
     js = job_state(job) if job is not None else None
-    inference = _inference(dep, served=True, suspended=suspended)
+    inference = _inference(
+        dep,
+        served=run.spec.generation == "vllm",
+        suspended=suspended,
+        why="generation is in-process: the trainer generates from the weights it trains",
+    )
     sandboxes = pool_ready(seen.pool)
-    if js is not None and js.phase in ("succeeded", "failed"):
+    if js is not None and js.phase in ("succeeded", "failed") and run.spec.generation == "vllm":
         # A finished run keeps only its config and trainer Job; the rest was removed on purpose.
         if dep is None:
             inference = cond(
