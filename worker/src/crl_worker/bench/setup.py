@@ -45,6 +45,7 @@ from crl_worker.rollout.setup import (
     RolloutSetupError,
     Sandboxes,
     check_endpoint,
+    wait_for_gateway,
 )
 from crl_worker.tasks.model import Task
 
@@ -184,6 +185,11 @@ def prepare_benchmark(
                 if require_endpoint:
                     raise BenchConfigError(str(exc)) from exc
                 logger.warning("%s", exc)
+        if pool_url:
+            try:
+                asyncio.run(wait_for_gateway(pool_url))
+            except RolloutSetupError as exc:
+                raise BenchConfigError(str(exc)) from exc
         try:
             sandboxes = Sandboxes.make(pool_url, sandbox)
         except SandboxError as exc:
