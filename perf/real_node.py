@@ -1,6 +1,7 @@
 """Sandbox pods on a real node of the test cluster: how long a cold sandbox takes, and exec.
 
-    python perf/real_node.py [--cold N] [--burst N] [--execs N] [--leases N] [--no-pool] [--json]
+    python perf/real_node.py [--cold N] [--burst N] [--execs N] [--leases N] [--no-pool] [--bench]
+                             [--json]
 
 Prints figures; asserts nothing. Needs root, Go, Debian's containerd, containernetworking-plugins,
 tini, docker.io and debootstrap (what ``.ci/run`` installs): it starts the test control plane
@@ -33,6 +34,15 @@ the node's containerd, then:
   of the released sandbox); and ``--leases`` gateway ``run`` round trips of ``true`` (HTTP →
   gateway → exec session → container).
 
+- **the gold benchmark** (``--bench``): the bundled suite's 8 instances with the gold replay, in
+  the cluster (examples/benchmark-mini-gold.yaml as tests/test_real_node.py runs it: the chart,
+  the 8 task images and the worker image on the node, the runner Job and the inline pool's
+  gateway and sandbox pods there, results on a local PersistentVolume; timed from ``kubectl
+  apply`` until the status has its completion time) and on this machine (``crl bench
+  examples/local-benchmark-mini.yaml --agent gold``: the same instances, agent settings and
+  parallelism 2, local sandboxes: a clone and a virtual environment each; timed around the
+  command). Image builds and loading are not in either figure.
+
 Figures (a 2-core VM shared with four other sessions, load average 15-20 during both runs;
 Kubernetes v1.37.1, containerd 1.6.20, runc 1.1.5, cgroup v1, overlayfs; 2026-11-25).
 ``python perf/real_node.py`` (defaults)::
@@ -55,6 +65,18 @@ warm leases with a ready sandbox waiting)::
     lease, warm, right after its release  n=100  p50=520 ms   p99=1173 ms  max=1207 ms
     gateway run round trip (true)         n=100  p50=2.3 ms   p99=12.8 ms  max=13.5 ms
 
+``python perf/real_node.py --cold 5 --burst 5 --execs 20 --no-pool --bench`` (2026-11-25, load
+average about 8)::
+
+    gold benchmark, 8 instances, parallelism 2   in the cluster 84.8 s (8/8)   locally 39.1 s
+
+The cluster's run is about twice the local one for the same 8 attempts: the operator creates the
+inline pool and the runner Job, the runner pod starts and waits for the gateway pod (it loads the
+tasks), and each attempt's sandbox is a cold pod (about 1-2 s to start and snapshot) whose every
+agent command and test run crosses HTTP to the gateway and an exec websocket through the API
+server to the kubelet; locally a sandbox is a clone and a virtual environment reused from uv's
+cache, and commands are local processes.
+
 A warm lease with a ready sandbox is 3.5 ms at the median; its p99 (71 ms) misses the 50 ms
 goal on this loaded machine. A lease right after a release waits for that sandbox's reset
 (git checkout and clean through the exec session), half a second here. The sandbox start is
@@ -71,6 +93,7 @@ import asyncio
 import json
 import logging
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -98,7 +121,14 @@ from tests.fixtures.docker import (  # noqa: E402
     debian_image,
     running_engine,
 )
-from tests.incluster import build_image, install_operator, start_pool, uninstall_operator  # noqa: E402
+from tests.incluster import (  # noqa: E402
+    build_image,
+    delete_benchmark,
+    install_operator,
+    run_gold_benchmark,
+    start_pool,
+    uninstall_operator,
+)
 from tests.node import RealNode  # noqa: E402
 
 log = logging.getLogger("perf.real_node")
@@ -355,6 +385,41 @@ def pool_figures(
         cluster.delete_namespace(namespace)
 
 
+def bench_figures(
+    cluster: Cluster, node: RealNode, engine: DockerEngine, base: str, work: Path
+) -> dict[str, Any]:
+    """The bundled suite with the gold replay, in the cluster (examples/benchmark-mini-gold.yaml,
+    as tests/test_real_node.py runs it) and on this machine (``crl bench
+    examples/local-benchmark-mini.yaml --agent gold``: the same 8 instances, agent settings and
+    parallelism, local sandboxes), each timed from start to finish."""
+    started = time.monotonic()
+    local = subprocess.run(
+        [sys.executable, "-m", "crl_cli", "bench", str(ROOT / "examples" / "local-benchmark-mini.yaml"),
+         "--agent", "gold", "--results", str(work / "local-results"), "--output", "json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    local_wall = time.monotonic() - started
+    if local.returncode != 0:
+        raise SystemExit(f"crl bench failed: {(local.stdout + local.stderr)[-3000:]}")
+    node.load_image(engine.env(), build_image(engine, base, "operator"))
+    namespace = cluster.namespace("perf-bench")
+    install_operator(cluster, node, namespace)
+    try:
+        run = run_gold_benchmark(cluster, node, engine, base, namespace)
+        status = run.bench.get("status", {})
+        if not run.finished or status.get("resolveRate") != 1.0:
+            raise SystemExit(f"the in-cluster benchmark did not resolve 8/8: {status}")
+        delete_benchmark(cluster, namespace, run)
+    finally:
+        uninstall_operator(cluster, namespace)
+        cluster.delete_namespace(namespace)
+    return {
+        "in the cluster (s)": round(run.wall, 1),
+        "locally, crl bench (s)": round(local_wall, 1),
+        "in the cluster": status["progress"]["summary"],
+    }
+
+
 def main() -> None:
     """Start the cluster and node, measure, print."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -369,6 +434,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--no-pool", action="store_true", help="skip the operator and RolloutPool (no image builds)"
+    )
+    parser.add_argument(
+        "--bench",
+        action="store_true",
+        help="also the gold benchmark of the bundled suite in the cluster vs crl bench locally",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
@@ -396,6 +466,7 @@ def main() -> None:
                     None if args.no_pool
                     else pool_figures(cluster, node, engine, image, args.leases)
                 )  # fmt: skip
+                gold = bench_figures(cluster, node, engine, image, work) if args.bench else None
     figures: dict[str, Any] = {
         "cold pod create -> Ready": summary(cold),
         "cold KubernetesSandbox.start()": summary(sbx["start"]),
@@ -409,6 +480,8 @@ def main() -> None:
         figures["lease, warm, a ready sandbox waiting"] = summary(pool["ready_warm"])
         figures["lease, warm, right after its release"] = summary(pool["warm"])
         figures["gateway run round trip (true)"] = summary(pool["run"])
+    if gold is not None:
+        figures["gold benchmark, 8 instances, parallelism 2"] = gold
     if args.json:
         sys.stdout.write(json.dumps(figures, indent=2) + "\n")
         return

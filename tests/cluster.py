@@ -487,6 +487,9 @@ class Cluster:
             f"--service-account-key-file={self._pki['sa.pub']}",
             f"--service-account-signing-key-file={self._pki['sa.key']}",
             "--authorization-mode=RBAC",
+            # A namespace may pin its pods to nodes (annotations scheduler.alpha.kubernetes.io/
+            # node-selector and defaultTolerations): how a namespace is put on the real node.
+            "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allow-privileged=true",
             # The default reconciler would publish 127.0.0.1 as the kubernetes Service endpoint.

@@ -4,16 +4,20 @@ Helpers shared by tests/test_real_node.py and perf/real_node.py, on a `Cluster` 
 `RealNode` and the Docker engine of tests/fixtures/docker.py:
 
 - :func:`build_image`: ``images/build.sh`` of one component on the Debian base;
-- :func:`install_operator`: ``helm install`` of the chart with the operator on the real node
-  (plus the ``hostAliases`` the test cluster needs: it runs no DNS service);
+- :func:`pin_namespace`: every pod of a namespace on the real node (the namespace's
+  node-selector and default-toleration annotations, which the test API server enforces);
+- :func:`install_operator`: ``helm install`` of the chart, as the README has it, into a
+  namespace pinned to the real node;
 - :func:`start_pool`: a RolloutPool whose tasks come from a ConfigMap, its gateway moved onto the
   real node; returns a :class:`Gateway` to lease from (at the gateway pod's IP: no kube-proxy).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import os
 import subprocess
 import time
 import tomllib
@@ -21,14 +25,19 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import yaml
+
+from crl_worker.sandbox.images import TaskImageBuilder
 from crl_worker.sandbox.kubernetes import pod_ready
+from crl_worker.tasks.loaders import load_tasks
 from crl_worker.tasks.model import Task
 
 from .cluster import Cluster
 from .fixtures.docker import DockerEngine
-from .node import KUBERNETES_SERVICE_IP, RealNode
+from .node import RealNode
 from .paths import ROOT
 
 #: The project's version: the tag of the images images/build.sh makes.
@@ -72,26 +81,31 @@ def owned_by(cluster: Cluster, kind: str, namespace: str, owner: str) -> list[di
     ]  # fmt: skip
 
 
-def _patch(cluster: Cluster, namespace: str, deployment: str, spec: dict[str, Any]) -> None:
-    """Merge ``spec`` into a Deployment's pod template as the field manager ``crl-tests`` (the
-    operator's and helm's own fields stay theirs)."""
-    body = json.dumps({"spec": {"template": {"spec": spec}}})
-    cluster.kubectl("patch", "deployment", deployment, "-n", namespace, "--type=merge",
-                    "--field-manager=crl-tests", "-p", body)  # fmt: skip
+def pin_namespace(cluster: Cluster, node: RealNode, namespace: str) -> None:
+    """Put every pod of ``namespace`` on the real node: the API server's PodNodeSelector and
+    PodTolerationRestriction admission plugins merge the namespace's node selector and default
+    tolerations into each pod, so the operator's children (gateways, runner and trainer Jobs,
+    sandboxes) land there without a placement of their own, as a cluster admin would do it."""
+    selector = ",".join(f"{k}={v}" for k, v in node.placement["nodeSelector"].items())
+    cluster.kubectl(
+        "annotate", "namespace", namespace, "--overwrite",
+        f"scheduler.alpha.kubernetes.io/node-selector={selector}",
+        f"scheduler.alpha.kubernetes.io/defaultTolerations="
+        f"{json.dumps(node.placement['tolerations'])}",
+    )  # fmt: skip
 
 
 def install_operator(
     cluster: Cluster, node: RealNode, namespace: str, release: str = "crl"
 ) -> dict[str, Any]:
-    """``helm install`` the chart into ``namespace`` with the operator's image (already on the
-    node) on the real node, watching that namespace; returns the operator's pod once Ready."""
+    """``helm install`` the chart into ``namespace`` (pinned to the real node, the operator's
+    image already there), watching that namespace; returns the operator's pod once Ready."""
+    pin_namespace(cluster, node, namespace)
     values = [
         "--set", f"image.registry={REGISTRY}",
         "--set", "logFormat=text",
         "--set", "workers=2",
         "--set", "watch.scope=namespaces",
-        "--set-json", f"nodeSelector={json.dumps(node.placement['nodeSelector'])}",
-        "--set-json", f"tolerations={json.dumps(node.placement['tolerations'])}",
     ]  # fmt: skip
     install = subprocess.run(
         [str(cluster.helm_path), "install", release, str(CHART), "--namespace", namespace,
@@ -100,12 +114,6 @@ def install_operator(
     )  # fmt: skip
     if install.returncode != 0:
         raise AssertionError(f"helm install: {install.stderr}")
-    # No DNS service here, and kopf's in-cluster login names the API server
-    # https://kubernetes.default.svc (a real cluster needs none of this).
-    _patch(cluster, namespace, f"{release}-coderepairrl", {"hostAliases": [{
-        "ip": KUBERNETES_SERVICE_IP,
-        "hostnames": ["kubernetes.default.svc", "kubernetes.default.svc.cluster.local"],
-    }]})  # fmt: skip
     rollout = cluster.kubectl("rollout", "status", f"deployment/{release}-coderepairrl", "-n",
                               namespace, "--timeout=180s", check=False, timeout=200)  # fmt: skip
     if rollout.returncode != 0:
@@ -177,13 +185,10 @@ def start_pool(
         },
     }
     cluster.kubectl("apply", "-f", "-", input=json.dumps(pool))
-    [gateway] = until("the gateway Deployment",
-                      lambda: owned_by(cluster, "deployments", namespace, name))  # fmt: skip
+    until("the gateway Deployment", lambda: owned_by(cluster, "deployments", namespace, name))
     secret_name = f"{name}-gateway-token"
     until("the gateway's token Secret", lambda: cluster.kubectl(
         "get", "secret", secret_name, "-n", namespace, check=False).returncode == 0)  # fmt: skip
-    # A RolloutPool has no placement for its gateway, only for its sandboxes.
-    _patch(cluster, namespace, gateway["metadata"]["name"], node.placement)
 
     def gateway_pods() -> list[dict[str, Any]]:
         listed = json.loads(cluster.kubectl(
@@ -204,3 +209,115 @@ def sandbox_pods(cluster: Cluster, namespace: str, pool: str) -> list[dict[str, 
         "get", "pods", "-n", namespace, "-l", f"coderepair.io/pool={pool},coderepair.io/role=sandbox",
         "-o", "json").stdout)["items"]  # fmt: skip
     return [p for p in listed if not p["metadata"].get("deletionTimestamp")]
+
+
+#: The runner's user: the operator's runner Job runs as 1000:1000.
+RUNNER_UID = 1000
+#: The bundled suite in a cluster, with the gold replay (what the README's cluster section shows).
+GOLD_BENCHMARK = ROOT / "examples" / "benchmark-mini-gold.yaml"
+SUITE = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"
+
+
+def local_volume(cluster: Cluster, node: RealNode, namespace: str, name: str) -> Path:
+    """A PersistentVolume of a directory on the real node (``local``, pinned to the node by its
+    affinity, as an admin makes one of a node's disk) and the claim ``name`` bound to it;
+    returns the directory, made for the runner's user as an admin would."""
+    directory = node.workdir / "volumes" / f"{namespace}-{name}"
+    directory.mkdir(parents=True)
+    os.chown(directory, RUNNER_UID, RUNNER_UID)
+    hostname = {"key": "kubernetes.io/hostname", "operator": "In", "values": [node.name]}
+    volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": f"{namespace}-{name}"},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "crl-local",
+            "local": {"path": str(directory)},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [hostname]}]}},
+            "claimRef": {"namespace": namespace, "name": name},
+        },
+    }
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "crl-local",
+            "volumeName": f"{namespace}-{name}",
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    body = {"apiVersion": "v1", "kind": "List", "items": [volume, claim]}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(body))
+    return directory
+
+
+@dataclass
+class BenchmarkRun:
+    """A Benchmark applied and waited for: its last state and how long it took."""
+
+    name: str
+    namespace: str
+    bench: dict[str, Any]
+    finished: bool
+    wall: float
+    """Seconds from `kubectl apply` to the status's completion time being seen."""
+    volume: Path
+    """The results volume's directory on the node."""
+
+
+def run_gold_benchmark(
+    cluster: Cluster, node: RealNode, engine: DockerEngine, base: str, namespace: str,
+    *, timeout: int = 600, meanwhile: Callable[[Path], None] | None = None,
+) -> BenchmarkRun:  # fmt: skip
+    """examples/benchmark-mini-gold.yaml as its comment says to run it: the suite's task images
+    (``TaskImageBuilder``, as ``crl tasks images``) and the worker image on the node, the task
+    file in the ``crl-mini-tasks`` ConfigMap, the ``crl-mini-results`` claim on a local volume;
+    then ``kubectl apply``, ``meanwhile(volume directory)`` when given (what a test does to
+    the running benchmark), and a watch until the status has a completion time."""
+    tasks = load_tasks(SUITE, "task").tasks
+    built = asyncio.run(TaskImageBuilder(engine.client(), bases={"python": base})
+                        .build_all(tasks, jobs=2))  # fmt: skip
+    errors = [b.error for b in built if b.error]
+    if errors:
+        raise AssertionError(f"task images: {errors}")
+    node.load_image(engine.env(), build_image(engine, base, "worker"),
+                    *[str(b.image) for b in built])  # fmt: skip
+    jsonl = "".join(
+        json.dumps(t.model_copy(update={"image": b.image}).model_dump(mode="json")) + "\n"
+        for t, b in zip(tasks, built, strict=True)
+    )
+    cluster.kubectl("create", "configmap", "crl-mini-tasks", "-n", namespace,
+                    "--from-file=tasks.jsonl=/dev/stdin", input=jsonl)  # fmt: skip
+    volume = local_volume(cluster, node, namespace, "crl-mini-results")
+    manifest = yaml.safe_load(GOLD_BENCHMARK.read_text())
+    manifest["metadata"]["namespace"] = namespace
+    name = manifest["metadata"]["name"]
+    began = time.monotonic()
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    if meanwhile is not None:
+        meanwhile(volume)
+    done = cluster.kubectl(
+        "wait", f"bench/{name}", "-n", namespace, "--for=jsonpath={.status.completionTime}",
+        f"--timeout={timeout}s", check=False, timeout=timeout + 30,
+    )  # fmt: skip
+    wall = time.monotonic() - began
+    bench = json.loads(cluster.kubectl("get", "bench", name, "-n", namespace, "-o",
+                                       "json").stdout)  # fmt: skip
+    return BenchmarkRun(name, namespace, bench, done.returncode == 0, wall, volume)
+
+
+def delete_benchmark(cluster: Cluster, namespace: str, run: BenchmarkRun) -> None:
+    """Delete the Benchmark (its children go with it), its claim and volume, and the task
+    ConfigMap; the volume's directory stays with the node's folder."""
+    cluster.kubectl("delete", "bench", run.name, "-n", namespace, "--timeout=120s",
+                    check=False, timeout=150)  # fmt: skip
+    cluster.kubectl("delete", "pvc", "crl-mini-results", "-n", namespace, "--wait=false",
+                    check=False)  # fmt: skip
+    cluster.kubectl("delete", "pv", f"{namespace}-crl-mini-results", "--wait=false",
+                    check=False)  # fmt: skip
+    cluster.kubectl("delete", "configmap", "crl-mini-tasks", "-n", namespace, check=False)

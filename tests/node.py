@@ -55,6 +55,7 @@ from types import TracebackType
 from typing import IO, Any
 
 from .cluster import Cluster, ClusterError, free_port
+from .clusterdns import ClusterDNS
 from .paths import ROOT
 
 log = logging.getLogger(__name__)
@@ -293,6 +294,12 @@ class RealNode:
         self.cgroup_root = f"/crl-node-{self.id}"
         self._netns_before: set[str] | None = None
         self._netns_paths: set[str] = set()
+        self._dns: ClusterDNS | None = None
+
+    @property
+    def dns_ip(self) -> str:
+        """The bridge's address (the pods' gateway), where the node's cluster DNS answers."""
+        return self.subnet.rsplit(".", 1)[0] + ".1"
 
     @property
     def placement(self) -> dict[str, Any]:
@@ -365,6 +372,9 @@ class RealNode:
         self._remove_cgroup_root()
         self._remove_cni_rules()
         self._unroute_api()
+        if self._dns is not None:
+            self._dns.stop()
+            self._dns = None
         subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True, check=False)
         with contextlib.suppress(Exception):
             self.cluster.kubectl("delete", "node", self.name, "--ignore-not-found", "--wait=false",
@@ -449,6 +459,8 @@ class RealNode:
         self._make_cgroup_root()
         self._write_cni()
         self._route_api()
+        self._dns = ClusterDNS(self.dns_ip, lambda method, path: self.cluster.request(method, path),
+                               kubernetes_ip=KUBERNETES_SERVICE_IP).start()  # fmt: skip
         self._write_containerd_config()
         self._spawn("containerd", [
             "tini", "-s", "-g", "--", "containerd", "--config", str(self.workdir / "containerd.toml"),
@@ -657,6 +669,10 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
             "protectKernelDefaults": False,
             "makeIPTablesUtilChains": False,
             "resolvConf": "/etc/resolv.conf",
+            # Service names resolve (tests/clusterdns.py): ClusterFirst pods get this server
+            # and the usual search path.
+            "clusterDNS": [self.dns_ip],
+            "clusterDomain": "cluster.local",
             "maxPods": 110,
             "shutdownGracePeriod": "0s",
             "localStorageCapacityIsolation": True,

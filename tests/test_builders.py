@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from crl_operator.builders import (
     NAME_LIMIT,
@@ -710,6 +711,26 @@ def test_external_endpoint_means_no_vllm() -> None:
     assert env["CRL_MODEL_NAME"] == "my-model"
     assert env["CRL_API_KEY"] == {"secretKeyRef": {"name": "llm-api", "key": "api-key"}}
     assert container(runner)["command"] == ["python", "-m", "crl_worker.bench"]
+
+
+def test_gold_replay_serves_nothing_and_asks_no_model() -> None:
+    bench = with_spec(load("benchmark-hosted-endpoint.yaml"), model={"gold": {}})
+    for state in STATES.values():
+        children = render(bench, state=state)
+        assert "Deployment" not in [c["kind"] for c in children if c["metadata"]["name"]
+                                    .endswith("inference")]  # fmt: skip
+    runner = find(render(bench, state=RenderState()), "Job")
+    env = env_of(runner)
+    assert not {"CRL_MODEL_URL", "CRL_MODEL_NAME", "CRL_API_KEY"} & set(env)
+    assert env["CRL_POOL_URL"].startswith("http://")
+
+
+def test_a_benchmark_names_exactly_one_model() -> None:
+    bench = load("benchmark-hosted-endpoint.yaml")
+    with pytest.raises(ValidationError):
+        with_spec(bench, model={"gold": {"x": 1}})  # an empty object only
+    rule = Benchmark.model_json_schema()["$defs"]["BenchmarkModel"]["x-kubernetes-validations"]
+    assert "has(self.gold)" in rule[0]["rule"]
 
 
 def test_served_benchmark_waits_for_inference() -> None:

@@ -284,6 +284,30 @@ def test_trainingrun_waits_for_inference() -> None:
     assert seen.of_kind("Job") is None
 
 
+def test_an_in_process_trainingrun_serves_nothing_and_starts_at_once() -> None:
+    run = run_model(generation="in-process", trainer={"nodes": 1, "gpusPerNode": 0})
+    kids = children(run)  # nothing observed yet: no inference to wait for
+    assert "Deployment" not in [k["kind"] for k in kids]
+    assert not [k for k in kids if k["metadata"]["labels"].get("app.kubernetes.io/component")
+                in ("inference", "inference-peers")]  # fmt: skip
+    job = by_kind(kids, "Job")
+    env = {e["name"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert not {"CRL_INFERENCE_URL", "CRL_WEIGHT_SYNC", "CRL_INFERENCE_PEERS"} & env
+    want = job["spec"]["parallelism"]
+    running = job_with(job, active=want, ready=want)
+    rest = [k for k in kids if k["kind"] != "Job"]
+    st = trainingrun_status(run, Observed(children=(running, *rest), pool=ready_pool()), None, T0)
+    got = conds(st)
+    assert got["InferenceReady"] == ("True", "NotServed")
+    assert got["Training"] == ("True", "JobRunning")
+    assert got["Ready"] == ("True", "Reconciled")
+
+
+def test_in_process_generation_needs_one_trainer_pod() -> None:
+    rule = TrainingRun.model_json_schema()["$defs"]["TrainingRunSpec"]["x-kubernetes-validations"]
+    assert any("self.trainer.nodes == 1" in r["rule"] for r in rule)
+
+
 def test_trainingrun_ready_when_inference_sandboxes_and_trainer_are_up() -> None:
     run = run_model()
     kids = children(run, inference_ready=True)

@@ -33,6 +33,7 @@ from crl_worker.pool.config import read_config_file
 from crl_worker.pool.gateway import Gateway
 from crl_worker.pool.leases import PoolClosed, SandboxPool, UnknownLease
 from crl_worker.pool.metrics import PoolMetrics
+from crl_worker.rollout.setup import RolloutSetupError, wait_for_gateway
 from crl_worker.sandbox.base import CommandResult, Sandbox
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.registry import create_sandbox
@@ -666,3 +667,29 @@ async def test_a_gateway_that_cannot_listen_releases_what_it_made(
     assert not [t for t in asyncio.all_tasks() if t.get_name() == "pool-maintenance"]
     with pytest.raises(PoolClosed):
         await gateway.pool.acquire(tasks[0].instance_id, timeout=1)
+
+
+async def test_a_runner_waits_for_a_gateway_that_is_still_starting(
+    task_file: Path, tmp_path: Path
+) -> None:
+    """In a cluster the runner starts with its pool: it waits for the gateway's /healthz
+    instead of failing its first attempts, and gives up with a clear error after its timeout."""
+    port = free_port()
+    waiting = asyncio.create_task(wait_for_gateway(f"http://127.0.0.1:{port}", timeout=90))
+    await asyncio.sleep(1.0)
+    assert not waiting.done()  # nothing listens yet: still waiting
+    (tmp_path / "sandboxes").mkdir()
+    argv = [sys.executable, "-m", "crl_worker.pool", "--port", str(port), "--tasks",
+            str(task_file), "--format", "task", "--backend", "local", "--pool", "late",
+            "--local-root", str(tmp_path / "sandboxes")]  # fmt: skip
+    env = {**os.environ, Env.POOL_TOKEN: TOKEN}
+    process = subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    gateway = GatewayProcess(process, f"http://127.0.0.1:{port}", tmp_path / "unused.log")
+    try:
+        await asyncio.wait_for(waiting, timeout=90)
+    finally:
+        stop(gateway)
+    with pytest.raises(RolloutSetupError, match="did not come up in 1 s"):
+        await wait_for_gateway(f"http://127.0.0.1:{free_port()}", timeout=1)

@@ -11,7 +11,12 @@ import asyncio
 import hashlib
 import io
 import json
+import logging
+import re
+import shlex
 import ssl
+import struct
+import subprocess
 import tarfile
 import time
 import urllib.error
@@ -35,11 +40,18 @@ from crl_worker.tasks.loaders import load_tasks
 from crl_worker.tasks.model import Task, TestSpec
 
 from .cluster import Cluster
+from .clusterdns import build_answer, parse_query
 from .fixtures.docker import DockerEngine
 from .incluster import (
+    REGISTRY,
+    RUNNER_UID,
+    Gateway,
     build_image,
+    delete_benchmark,
     install_operator,
     owned_by,
+    pin_namespace,
+    run_gold_benchmark,
     sandbox_pods,
     start_pool,
     uninstall_operator,
@@ -57,6 +69,7 @@ from .node import (
 from .paths import ROOT
 
 SUITE = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"
+log = logging.getLogger(__name__)
 SMALL = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}
 
 
@@ -446,6 +459,48 @@ def test_the_operator_runs_as_the_charts_pod(
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0
 
 
+def _sandbox_uids(node: RealNode) -> set[str]:
+    """Pod uids of the node's running containers (containerd's tasks: what really runs)."""
+    containers = node.ctr("tasks", "list", "-q").split()
+    uids = set()
+    for container in containers:
+        try:
+            info = json.loads(node.ctr("containers", "info", container))
+        except NodeError:  # removed in between
+            continue
+        uid = (info.get("Labels") or {}).get("io.kubernetes.pod.uid")
+        if uid:
+            uids.add(uid)
+    return uids
+
+
+def _gateway_after_scale(
+    cluster: Cluster, node: RealNode, namespace: str, gateway: Gateway, replicas: int
+) -> Gateway:  # fmt: skip
+    """The pool's gateway once it serves the scaled warm target (its config changed, so its
+    Deployment rolled out a new pod: a new address, the same token)."""
+
+    def serving() -> Gateway | None:
+        pods = json.loads(cluster.kubectl(
+            "get", "pods", "-n", namespace, "-l", "app.kubernetes.io/component=gateway", "-o",
+            "json").stdout)["items"]  # fmt: skip
+        ready = [p for p in pods if pod_ready(p) and not p["metadata"].get("deletionTimestamp")]
+        if len(ready) != 1 or ready[0]["spec"].get("nodeName") != node.name:
+            return None
+        candidate = Gateway(f"http://{ready[0]['status']['podIP']}:8080", gateway.token)
+        try:
+            with urllib.request.urlopen(candidate.url + "/metrics", timeout=10) as response:
+                metrics = response.read().decode()
+        except OSError:
+            return None
+        wanted = f'crl_pool_warm_target{{pool="mini"}} {float(replicas)}'
+        return candidate if wanted in metrics.splitlines() else None
+
+    serves: Gateway = until(f"the gateway serving a warm target of {replicas}", serving,
+                            timeout=180)  # fmt: skip
+    return serves
+
+
 def test_a_rolloutpool_leases_real_sandbox_pods(
     cluster: Cluster, real_node: RealNode, docker_engine: DockerEngine, docker_base: str,
     operator_release: Release,
@@ -463,7 +518,7 @@ def test_a_rolloutpool_leases_real_sandbox_pods(
     with_images = [
         t.model_copy(update={"image": b.image}) for t, b in zip(tasks, built, strict=True)
     ]
-    gateway = start_pool(cluster, real_node, namespace, "mini", with_images)
+    gateway = start_pool(cluster, real_node, namespace, "mini", with_images, replicas=1)
 
     instance = tasks[0].instance_id
     status, lease = gateway.call("POST", "/v1/leases", {"instance_id": instance})
@@ -483,9 +538,189 @@ def test_a_rolloutpool_leases_real_sandbox_pods(
     names = [p["metadata"]["name"] for p in sandbox_pods(cluster, namespace, "mini")]
     assert names == [sandbox["metadata"]["name"]]
     gateway.call("DELETE", f"/v1/leases/{again['lease_id']}", {})
+
+    # `kubectl scale`: the warm target is an upper bound on idle sandboxes (docs/pool-gateway.md);
+    # leases fill it. From 1 up to 2: both instances leased and released stay warm, two real
+    # pods (the new target reaches the gateway through its config: its Deployment rolls).
+    cluster.kubectl("scale", "rpool/mini", "-n", namespace, "--replicas=2")
+    gateway = _gateway_after_scale(cluster, real_node, namespace, gateway, 2)
+    for task in tasks:
+        status, lease = gateway.call("POST", "/v1/leases", {"instance_id": task.instance_id})
+        assert status == 201, lease
+        gateway.call("DELETE", f"/v1/leases/{lease['lease_id']}", {})
+    warm = until("two warm sandbox pods", lambda: [
+        p for p in sandbox_pods(cluster, namespace, "mini")
+        if pod_ready(p) and p["metadata"]["labels"].get("coderepair.io/state") == "ready"
+    ] if len(sandbox_pods(cluster, namespace, "mini")) == 2 else None)  # fmt: skip
+    assert {p["spec"]["nodeName"] for p in warm} == {real_node.name}
+    # Down to 0: the idle sandboxes are closed, their pods deleted and gone from containerd.
+    cluster.kubectl("scale", "rpool/mini", "-n", namespace, "--replicas=0")
+    until("the idle sandbox pods gone", lambda: not sandbox_pods(cluster, namespace, "mini"))
+    gone = {p["metadata"]["uid"] for p in warm}
+    until("their containers gone", lambda: not gone & _sandbox_uids(real_node), timeout=60)
+    pool = json.loads(cluster.kubectl("get", "rpool", "mini", "-n", namespace, "-o",
+                                      "json").stdout)  # fmt: skip
+    assert pool["spec"]["replicas"] == 0
     # Deleting the pool collects its sandbox pods (owner references, garbage collector).
     cluster.kubectl("delete", "rpool", "mini", "-n", namespace, "--timeout=120s", timeout=150)
     until("the sandbox pods gone", lambda: not sandbox_pods(cluster, namespace, "mini"))
+
+
+def test_a_gold_benchmark_runs_in_the_cluster(
+    cluster: Cluster, real_node: RealNode, docker_engine: DockerEngine, docker_base: str,
+    operator_release: Release,
+) -> None:  # fmt: skip
+    """The bundled suite's Benchmark with the gold agent, as a user applies it: the operator's
+    runner Job and inline pool on the real node, the 8 task images as real sandbox pods, the
+    results on a PersistentVolume; status and `kubectl get bench` say 8/8, resolve rate 1.0.
+
+    Mid-run, once a few results are on the volume, the operator's pod and the runner's pod are
+    deleted: the Deployment and the Job replace them, the new runner resumes from the volume
+    (only attempts in flight at the kill run again), and the status ends the same."""
+    namespace = operator_release.namespace
+    killed: list[str] = []
+
+    def disrupt(volume: Path) -> None:
+        results = volume / "mini-gold" / "results.jsonl"
+        until("3 results on the volume", lambda: results.exists()
+              and len(results.read_text().splitlines()) >= 3, timeout=300)  # fmt: skip
+        operator = "app.kubernetes.io/name=coderepairrl,app.kubernetes.io/component=operator"
+        for selector in (operator, "job-name=mini-gold-runner"):
+            pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector,
+                                              "-o", "json").stdout)["items"]  # fmt: skip
+            killed.extend(p["metadata"]["uid"] for p in pods)
+            cluster.kubectl("delete", "pods", "-n", namespace, "-l", selector, "--wait=false")
+
+    run = run_gold_benchmark(cluster, real_node, docker_engine, docker_base, namespace,
+                             meanwhile=disrupt)  # fmt: skip
+    try:
+        status = run.bench.get("status", {})
+        if not run.finished or status.get("resolveRate") != 1.0:
+            runner = cluster.kubectl("logs", "-n", namespace, f"job/{run.name}-runner",
+                                     "--tail=60", check=False).stdout  # fmt: skip
+            raise AssertionError(f"status: {json.dumps(status)[:3000]}\n"
+                                 f"runner log:\n{runner[-4000:]}")  # fmt: skip
+        log.info("the gold benchmark took %.1f s in the cluster", run.wall)
+        assert status["progress"] == {"total": 8, "done": 8, "resolved": 8, "errored": 0,
+                                      "summary": "8/8"}  # fmt: skip
+        conditions = {c["type"]: c["status"] for c in status["conditions"]}
+        assert conditions["Succeeded"] == "True" and conditions.get("Failed") != "True"
+        # What a user sees.
+        table = cluster.kubectl("get", "bench", "-n", namespace).stdout.splitlines()
+        assert table[0].split()[:5] == ["NAME", "SUITE", "PROGRESS", "RESOLVE", "RATE"], table
+        assert table[1].split()[:4] == [run.name, "crl-mini", "8/8", "1"], table
+        # A second runner pod finished it, on the real node; a new operator pod reports.
+        assert len(killed) == 2, killed
+        pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l",
+                                          f"job-name={run.name}-runner", "-o",
+                                          "json").stdout)["items"]  # fmt: skip
+        [pod] = [p for p in pods if p["status"]["phase"] == "Succeeded"]
+        assert pod["metadata"]["uid"] not in killed
+        assert pod["spec"]["nodeName"] == real_node.name
+        resumed = cluster.kubectl("logs", "-n", namespace, pod["metadata"]["name"]).stdout
+        before = re.search(r"8 instances x 1 attempts .*?, (\d+) already done", resumed)
+        assert before and int(before.group(1)) >= 3, resumed[:2000]  # resumed from the volume
+        # The results are on the volume, in the node's directory, written by the runner.
+        folder = run.volume / run.name
+        summary = json.loads((folder / "summary.json").read_text())
+        assert (summary["resolved"], summary["total"]) == (8, 8), summary
+        lines = [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines()]
+        latest = {r["instance_id"]: r for r in lines}
+        assert len(latest) == 8 and all(r["resolved"] for r in latest.values()), lines
+        # Only attempts in flight when the runner was killed (at most its parallelism, 2) ran
+        # again; those finished before it were kept.
+        assert len(lines) - 8 <= 2, lines
+        assert folder.stat().st_uid == RUNNER_UID
+    finally:
+        delete_benchmark(cluster, namespace, run)
+
+
+def _readme_cluster_commands() -> list[list[str]]:
+    """The commands of the README's cluster section (its first bash block), comments dropped,
+    continuation lines joined."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## On a cluster") :]
+    start = section.index("```bash\n") + len("```bash\n")
+    block = section[start : section.index("\n```", start)]
+    joined = block.replace("\\\n", " ")
+    return [shlex.split(line, comments=True) for line in joined.splitlines() if line.strip()]
+
+
+def test_the_readme_cluster_section_works_as_written(
+    cluster: Cluster, real_node: RealNode, docker_engine: DockerEngine, docker_base: str,
+    operator_release: Release,
+) -> None:  # fmt: skip
+    """Each command of the README's cluster section, run against the test cluster with only
+    the registry changed: no registry is reachable here, so `images/build.sh --push` becomes
+    the same build loaded into the node, and each namespace is pinned to the real node when it
+    is created (the test cluster's kwok nodes run nothing). The tasks of the swe-gym pool come
+    from Hugging Face, which this machine cannot reach: its gateway is made but cannot load them.
+    The module's own release (one namespace) is uninstalled first: the README's operator
+    watches the whole cluster."""
+    uninstall_operator(cluster, operator_release.namespace)
+    commands = _readme_cluster_commands()
+    assert [c[:2] for c in commands] == [
+        ["bash", "images/build.sh"], ["helm", "install"], ["kubectl", "create"],
+        ["kubectl", "apply"], ["kubectl", "get"], ["kubectl", "scale"], ["kubectl", "explain"],
+    ], commands  # fmt: skip
+    outputs: list[str] = []
+    namespaces: list[str] = []
+    try:
+        for command in commands:
+            command = [a.replace("registry.example.com/crl", REGISTRY) for a in command]
+            if command[:2] == ["bash", "images/build.sh"]:
+                assert "--push" in command
+                tags = [build_image(docker_engine, docker_base, c) for c in ("operator", "worker")]
+                real_node.load_image(docker_engine.env(), *tags)
+                continue
+            if command[:2] == ["helm", "install"]:
+                namespace = command[command.index("-n") + 1]
+                cluster.kubectl("create", "namespace", namespace)
+                pin_namespace(cluster, real_node, namespace)
+                namespaces.append(namespace)
+                result = subprocess.run([str(cluster.helm_path), *command[1:]], cwd=ROOT,
+                                        env=cluster.env, capture_output=True, text=True,
+                                        timeout=240, check=False)  # fmt: skip
+                assert result.returncode == 0, result.stderr
+                rollout = cluster.kubectl("rollout", "status", "deployment/coderepairrl", "-n",
+                                          namespace, "--timeout=180s", timeout=200)  # fmt: skip
+                outputs.append(rollout.stdout)
+                continue
+            assert command[0] == "kubectl", command
+            result = subprocess.run([str(cluster.kubectl_path), *command[1:]], cwd=ROOT,
+                                    env=cluster.env, capture_output=True, text=True, timeout=120,
+                                    check=False)  # fmt: skip
+            assert result.returncode == 0, f"{command}: {result.stderr}"
+            outputs.append(result.stdout)
+            if command[1:3] == ["create", "namespace"]:
+                pin_namespace(cluster, real_node, command[3])
+                namespaces.append(command[3])
+        # What each command was for.
+        team = namespaces[-1]
+        [gateway] = until("the swe-gym gateway Deployment",
+                          lambda: owned_by(cluster, "deployments", team, "swe-gym"))  # fmt: skip
+        assert gateway["metadata"]["namespace"] == team
+        listed = outputs[-3]  # kubectl get crl
+        assert listed.splitlines()[1].split()[0] == "rolloutpool.coderepair.io/swe-gym", listed
+        pool = json.loads(cluster.kubectl("get", "rpool", "swe-gym", "-n", team, "-o",
+                                          "json").stdout)  # fmt: skip
+        assert pool["spec"]["replicas"] == 64  # kubectl scale
+        assert "FIELDS:" in outputs[-1] and "numGenerations" in outputs[-1]  # kubectl explain
+        [operator] = [p for p in json.loads(cluster.kubectl(
+            "get", "pods", "-n", namespaces[0], "-o", "json").stdout)["items"]]  # fmt: skip
+        assert operator["spec"]["nodeName"] == real_node.name and pod_ready(operator)
+    finally:
+        for namespace in reversed(namespaces[1:]):
+            cluster.kubectl("delete", "rolloutpools", "--all", "-n", namespace,
+                            "--timeout=60s", check=False, timeout=90)  # fmt: skip
+        if namespaces:
+            subprocess.run([str(cluster.helm_path), "uninstall", "coderepairrl", "-n",
+                            namespaces[0], "--wait", "--timeout", "60s"], env=cluster.env,
+                           capture_output=True, timeout=90, check=False)  # fmt: skip
+        for namespace in namespaces:
+            cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--grace-period=1",
+                            "--timeout=60s", check=False, timeout=90)  # fmt: skip
+            cluster.delete_namespace(namespace)
 
 
 # --- pure parts (no node needed) ---------------------------------------------------------------
@@ -521,3 +756,21 @@ def test_the_pause_archive_is_a_docker_save_archive() -> None:
     with tarfile.open(fileobj=io.BytesIO(layer)) as files:
         member = files.getmember("pause")
         assert member.mode == 0o755 and files.extractfile(member).read() == b"\x7fELF"  # type: ignore[union-attr]
+
+
+def test_cluster_dns_answers_a_query_as_a_resolver_reads_it() -> None:
+    # A query as glibc sends it: id, RD set, one question (A, IN).
+    name = b"".join(bytes([len(p)]) + p for p in b"mini-gateway.ns.svc.cluster.local".split(b"."))
+    query = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + name + b"\x00\x00\x01\x00\x01"
+    assert parse_query(query)[2:4] == ("mini-gateway.ns.svc.cluster.local", 1)
+    answer = build_answer(query, ["10.240.3.7", "10.240.3.8"])
+    ident, flags, questions, answers = struct.unpack("!HHHH", answer[:8])
+    assert (ident, flags & 0x800F, flags & 0x0100, questions, answers) == (0x1234, 0x8000,
+                                                                           0x0100, 1, 2)  # fmt: skip
+    records = answer[len(query) :]
+    assert records[12:16] == bytes([10, 240, 3, 7]) and records[-4:] == bytes([10, 240, 3, 8])
+    assert struct.unpack("!HHHIH", records[:12]) == (0xC00C, 1, 1, 5, 4)
+    missing = build_answer(query, [], rcode=3)
+    assert struct.unpack("!H", missing[2:4])[0] & 0x000F == 3  # NXDOMAIN
+    with pytest.raises(ValueError):
+        parse_query(query[:20])

@@ -60,6 +60,7 @@ from crl_operator.status import (
     deployment_state,
     job_state,
     rolloutpool_status,
+    served_by_operator,
     status_patch,
     trainingrun_status,
     workload_admission,
@@ -523,7 +524,7 @@ class Reconciler:
                 inference_ready = deployment_state(child).ready
             if child.get("kind") == "Job":
                 job_exists = True
-        if isinstance(resource, Benchmark) and resource.spec.model.endpoint is not None:
+        if isinstance(resource, Benchmark) and not served_by_operator(resource):
             inference_ready = True
         # A trainer or runner that exists keeps running through an inference restart: the
         # gate only holds back the *first* creation.

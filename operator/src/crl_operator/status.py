@@ -310,9 +310,11 @@ def pool_ready(pool: Obj | None) -> Cond:
     return cond(c.SANDBOXES_READY, False, c.POOL_NOT_READY, f"RolloutPool {name}: {counts}")
 
 
-def _inference(dep: Obj | None, *, served: bool, suspended: bool) -> Cond:
+def _inference(
+    dep: Obj | None, *, served: bool, suspended: bool, why: str = "the model is served elsewhere"
+) -> Cond:
     if not served:
-        return cond(c.INFERENCE_READY, True, c.NOT_SERVED, "the model is served elsewhere")
+        return cond(c.INFERENCE_READY, True, c.NOT_SERVED, why)
     if suspended:
         return cond(c.INFERENCE_READY, False, c.SCALED_TO_ZERO, "suspended: inference scaled to 0")
     if dep is None:
@@ -377,9 +379,14 @@ def trainingrun_conditions(run: TrainingRun, seen: Observed) -> list[Cond]:
     dep = seen.of_kind("Deployment")
     job = seen.of_kind("Job")
     js = job_state(job) if job is not None else None
-    inference = _inference(dep, served=True, suspended=suspended)
+    inference = _inference(
+        dep,
+        served=run.spec.generation == "vllm",
+        suspended=suspended,
+        why="generation is in-process: the trainer generates from the weights it trains",
+    )
     sandboxes = pool_ready(seen.pool)
-    if js is not None and js.phase in ("succeeded", "failed"):
+    if js is not None and js.phase in ("succeeded", "failed") and run.spec.generation == "vllm":
         # A finished run keeps only its config and trainer Job; the rest was removed on purpose.
         if dep is None:
             inference = cond(
@@ -666,15 +673,16 @@ def rolloutpool_status(
 # --- Benchmark ----------------------------------------------------------------------------
 
 
-def _served(bench: Benchmark) -> bool:
-    return bench.spec.model.endpoint is None
+def served_by_operator(bench: Benchmark) -> bool:
+    """Whether the operator serves the benchmark's model (not an endpoint, not the gold replay)."""
+    return bench.spec.model.endpoint is None and bench.spec.model.gold is None
 
 
 def benchmark_conditions(bench: Benchmark, seen: Observed, finished_cleanup: bool) -> list[Cond]:
     """Conditions of a Benchmark from its children (or, after cleanup, from what was recorded)."""
     job = seen.of_kind("Job")
     js = job_state(job) if job is not None else None
-    served = _served(bench)
+    served = served_by_operator(bench)
     if finished_cleanup:
         inference = cond(
             c.INFERENCE_READY,

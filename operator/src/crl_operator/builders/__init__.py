@@ -175,22 +175,24 @@ def _training_run(run: TrainingRun, ns: str, state: RenderState) -> list[dict[st
         # Nothing runs any more: only the configs (and the kept trainer Job) remain.
         return out + [evaluation_benchmark(run, ns, s) for s in state.evaluation_steps]
     paused = suspended(run, state)
-    replicas = 0 if paused else run.spec.inference.replicas
-    out += inference_objects(
-        run,
-        ns,
-        policy_model(run),
-        run.spec.inference,
-        replicas=replicas,
-        scheduling=run.spec.scheduling,
-    )
+    in_process = run.spec.generation == "in-process"
+    if not in_process:
+        replicas = 0 if paused else run.spec.inference.replicas
+        out += inference_objects(
+            run,
+            ns,
+            policy_model(run),
+            run.spec.inference,
+            replicas=replicas,
+            scheduling=run.spec.scheduling,
+        )
     pool = inline_pool(run, ns)
     if pool is not None:
         if paused:
             # Warm sandboxes are of no use while nothing generates rollouts.
             pool["spec"]["replicas"] = 0
         out.append(pool)
-    if state.inference_ready and not paused:
+    if (state.inference_ready or in_process) and not paused:
         # The trainer's identity exists exactly while the trainer may run (created before it).
         out += [headless_service(run, ns), *trainer_rbac(run, ns), trainer_job(run, ns)]
     out += [evaluation_benchmark(run, ns, s) for s in state.evaluation_steps]

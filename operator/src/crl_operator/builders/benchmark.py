@@ -197,6 +197,8 @@ def resolve_checkpoint(bench: Benchmark, run: TrainingRun) -> ResolvedCheckpoint
 
 def model_env(bench: Benchmark, served: ServedModel | None) -> list[dict[str, Any]]:
     """Where the runner finds the model: URL, name and (for an endpoint) the API key."""
+    if bench.spec.model.gold is not None:
+        return []  # the gold replay asks no model
     endpoint = bench.spec.model.endpoint
     if endpoint is not None:
         out = [env(Env.MODEL_URL, endpoint.url), env(Env.MODEL_NAME, endpoint.model_name)]

@@ -139,9 +139,6 @@ def trainer_env(run: TrainingRun) -> list[dict[str, Any]]:
         env_field("POD_NAMESPACE", "metadata.namespace"),
         env(Env.RUN_NAME, owner_name(run)),
         env(Env.CONFIG, CONFIG_PATH),
-        env(Env.INFERENCE_URL, base_url(run, spec.inference)),
-        env(Env.INFERENCE_MODEL, spec.model.name),
-        env(Env.WEIGHT_SYNC, weight_sync_mode(run)),
         env(Env.POOL_URL, gateway_url(pool_name(run))),
         token_env(pool_name(run)),
         env(Env.CHECKPOINT_DIR, CHECKPOINT_DIR),
@@ -151,9 +148,16 @@ def trainer_env(run: TrainingRun) -> list[dict[str, Any]]:
         # 30 s): time to finish a step and write a checkpoint within the pod's grace period.
         env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(GRACE_SECONDS - 30)),
     ]
-    # Every replica gets each weight update (full weights or an adapter), not just the one
-    # the ClusterIP Service would pick.
-    out.append(env(Env.INFERENCE_PEERS, peers_service_name(run)))
+    if spec.generation == "vllm":
+        out += [
+            env(Env.INFERENCE_URL, base_url(run, spec.inference)),
+            env(Env.INFERENCE_MODEL, spec.model.name),
+            env(Env.WEIGHT_SYNC, weight_sync_mode(run)),
+            # Every replica gets each weight update (full weights or an adapter), not just the
+            # one the ClusterIP Service would pick.
+            env(Env.INFERENCE_PEERS, peers_service_name(run)),
+        ]
+    # in-process: without CRL_INFERENCE_URL the trainer generates itself (no weight sync).
     if spec.model.volume is not None:
         out += [env(Env.MODEL_PATH, f"{MODEL_DIR}/{spec.model.name}"), env("HF_HUB_OFFLINE", "1")]
     if gpus == 0:

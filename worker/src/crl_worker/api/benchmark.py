@@ -51,14 +51,20 @@ class TrainingRunCheckpoint(ApiModel):
     """The vLLM server."""
 
 
+class GoldReplay(ApiModel):
+    """No model: each instance's gold patch, replayed through the agent's own tools."""
+
+
 class BenchmarkModel(ApiModel):
-    """The model under evaluation. Exactly one of the three is set."""
+    """The model under evaluation. Exactly one of the four is set."""
 
     model_config = ConfigDict(
         json_schema_extra=with_rules(
             cel(
-                "[has(self.endpoint), has(self.serve), has(self.checkpoint)].filter(x, x).size() == 1",
-                "exactly one of model.endpoint, model.serve or model.checkpoint must be set",
+                "[has(self.endpoint), has(self.serve), has(self.checkpoint), has(self.gold)]"
+                ".filter(x, x).size() == 1",
+                "exactly one of model.endpoint, model.serve, model.checkpoint or model.gold"
+                " must be set",
             ),
         )
     )
@@ -69,6 +75,10 @@ class BenchmarkModel(ApiModel):
     """A model served with vLLM for the benchmark."""
     checkpoint: TrainingRunCheckpoint | None = None
     """A TrainingRun checkpoint served with vLLM."""
+    gold: GoldReplay | None = None
+    """Replay each instance's gold patch instead of asking a model (`gold: {}`): a check of
+    the suite, its images and the harness, in the cluster as `crl bench --agent gold` does on
+    one machine; every valid instance resolves. Nothing is served."""
 
 
 class BaselineSpec(ApiModel):

@@ -178,6 +178,11 @@ class TrainingRunSpec(ApiModel):
                 " at runtime)",
                 field_path=".weightSync",
             ),
+            cel(
+                "self.generation != 'in-process' || self.trainer.nodes == 1",
+                "generation 'in-process' runs in one trainer pod: set trainer.nodes to 1",
+                field_path=".generation",
+            ),
         )
     )
 
@@ -190,7 +195,12 @@ class TrainingRunSpec(ApiModel):
     algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec)
     """GRPO-family hyperparameters."""
     inference: InferenceSpec = Field(default_factory=InferenceSpec)
-    """The vLLM server that generates rollouts."""
+    """The vLLM server that generates rollouts (with `generation: vllm`)."""
+    generation: Literal["vllm", "in-process"] = "vllm"
+    """Who generates the rollouts' completions: `vllm` (the servers of `inference`, the weights
+    synced after each step) or `in-process` (the trainer itself with transformers, from the
+    weights it trains: no server, no weight sync, as `crl train` without `--url` on one machine;
+    for CPU-only runs of small models such as the toy)."""
     weight_sync: Literal["auto", "nccl", "lora-adapter"] = "auto"
     """How updated weights reach vLLM: `nccl` (broadcast from the trainer), `lora-adapter`
     (`/v1/load_lora_adapter`), or `auto` (adapters with LoRA, NCCL otherwise)."""

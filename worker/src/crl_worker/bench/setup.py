@@ -45,6 +45,7 @@ from crl_worker.rollout.setup import (
     RolloutSetupError,
     Sandboxes,
     check_endpoint,
+    wait_for_gateway,
 )
 from crl_worker.tasks.model import Task
 
@@ -159,6 +160,8 @@ def prepare_benchmark(
     if max_errors is not None and max_errors < 0:
         raise BenchConfigError(f"the error limit must be at least 0, not {max_errors}")
     check_agent(spec.agent)
+    if spec.model.gold is not None:
+        agent = "gold"  # the manifest asks for the gold replay, whatever the default agent
     endpoint = None if agent == "gold" else resolve_endpoint(spec, url=url, model=model, env=env)
     selected = load_benchmark_tasks(
         config,
@@ -182,6 +185,11 @@ def prepare_benchmark(
                 if require_endpoint:
                     raise BenchConfigError(str(exc)) from exc
                 logger.warning("%s", exc)
+        if pool_url:
+            try:
+                asyncio.run(wait_for_gateway(pool_url))
+            except RolloutSetupError as exc:
+                raise BenchConfigError(str(exc)) from exc
         try:
             sandboxes = Sandboxes.make(pool_url, sandbox)
         except SandboxError as exc:

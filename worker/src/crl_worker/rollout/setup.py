@@ -5,6 +5,9 @@ made on this machine).
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -16,6 +19,8 @@ if TYPE_CHECKING:
     from crl_worker.agent.client import ChatClient, Policy
     from crl_worker.pool.client import GatewayClient
     from crl_worker.sandbox.base import Sandbox
+
+logger = logging.getLogger(__name__)
 
 AgentKind = Literal["gold", "openai"]
 """``gold`` replays each task's gold patch; ``openai`` asks the model endpoint."""
@@ -95,6 +100,41 @@ class Sandboxes:
         """Close the gateway client's connections."""
         if self.gateway is not None:
             await self.gateway.aclose()
+
+
+async def wait_for_gateway(url: str, *, timeout: float = 600.0) -> None:
+    """Wait until the pool gateway at ``url`` answers ``GET /healthz`` with 200.
+
+    In a cluster the operator starts a benchmark's runner together with its pool, so the
+    gateway may still be starting (its Service has no ready endpoint yet); without this wait
+    the first attempts fail at once as infrastructure failures. Raises RolloutSetupError when
+    it does not answer within ``timeout`` seconds.
+    """
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    delay, last, said = 0.5, "", False
+    async with httpx.AsyncClient(timeout=10.0) as client:
+        while True:
+            try:
+                response = await client.get(url.rstrip("/") + "/healthz")
+                if response.status_code == 200:
+                    if said:
+                        logger.info("the pool gateway at %s is up", url)
+                    return
+                last = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                last = repr(exc)
+            if time.monotonic() + delay > deadline:
+                raise RolloutSetupError(
+                    f"the pool gateway at {url} did not come up in {timeout:.0f} s (last: {last});"
+                    " check its pod and the pool's status"
+                )
+            if not said:
+                logger.info("waiting for the pool gateway at %s (%s)", url, last)
+                said = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 async def check_endpoint(endpoint: Endpoint, *, timeout: float = 10.0) -> None:
