@@ -4,11 +4,11 @@ For each workload — ``toy`` (the CPU toy repair: episodes of a few model calls
 run) and ``sleep`` (the same with ``sleep S`` before each test run, so episodes take seconds
 and dominate the step) — and each ``maxStaleness``, trains the toy model with LoRA through the
 toy policy server (tests/fixtures/toy_server.py, adapters pushed each step) in ``--ranks``
-processes under ZeRO-3, and prints steps per hour and trajectories per second (steps 2..N: the
-first step holds the start-up), the speed-up over ``maxStaleness`` 0 of the same workload, the
+processes under ZeRO-3, and prints steps per hour and trajectories per second (after the first
+``--skip`` steps, which hold the start-up), the speed-up over ``maxStaleness`` 0 of the same workload, the
 rollouts dropped as too stale, and the reward curve (each step's mean reward).
 
-    .venv/bin/python perf/train_overlap.py [--steps 6] [--ranks 2] [--sleep 3]
+    .venv/bin/python perf/train_overlap.py [--steps 10] [--ranks 2] [--sleep 3] [--skip 2]
 """
 
 from __future__ import annotations
@@ -56,7 +56,11 @@ def run_one(
     work.mkdir()
     config = write_run(work, model, tasks, max_staleness=bound, zero_stage=3)
     manifest = yaml.safe_load(config.read_text())
-    manifest["spec"]["rollout"]["pool"]["maxSandboxes"] = 32
+    # Warm sandboxes for every batch in flight: overlap needs (maxStaleness + 1) batches' worth,
+    # and cold starts (a clone each) would otherwise be measured instead of the overlap.
+    manifest["spec"]["rollout"]["pool"].update(
+        maxSandboxes=32, replicas=args.warm, reuse={"maxUses": 1000}
+    )
     manifest["spec"]["algorithm"].update(numGenerations=8, learningRate=args.lr)
     config.write_text(yaml.safe_dump(manifest, sort_keys=False))
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.ranks}"]
@@ -87,8 +91,8 @@ def run_one(
         raise SystemExit(done.stderr[-4000:])
     records = [json.loads(x) for x in (work / "out" / "metrics.jsonl").read_text().splitlines()]
     times = [datetime.fromisoformat(r["time"]) for r in records]
-    span = (times[-1] - times[0]).total_seconds()
-    later = records[1:]
+    span = (times[-1] - times[args.skip - 1]).total_seconds()
+    later = records[args.skip :]
     return {
         "steps_per_hour": 3600.0 * len(later) / span,
         "trajectories_per_second": sum(r["rollouts"] for r in later) / span,
@@ -101,10 +105,12 @@ def run_one(
 def main() -> None:
     """Run every workload at every bound and print the table."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--sleep", type=float, default=3.0, help="seconds per test run")
     parser.add_argument("--lr", type=float, default=5e-3)
+    parser.add_argument("--skip", type=int, default=2, help="first steps left out (warm-up)")
+    parser.add_argument("--warm", type=int, default=16, help="warm sandboxes (pool replicas)")
     parser.add_argument("--workloads", default="toy,sleep")
     parser.add_argument("--staleness", default="0,1,2")
     args = parser.parse_args()

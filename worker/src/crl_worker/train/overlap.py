@@ -225,8 +225,9 @@ class Producer:
         return made
 
     def in_flight(self) -> int:
-        """Rollouts of batches started ahead that have not finished."""
-        return sum(len(a.prompts) for a in self.ahead.values() if not a.future.done())
+        """Rollouts of batches started ahead that have not finished (read by the metrics
+        thread: the values are copied in one step, not iterated while the main thread edits)."""
+        return sum(len(a.prompts) for a in tuple(self.ahead.values()) if not a.future.done())
 
     def cancel_all(self) -> None:
         """Cancel every batch started ahead (a stop, the end of training)."""
