@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -39,9 +38,6 @@ from .paths import ROOT  # noqa: E402
 
 BASE = "toy"
 ADAPTER = "toy-lora"
-#: The overlapped learning run: steps and the LoRA learning rate.
-LEARNING_STEPS = 12
-LEARNING_RATE = 0.02
 IM_END = 3
 ADAPTER_FILE = "adapter_model.safetensors"
 ACTION_OF_ID = {token: name for name, token in toy.action_ids().items()}
@@ -342,7 +338,7 @@ def serve(toy_dir: Path, tmp_path: Path) -> Iterator[Any]:
 
 
 def train(
-    config: Path, out: Path, server: ToyServerProcess, *, processes: int = 1, steps: int = 3
+    config: Path, out: Path, server: ToyServerProcess, *, processes: int = 1
 ) -> subprocess.CompletedProcess[str]:
     """``python -m crl_worker.train`` against the server, as the trainer pod runs it (in
     ``processes`` ranks, started by torch's launcher, when more than one)."""
@@ -366,7 +362,7 @@ def train(
             "--model",
             BASE,
             "--steps",
-            str(steps),
+            "3",
         ],
         cwd=ROOT,
         env=SUBPROCESS_ENV,
@@ -562,22 +558,3 @@ def test_overlapped_rollouts_finish_on_their_weights_within_max_staleness(
         assert "sampling/importance_sampling_ratio/mean" in record["trl"]
     status = json.loads((out / "status.json").read_text())
     assert status["finished"] and status["step"] == 3
-
-
-def test_grpo_learns_with_overlapped_rollouts(serve: Any, suite: Path, tmp_path: Path) -> None:
-    # The learning test's claim with overlap on (maxStaleness 1): rolled out one version
-    # behind and corrected by the truncated importance ratio, the policy still learns.
-    server = serve()
-    out = tmp_path / "out"
-    config = write_run(tmp_path, Path(server.model_dir), suite, max_staleness=1)
-    manifest = yaml.safe_load(config.read_text())
-    manifest["spec"]["algorithm"].update(numGenerations=16, learningRate=LEARNING_RATE, seed=1)
-    manifest["spec"]["rollout"]["pool"]["maxSandboxes"] = 32
-    config.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    train(config, out, server, steps=LEARNING_STEPS)
-    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    rewards = [m["reward_mean"] for m in metrics]
-    first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
-    assert last >= first + 0.3 and last >= 0.7, rewards
-    assert [m["staleness_max"] for m in metrics] == [0] + [1] * (LEARNING_STEPS - 1)
-    assert not any(m["rollouts_dropped"] for m in metrics)
