@@ -305,7 +305,7 @@ def test_vllm_server_of_a_lora_run() -> None:
     assert args[0] == "Qwen/Qwen2.5-0.5B-Instruct"  # no volume: from the Hub
     assert "--enable-lora" in args
     assert flag(args, "--max-lora-rank") == "8"
-    assert flag(args, "--max-loras") == "2"  # maxStaleness 1: two versions resident
+    assert flag(args, "--max-loras") == "1"  # maxStaleness 0 (default): one version resident
     assert "--weight-transfer-config" not in args
     env = {e["name"]: e["value"] for e in vllm["env"]}
     assert env == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}

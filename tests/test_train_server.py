@@ -489,9 +489,8 @@ def test_restarted_server_gets_the_adapter_back(serve: Any, suite: Path, tmp_pat
     # ranks under ZeRO-3, as in a cluster: rank 0 notices, every rank takes part in the push.
     server = serve("--restart-after", "1")
     out = tmp_path / "out"
-    config = write_run(
-        tmp_path, Path(server.model_dir), suite, max_staleness=1, zero_stage=3
-    )  # keep 2
+    # Synchronous (maxStaleness 0, keep 1): batches start only after the push before them.
+    config = write_run(tmp_path, Path(server.model_dir), suite, max_staleness=0, zero_stage=3)
     done = train(config, out, server, processes=2)
     log = read_request_log(tmp_path / "requests.jsonl")
 
@@ -507,7 +506,8 @@ def test_restarted_server_gets_the_adapter_back(serve: Any, suite: Path, tmp_pat
     assert len(refused) >= 3 and {r["model"] for r in refused} == {f"{RUN}-v1"}
     after = chats(log[second:])
     assert after and {(r["model"], r["status"]) for r in after} == {(f"{RUN}-v2", 200)}
-    assert not successful(log, "unload_lora_adapter")  # v1 and v2 fit in keep = 2
+    # keep = 1: v1 goes once v2 is live.
+    assert [name for _, name in successful(log, "unload_lora_adapter")] == [f"{RUN}-v1"]
 
     # Step 2's rollouts after the restart failed (left out); if all of them did, the batch was
     # run again after the reload and the failed try is kept beside it.
@@ -524,3 +524,37 @@ def test_restarted_server_gets_the_adapter_back(serve: Any, suite: Path, tmp_pat
     assert [m["infrastructure_failures"] >= 3 for m in metrics] == [False, True, False]
     status = json.loads((out / "status.json").read_text())
     assert status["finished"] and status["step"] == 3 and status["policyVersion"] == 2
+
+
+def test_overlapped_rollouts_finish_on_their_weights_within_max_staleness(
+    serve: Any, suite: Path, tmp_path: Path
+) -> None:
+    # maxStaleness 1 on two ZeRO-3 ranks: the next step's batch runs while a step trains, on
+    # the adapter served when it started; nothing older than one version is trained on.
+    server = serve()
+    out = tmp_path / "out"
+    config = write_run(tmp_path, Path(server.model_dir), suite, max_staleness=1, zero_stage=3)
+    done = train(config, out, server, processes=2)
+    assert "rollouts overlap training: up to 1 batches ahead" in done.stderr
+
+    lags = []
+    for step in (1, 2, 3):
+        for record in trajectories(out, step):
+            lag = (step - 1) - record["policy_version"]
+            assert 0 <= lag <= 1, record["policy_version"]
+            lags.append(lag)
+            # Every turn of the episode named the adapter of the version it is tagged with.
+            version = record["policy_version"]
+            assert record["trajectory"]["model"] == (f"{RUN}-v{version}" if version else BASE)
+            assert record["reward"] is not None
+    # Steps 2 and 3 were rolled out during the step before (on its weights, one version old).
+    assert lags.count(1) == 8 and lags.count(0) == 4
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["staleness_max"] for m in metrics] == [0, 1, 1]
+    # The plan of the next batches matched what TRL asked for on both ranks: nothing dropped.
+    assert [m["rollouts_dropped"] for m in metrics] == [0, 0, 0]
+    # Truncated per-token importance weights (TIS) against the server's logprobs.
+    for record in metrics[1:]:
+        assert "sampling/importance_sampling_ratio/mean" in record["trl"]
+    status = json.loads((out / "status.json").read_text())
+    assert status["finished"] and status["step"] == 3

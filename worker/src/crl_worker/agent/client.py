@@ -396,6 +396,11 @@ class ChatClient:
         self._session: aiohttp.ClientSession | None = None
         self._slots: asyncio.Semaphore | None = None
 
+    def pinned(self, model: str) -> PinnedPolicy:
+        """A policy that asks this client's server for ``model`` on every turn, whatever the
+        client's own ``model`` becomes (an episode started on one weights version keeps it)."""
+        return PinnedPolicy(self, model)
+
     def _get_session(self) -> aiohttp.ClientSession:
         # Created on first use: a ClientSession belongs to the running event loop.
         if self._session is None or self._session.closed:
@@ -436,10 +441,11 @@ class ChatClient:
         max_tokens: int,
         temperature: float,
         top_p: float,
+        model: str | None = None,
     ) -> dict[str, Any]:
-        """The JSON body of one request (a plain dict)."""
+        """The JSON body of one request (a plain dict); ``model`` overrides the client's."""
         body: dict[str, Any] = {
-            "model": self.model,
+            "model": model or self.model,
             "messages": messages,
             "max_tokens": max_tokens,
             "temperature": temperature,
@@ -463,8 +469,10 @@ class ChatClient:
         max_tokens: int,
         temperature: float,
         top_p: float,
+        model: str | None = None,
     ) -> Completion:
-        """Send one chat completion request (retrying what is worth retrying)."""
+        """Send one chat completion request (retrying what is worth retrying); ``model``
+        overrides the client's for this request."""
 
         def encode() -> bytes:
             return _dumps(
@@ -474,6 +482,7 @@ class ChatClient:
                     max_tokens=max_tokens,
                     temperature=temperature,
                     top_p=top_p,
+                    model=model,
                 )
             )
 
@@ -551,4 +560,31 @@ class ChatClient:
         raise ModelServerError(
             f"the model server at {self.url} refused the request (HTTP {status}): {message}",
             status=status,
+        )
+
+
+class PinnedPolicy:
+    """A :class:`ChatClient` sharing its connections, with the served model name fixed."""
+
+    def __init__(self, client: ChatClient, model: str) -> None:
+        self.client = client
+        self.model = model
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]],
+        max_tokens: int,
+        temperature: float,
+        top_p: float,
+    ) -> Completion:
+        """One chat turn from ``model``."""
+        return await self.client.complete(
+            messages,
+            tools=tools,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            model=self.model,
         )

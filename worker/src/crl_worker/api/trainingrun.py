@@ -114,8 +114,15 @@ class AlgorithmSpec(ApiModel):
     """Upper clipping epsilon (DAPO's clip-higher); equal to `epsilon` when empty."""
     scale_rewards: Literal["group", "batch", "none"] = "group"
     """Divide advantages by the reward spread of the group, of the batch, or not at all."""
-    max_staleness: int = Field(default=1, ge=0, le=64)
-    """How many policy versions a rollout may lag behind the trainer (0: on-policy)."""
+    max_staleness: int = Field(default=0, ge=0, le=64)
+    """How many policy versions a rollout may lag behind the trainer. 0 (default): synchronous,
+    each step's rollouts run on the weights just pushed while nothing else runs during the
+    update. N > 0 (with an inference server): the rollouts of the next N steps run while a step
+    trains, so sandboxes and inference never wait for the update (up to N+1 times the
+    throughput when episodes dominate the step), at the price of training on samples up to N
+    versions old, weighed by a truncated importance ratio against the server's sampling
+    logprobs; older ones are run again. The server keeps N+1 LoRA adapters resident, and a
+    failed adapter push is tolerated while the served one lags at most N versions."""
     seed: int = Field(default=42, ge=0)
     """Random seed."""
     lora: LoraSpec | None = None

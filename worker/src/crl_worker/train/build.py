@@ -211,6 +211,13 @@ def build_trainer(job: TrainingJob) -> tuple[Any, Any]:
         model_init_kwargs={"dtype": torch_dtype, "trust_remote_code": spec.model.trust_remote_code},
         remove_unused_columns=False,
         disable_tqdm=True,
+        # Overlapped rollouts come from weights up to maxStaleness updates old: a per-sequence
+        # ratio (the product over a long episode's tokens) leaves TRL's [0, 3] window for
+        # most of them and would mask them whole; the per-token ratio truncated at 3 (TIS)
+        # keeps them, down-weighted where the policies disagree.
+        vllm_importance_sampling_mode=(
+            "token_truncate" if algorithm.max_staleness > 0 else "sequence_mask"
+        ),
         **extra,
     )
     tokenizer = AutoTokenizer.from_pretrained(

@@ -12,7 +12,9 @@ versions), ``rollouts_total{outcome="resolved|unresolved|infrastructure_failure"
 ``infrastructure_failures_total``, ``turns_left_out_total``, ``step_seconds``,
 ``weight_pushes_total{outcome="ok|failed"}``, ``weight_push_seconds`` (histogram),
 ``weight_sync_problems_total{reason}`` (the watchdog's findings), ``rollouts_in_flight``,
-``rollout_idle_seconds`` (histogram: sandboxes and inference waiting between batches).
+``rollouts_ahead`` and ``rollouts_dropped_total{reason="stale|unplanned"}`` (overlap of
+rollouts with training), ``rollout_idle_seconds`` (histogram: sandboxes and inference waiting
+between batches).
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ class RolloutStats:
     turns_left_out: int = 0
     rollout_seconds: list[float] = field(default_factory=list)
     staleness: list[int] = field(default_factory=list)
+    dropped_stale: int = 0
+    """Rollouts run ahead (overlap) but never trained on: their weights lagged more than
+    ``maxStaleness`` versions when their step came (run again instead)."""
+    dropped_unplanned: int = 0
+    """Rollouts run ahead for a batch TRL did not ask for next (a resume, a misprediction)."""
     idle_seconds: list[float] = field(default_factory=list)
     """Seconds the sandboxes and the server waited between the previous batch's rollouts and
     this one's (the update, the push, a checkpoint), one value per rank."""
@@ -62,6 +69,8 @@ class RolloutStats:
             "tokens",
             "trained_tokens",
             "turns_left_out",
+            "dropped_stale",
+            "dropped_unplanned",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.reward_sum += other.reward_sum
@@ -114,6 +123,8 @@ class StepRecord:
     idle_seconds: float | None = None
     """Seconds rollouts waited for the trainer before this step's batch (mean over ranks;
     None for a process's first step): what overlapping rollouts with training would save."""
+    rollouts_dropped: int = 0
+    """Rollouts run ahead but not trained on (too stale, or not the batch TRL asked for)."""
     weight_pushes: int = 0
     """Weight pushes since the previous step (retries included)."""
     push_seconds: float = 0.0
@@ -247,6 +258,20 @@ class Monitor:
         self.g_in_flight = Gauge(
             "crl_train_rollouts_in_flight", "Rollouts running on this rank now", registry=r
         )
+        self.g_ahead = Gauge(
+            "crl_train_rollouts_ahead",
+            "Rollouts of later steps' batches started on this rank and not finished (overlap)",
+            registry=r,
+        )
+        self.c_dropped = Counter(
+            "crl_train_rollouts_dropped",
+            "Rollouts run ahead but not trained on, by reason (stale: older than maxStaleness;"
+            " unplanned: not the batch asked for next)",
+            ["reason"],
+            registry=r,
+        )
+        for reason in ("stale", "unplanned"):
+            self.c_dropped.labels(reason)
         self.pushes = 0
         """Weight pushes since the last step record."""
         self.push_seconds = 0.0
@@ -301,6 +326,7 @@ class Monitor:
             idle_seconds=(
                 sum(stats.idle_seconds) / len(stats.idle_seconds) if stats.idle_seconds else None
             ),
+            rollouts_dropped=stats.dropped_stale + stats.dropped_unplanned,
             weight_pushes=self.pushes,
             push_seconds=self.push_seconds,
             trl={k: v for k, v in ((k, _finite(v)) for k, v in logs.items()) if v is not None},
@@ -340,6 +366,8 @@ class Monitor:
         self.c_rollouts.labels("infrastructure_failure").inc(stats.infrastructure_failures)
         self.c_infra.inc(stats.infrastructure_failures)
         self.c_left_out.inc(stats.turns_left_out)
+        self.c_dropped.labels("stale").inc(stats.dropped_stale)
+        self.c_dropped.labels("unplanned").inc(stats.dropped_unplanned)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with (self.run_dir / "metrics.jsonl").open("a") as out:
             out.write(json.dumps(asdict(record)) + "\n")

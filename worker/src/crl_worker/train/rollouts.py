@@ -86,6 +86,7 @@ class RolloutRunner:
 
     def __post_init__(self) -> None:
         self._reward = make_reward(self.reward_spec)
+        self._limit: asyncio.Semaphore | None = None
 
     async def run(
         self,
@@ -99,8 +100,12 @@ class RolloutRunner:
 
         ``policy`` answers every rollout, or makes the policy of rollout ``i`` (a sampler of
         its own per rollout keeps sampling reproducible however the episodes interleave).
+        Batches running at once (rollouts overlapped with training) share the ``concurrency``
+        limit: the pool's capacity does not grow with the batches in flight.
         """
-        limit = asyncio.Semaphore(max(1, self.concurrency))
+        if self._limit is None:
+            self._limit = asyncio.Semaphore(max(1, self.concurrency))
+        limit = self._limit
 
         async def one(index: int, task: Task) -> Rollout:
             answering = policy(index) if callable(policy) else policy

@@ -29,6 +29,7 @@ rank agrees on stopping through an all-reduce, so the collective save never dead
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -53,6 +54,7 @@ from crl_worker.train.events import (
     STEP_EVENT,
 )
 from crl_worker.train.monitor import Monitor, RolloutStats, merge_stats, read_status
+from crl_worker.train.overlap import Producer, install_plan
 from crl_worker.train.rollouts import Rollout, RolloutRunner
 from crl_worker.train.samples import trajectory_sample
 from crl_worker.train.settings import TrainSettings
@@ -182,6 +184,11 @@ class TrainingJob:
         """Every rank agreed to stop (a signal reached at least one of them)."""
         self._discarded_failures = 0
         """Rollouts of batches run again because all of them failed (this step)."""
+        self.producer: Producer | None = None
+        """Starts the next steps' batches while this one trains (``maxStaleness`` > 0 with an
+        inference server; :mod:`crl_worker.train.overlap`)."""
+        self._off_policy = False
+        """This rank's batch of the step in training came from older weights."""
 
     # --- setup ------------------------------------------------------------------------------
 
@@ -516,16 +523,33 @@ class TrainingJob:
 
     # --- rollouts -------------------------------------------------------------------------------
 
-    async def _rollouts_until_stopped(
+    def _start_batch(
         self, tasks: list[Task], policy: Policy | Callable[[int], Policy], version: int
-    ) -> list[Rollout] | None:
-        """The batch's rollouts, or ``None`` when a stop came first (they are cancelled)."""
+    ) -> concurrent.futures.Future[list[Rollout]]:
+        """Start a batch's episodes on the engine's loop (they run while the caller goes on)."""
         assert self.runner is not None
         first = self._attempts
         self._attempts += len(tasks)
-        work = asyncio.ensure_future(
-            self.runner.run(tasks, policy, version=version, first_attempt=first)
+        return asyncio.run_coroutine_threadsafe(
+            self.runner.run(tasks, policy, version=version, first_attempt=first),
+            self.engine.loop,
         )
+
+    def _start_ahead(
+        self, prompts: list[str], version: int
+    ) -> concurrent.futures.Future[list[Rollout]]:
+        """A later step's batch, on the weights the server holds now (``version``): every turn
+        of its episodes names that version's model, so they finish on the weights they began."""
+        assert self.client is not None and self.sync is not None
+        tasks = [self.tasks[p] for p in prompts]
+        return self._start_batch(tasks, self.client.pinned(self.sync.model_name()), version)
+
+    async def _rollouts_until_stopped(
+        self, batch: concurrent.futures.Future[list[Rollout]], total: int
+    ) -> list[Rollout] | None:
+        """The batch's rollouts, or ``None`` when a stop came first (they are cancelled)."""
+        assert self.runner is not None
+        work = asyncio.wrap_future(batch)
         started = self.runner.finished
         interval = _progress_interval()
         said = time.monotonic()
@@ -533,25 +557,26 @@ class TrainingJob:
             await asyncio.wait({work}, timeout=min(0.5, interval))
             if self.rank == 0 and not work.done() and time.monotonic() - said >= interval:
                 said = time.monotonic()
-                done = self.runner.finished - started
+                # Overlapped batches finish episodes too: the count is capped at the batch.
+                done = min(total, self.runner.finished - started)
                 current = self._current_step()
                 logger.info(
                     "step %d: %d of %d rollouts done, %d running",
                     current,
                     done,
-                    len(tasks),
+                    total,
                     self.runner.in_flight,
                     extra={
                         "event": ROLLOUTS_EVENT,
                         "step": current,
                         "done": done,
-                        "total": len(tasks),
+                        "total": total,
                         "in_flight": self.runner.in_flight,
                     },
                 )
             if self.stop.set and not work.done():
-                work.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+                batch.cancel()
+                with contextlib.suppress(asyncio.CancelledError, concurrent.futures.CancelledError):
                     await work
                 return None
         return work.result()
@@ -577,20 +602,37 @@ class TrainingJob:
                 raise Preempted
             self._step_started = time.monotonic()
             self._ensure_server_weights(step)
-            if attempt == 0 and self._rollouts_ended is not None:
-                self._idle = time.monotonic() - self._rollouts_ended
             if self.client is not None:
                 assert self.sync is not None  # a policy client comes with its server's sync
                 self.client.model = self.sync.model_name()
-                rollouts = self.engine.call(
-                    self._rollouts_until_stopped(tasks, self.client, self.policy_version)
-                )
+                ahead = None
+                if self.producer is not None and attempt == 0:
+                    ahead = self.producer.take([str(p) for p in prompts], step)
+                if ahead is None:
+                    started = time.monotonic()
+                    batch = self._start_batch(
+                        tasks, self.client.pinned(self.client.model), self.policy_version
+                    )
+                else:
+                    started, batch = ahead.started, ahead.future
+                if self.producer is not None and not self.stop.set:
+                    # The next steps' episodes run while this step waits, trains and pushes.
+                    self.producer.fill(step, self.policy_version, self.settings.total_steps)
+                if attempt == 0 and self._rollouts_ended is not None:
+                    self._idle = max(0.0, started - self._rollouts_ended)
+                rollouts = self.engine.call(self._rollouts_until_stopped(batch, len(tasks)))
             else:
+                if attempt == 0 and self._rollouts_ended is not None:
+                    self._idle = time.monotonic() - self._rollouts_ended
                 rollouts = self._rollouts_in_process(tasks, step)
             self._rollouts_ended = time.monotonic()
+            if rollouts is None and self.producer is not None:
+                self.producer.cancel_all()
             self._write_cancelled()
             if self._any_rank(rollouts is None):
                 self._stopping = True
+                if self.producer is not None:
+                    self.producer.cancel_all()
                 raise Preempted
             assert rollouts is not None
             if self._any_rank(any(r.reward is not None for r in rollouts)):
@@ -637,7 +679,11 @@ class TrainingJob:
                 return made
 
             try:
-                return self.engine.call(self._rollouts_until_stopped(tasks, policy_of, step))
+                return self.engine.call(
+                    self._rollouts_until_stopped(
+                        self._start_batch(tasks, policy_of, step), len(tasks)
+                    )
+                )
             finally:
                 # A cancelled generation finishes its current token on its thread: wait for it
                 # before the ZeRO-3 shards are taken back.
@@ -658,6 +704,11 @@ class TrainingJob:
         )
         self._idle = None
         self._discarded_failures = 0
+        if self.producer is not None:
+            stats.dropped_stale, self.producer.dropped_stale = self.producer.dropped_stale, 0
+            stats.dropped_unplanned = self.producer.dropped_unplanned
+            self.producer.dropped_unplanned = 0
+        self._off_policy = any(step != r.policy_version for r in rollouts)
         out: dict[str, list[Any]] = {
             "prompt_ids": [],
             "completion_ids": [],
@@ -786,6 +837,10 @@ class TrainingJob:
         :data:`~crl_worker.train.watchdog.MAX_RECOVERIES` pushes stops the run."""
         if self.sync is None:
             return  # in-process generation: the trainer sampled its own logprobs
+        if self._any_rank(self._off_policy):
+            # Rollouts from older weights (overlap, or a lagging push) differ from the trainer
+            # by the updates since, not only by the sync: the gap says nothing about the sync.
+            return
         gap = self.watchdog.gap(logs)
         # Every rank must take the same branch (the next push is a collective).
         bad = self._broadcast(gap is not None and gap > self.watchdog.max_gap)
@@ -866,6 +921,7 @@ class TrainingJob:
             self.trainer, self.tokenizer = build_trainer(self)
             self._log_sharding()
             self._make_sync()
+            self._start_overlap()
             resume = resume_checkpoint(self.settings)
             step = _step_of(resume)
             self._resume_records(step if resume is not None else None)
@@ -905,10 +961,30 @@ class TrainingJob:
             self.publish(step, phase="Failed", message=f"{type(exc).__name__}: {exc}"[:500])
             raise
         finally:
+            if self.producer is not None:
+                self.producer.cancel_all()
             self.engine.call(self._stop_services())
             self.engine.close()
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
+
+    def _start_overlap(self) -> None:
+        """With ``maxStaleness`` > 0 and an inference server, start the next steps' batches
+        while one trains (:mod:`crl_worker.train.overlap`)."""
+        bound = self.spec.algorithm.max_staleness
+        if bound == 0:
+            return
+        if self.client is None:
+            logger.info(
+                "maxStaleness %d: in-process generation does not overlap rollouts with training"
+                " (it needs the model gathered on the training thread)",
+                bound,
+            )
+            return
+        plan = install_plan(self.trainer, self.task_order, self.rank)
+        self.producer = Producer(plan, bound, start=self._start_ahead)
+        self.monitor.g_ahead.set_function(self.producer.in_flight)
+        logger.info("rollouts overlap training: up to %d batches ahead", bound)
 
     def _resume_records(self, step: int | None) -> None:
         """Keep the metrics log and the failure count consistent with the checkpoint resumed
