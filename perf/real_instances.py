@@ -77,7 +77,8 @@ def _swebench(files: Sequence[str], repos: Sequence[str], httpbin: str | None) -
             record = json.loads(line)
             if record["repo"] in repos and record["instance_id"] not in rows:
                 if httpbin and record["repo"] == "psf/requests":
-                    record["env"] = {"HTTPBIN_URL": httpbin}
+                    # With the slash: requests 0.14's tests append paths to it ("…/post").
+                    record["env"] = {"HTTPBIN_URL": httpbin.rstrip("/") + "/"}
                 rows[record["instance_id"]] = record
     return _convert(list(rows.values()), "swe-bench")
 
@@ -146,10 +147,26 @@ def _table(
 
 
 def _timed_check(
-    tasks: list[Task], config: dict[str, Any], runs: int, jobs: int
+    tasks: list[Task], config: dict[str, Any], runs: int, jobs: int, partial: Path | None = None
 ) -> tuple[list[InstanceCheck], float]:
+    """Check ``tasks``; each instance's verdict is printed (and appended to ``partial``) as it
+    finishes, so a run stopped part-way keeps what it found."""
     started = time.perf_counter()
-    checks = asyncio.run(check_tasks(tasks, sandbox_config=config, runs=runs, jobs=jobs))
+
+    def done(check: InstanceCheck) -> None:
+        print(
+            f"  done: {check.instance_id}: gold {check.gold_verdict}, "
+            f"no patch {check.no_patch_verdict}, flaky {len(check.flaky)}, "
+            f"{time.perf_counter() - started:.0f} s",
+            flush=True,
+        )
+        if partial is not None:
+            with partial.open("a") as out:
+                out.write(json.dumps({"backend": config["type"], **check.to_dict()}) + "\n")
+
+    checks = asyncio.run(
+        check_tasks(tasks, sandbox_config=config, runs=runs, jobs=jobs, progress=done)
+    )
     return checks, time.perf_counter() - started
 
 
@@ -203,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     mirror = Path(tempfile.mkdtemp(prefix="crl-real-mirror-"))
     copies = {t.repo: path for t in tasks if (path := fetched(t.repo)) is not None}
     os.environ["CRL_GIT_MIRROR"] = str(git_mirror(copies, mirror))
-    checks, seconds = _timed_check(tasks, {"type": "local"}, a.runs, a.jobs)
+    partial = a.json.with_suffix(a.json.suffix + ".partial") if a.json else None
+    checks, seconds = _timed_check(tasks, {"type": "local"}, a.runs, a.jobs, partial)
     _table(f"local, {a.runs} runs", tasks, checks, seconds)
     rows = [{"backend": "local", "seconds": seconds, **c.to_dict()} for c in checks]
     if a.docker:

@@ -195,3 +195,18 @@ def test_swe_bench_instances_ids_against_their_logs(
     assert {o.status for o in graded.fail_to_pass} == {F}
     assert {o.status for o in graded.pass_to_pass} == {P}
     assert not graded.resolved
+
+
+def test_an_absolute_path_parameter_matches_swe_benchs_shortened_id() -> None:
+    # pylint-dev__pylint-7080 lists test_stdin[/mymodule.py]; the log has the whole path.
+    test = "tests/test_self.py::TestRunTC::test_stdin"
+    index = StatusIndex(
+        {
+            f"{test}[/tmp/crl-x/testbed/tests/mymodule.py]": TestStatus.PASSED,
+            f"{test}[mymodule.py]": TestStatus.FAILED,
+            f"{test}[/elsewhere/other.py]": TestStatus.FAILED,
+        }
+    )
+    assert index.lookup(f"{test}[/mymodule.py]") is TestStatus.PASSED
+    assert index.lookup(f"{test}[/absent.py]") is TestStatus.MISSING
+    assert index.lookup(f"{test}[mymodule]") is TestStatus.MISSING

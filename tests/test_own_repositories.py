@@ -211,8 +211,11 @@ async def generic_sandbox(
         ({"command": "python -m pytest --no-such-option {tests}"}, 4, "usage error"),
         ({"command": "python -m pytest -rA -v -k no_such_test {tests}"}, 5, "no tests collected"),
         ({"test_patch": "badconftest"}, 4, "conftest.py"),
+        # A test module that does not import here: pytest reports only the module (ERROR
+        # tests/test_conv.py) and runs nothing (psf__requests-863 was graded "unresolved").
+        ({"test_patch": "badimport"}, 2, "errors while collecting"),
     ],
-    ids=["not-found", "usage", "nothing-collected", "conftest"],
+    ids=["not-found", "usage", "nothing-collected", "conftest", "module-import"],
 )
 async def test_a_run_that_grades_nothing_is_an_environment_error(
     generic_sandbox: tuple[Task, Sandbox],
@@ -248,6 +251,8 @@ async def test_a_run_that_grades_nothing_is_an_environment_error(
     assert row["gold_runs"][0]["log_tail"].strip()
     if change.get("test_patch") == "badconftest":
         assert "a_plugin_this_environment_lacks" in row["gold_runs"][0]["log_tail"]
+    if change.get("test_patch") == "badimport":
+        assert "a_dependency_this_environment_lacks" in row["gold_runs"][0]["log_tail"]
 
 
 #: Candidate patches that keep every test from being reported: a conftest.py that does not

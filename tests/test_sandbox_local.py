@@ -182,6 +182,21 @@ async def test_cwd_and_exported_env_persist(sandbox: LocalSandbox) -> None:
     assert result.output == f"{calc}\nhello world\n{calc}\n"
 
 
+async def test_checkout_parent_offers_no_package_named_like_the_repository(
+    sandbox: LocalSandbox,
+) -> None:
+    # requests 0.14's tests put the checkout's parent first on sys.path; a checkout folder named
+    # after the repository ("calc", like its package) was a namespace package there that hid the
+    # real one (psf__requests-863: every test missing). Isolated mode: no cwd on sys.path, as
+    # under a pytest console script.
+    probe = (
+        "import importlib.util, os, sys; sys.path.insert(0, os.path.abspath('..')); "
+        "print(importlib.util.find_spec('calc'))"
+    )
+    result = await sandbox.run(f'python -I -c "{probe}"')
+    assert (result.exit_code, result.output) == (0, "None\n")
+
+
 @pytest.mark.parametrize("code", [0, 1, 42, 255])
 async def test_exact_exit_codes(sandbox: LocalSandbox, code: int) -> None:
     assert (await sandbox.run(f"(exit {code})")).exit_code == code

@@ -16,7 +16,8 @@ or a test patch that does not apply to its own base files is not an answer at al
 ``infrastructure_error`` is set and rewards leave the rollout out. Neither is a test run that
 graded nothing: no test selected (the command is then not run: most runners given no arguments
 run the whole suite), or a run that reported no test at all (runner not found, exit 127; a usage
-error or a conftest that does not import, pytest's exit 4; nothing collected, exit 5).
+error or a conftest that does not import, pytest's exit 4; nothing collected, exit 5; test
+modules that do not import, pytest's exit 2, whose only entries are those modules).
 ``environment_error`` says what happened, with the exit code, and ``infrastructure_error`` is set
 too: the environment, not the answer, failed. Unless the candidate did it: when the working tree
 holds changes beyond the test files, the tests run again at the sandbox's base state, and if
@@ -33,7 +34,7 @@ import re
 import shlex
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from crl_worker.errors import InfrastructureError
@@ -223,6 +224,25 @@ def no_tests_reason(exit_code: int | None, log_format: str) -> str:
     return f"exit {exit_code}" + (f": {meaning}" if meaning else "")
 
 
+def reported_no_test(
+    statuses: Mapping[str, TestStatus], exit_code: int | None, log_format: str
+) -> bool:
+    """Whether a run's statuses name no test that ran.
+
+    Besides an empty report: pytest's exit 2 ("Interrupted: N errors during collection") runs
+    nothing, and its only entries are the modules that did not import (``ERROR tests/test_x.py``,
+    no ``::``). A test module whose imports fail in this environment (psf__requests-863) is an
+    environment error, not an answer whose every test is missing.
+    """
+    if not statuses:
+        return True
+    return (
+        log_format == "pytest"
+        and exit_code == 2
+        and all(s is TestStatus.ERROR and "::" not in name for name, s in statuses.items())
+    )
+
+
 def _glob_word(pattern: str) -> str:
     # Keep the glob characters live for the shell, escape everything else.
     return "".join(c if c.isalnum() or c in "*?[]/._-" else "\\" + c for c in pattern)
@@ -393,7 +413,9 @@ async def _blame_the_candidate(
     run.add(f"control run: {why}; the tests run again at the base state", "")
     await sandbox.reset()
     control = await _run_tests(sandbox, task, run, test_command, limit)
-    if control.timed_out or not control.statuses:
+    if control.timed_out or reported_no_test(
+        control.statuses, control.exit_code, task.test_spec.log_format
+    ):
         return False
     run.add(
         "control run reported tests: the changes broke the test run (graded as the answer)",
@@ -455,7 +477,7 @@ async def evaluate(
                 tests_timed_out=True,
             )
         statuses, durations = tests.statuses, tests.durations
-        if not statuses and (
+        if reported_no_test(statuses, tests.exit_code, task.test_spec.log_format) and (
             task.test_spec.log_format != "junit" or tests.exit_code in _EXIT_MEANINGS
         ):
             # A Java build that fails before writing reports is left to grading (every test

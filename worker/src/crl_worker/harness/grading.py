@@ -42,6 +42,9 @@ _CONTINUATIONS = (" ", "[", "(")
 
 
 _UNITTEST_LONG = re.compile(r"^(?P<name>[^\s()]+) \((?P<where>[\w.]+)\)$")
+# SWE-bench's log parser shortens a parameter that is an absolute path to its last part
+# (``test_stdin[/testbed/tests/mymodule.py]`` is listed as ``test_stdin[/mymodule.py]``).
+_SHORTENED_PATH = re.compile(r"^(?P<main>[^\[]+)\[(?P<name>/[^/\[\]*]+)\]$")
 
 
 class StatusIndex:
@@ -75,7 +78,22 @@ class StatusIndex:
             matches = self._prefixed(candidate)
             if matches:
                 return combine(self._statuses[key] for key in matches)
-        return TestStatus.MISSING
+        return self._shortened_path(test_id.strip())
+
+    def _shortened_path(self, test_id: str) -> TestStatus:
+        """A listed ``test[/name]`` matches the reported ``test[/any/path/name]`` (see
+        :data:`_SHORTENED_PATH`; pylint-dev__pylint-7080's ``test_stdin[/mymodule.py]``)."""
+        shortened = _SHORTENED_PATH.match(test_id)
+        if shortened is None:
+            return TestStatus.MISSING
+        head, name = shortened.group("main") + "[/", shortened.group("name") + "]"
+        matches = []
+        for key in self._keys[bisect.bisect_left(self._keys, head) :]:
+            if not key.startswith(head):
+                break
+            if key.endswith(name) and not key.startswith(head + "/") and "*" not in key:
+                matches.append(key)
+        return combine(self._statuses[key] for key in matches) if matches else TestStatus.MISSING
 
 
 def _spellings(test_id: str) -> list[str]:

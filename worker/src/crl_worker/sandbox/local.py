@@ -3,7 +3,7 @@
 Layout of one sandbox (under ``root``, default the system temp dir)::
 
     crl-<instance>-XXXX/
-        <name>/     the repository at its base commit (``workdir``)
+        testbed/    the repository at its base commit (``workdir``; SWE-bench's name for it)
         venv/       Python tasks: the virtual environment with the task's interpreter
 
 Provisioning: clone (see :mod:`crl_worker.sandbox.repos`), virtual environment (see
@@ -68,6 +68,8 @@ _INSTALL_OUTPUT = 64 << 10
 
 #: The system's base directories, the end of every local sandbox's ``PATH``.
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+#: The repository's folder in the sandbox (the ``workdir``), whatever the repository's name.
+CHECKOUT_FOLDER = "testbed"
 #: Host tools every sandbox gets (the harness applies patches with them).
 HARNESS_TOOLS = ("git", "patch")
 #: Host tools a Java sandbox gets besides the JDK.
@@ -189,7 +191,12 @@ class LocalSandbox(ShellSandbox):
         self.root = Path(tempfile.mkdtemp(prefix=f"{leftovers.FOLDER_PREFIX}{safe}-", dir=root))
         self._owner = leftovers.claim(self.root)
         leftovers.register(id(self), self._cleanup_at_exit)
-        repo = self.root / (re.sub(r"[^A-Za-z0-9._-]+", "_", task.name) or "repo")
+        # Not the repository's name: old test suites put the checkout's parent folder first on
+        # sys.path (requests 0.14: sys.path.insert(0, os.path.abspath('..'))), where a folder
+        # named like the package is a namespace package that shadows the real one installed by
+        # an editable import hook ("cannot import name 'HTTPError' from 'requests' (unknown
+        # location)": every test missing).
+        repo = self.root / CHECKOUT_FOLDER
         await repos.checkout(task, repo, timeout=task.timeouts.setup)
         self.workdir = str(repo)
 

@@ -285,6 +285,10 @@ _SPHINX_CAPS_COMMON = (
     "sed -i 's/sphinxcontrib-qthelp/sphinxcontrib-qthelp<=1.0.6/' setup.py",
     "sed -i 's/alabaster>=0.7,<0.8/alabaster>=0.7,<0.7.12/' setup.py",
     "sed -i \"s/'packaging',/'packaging', 'markupsafe<=2.0.1',/\" setup.py",
+    # 3.x asks for docutils>=0.12, open-ended: docutils 0.22 dropped docutils.utils.roman,
+    # which sphinx.writers.latex imports, so every test's app failed to start (an ERROR in
+    # fixture setup). SWE-bench's environments (2024) had 0.21; 4.x caps <0.18 itself.
+    "sed -i \"s/'docutils>=0.12',/'docutils>=0.12,<0.22',/\" setup.py",
 )
 _HTMLHELP_BOUNDED = (
     "sed -i 's/sphinxcontrib-htmlhelp>=2.0.0/sphinxcontrib-htmlhelp>=2.0.0,<=2.0.4/' setup.py"
@@ -338,12 +342,27 @@ for _v in _versions(
         ),
     )
 
-# pylint-dev/pylint: requirements_test.txt pins astroid and the test plugins.
+# pylint-dev/pylint: requirements_test.txt pins astroid and the test plugins, and installs pylint
+# itself editable (-e .). Two traps in that editable install, both fixed by building it with the
+# environment's setuptools 68 in "compat" mode (the project folder in a .pth, as `setup.py
+# develop` did and as in SWE-bench's environments):
+# - an isolated build takes the newest setuptools (no pyproject.toml before 2.15), whose editable
+#   install is an import hook, not a sys.path entry; pylint loads its checkers from files through
+#   astroid's modpath_from_file, which searches sys.path, finds no checker ("Problem importing
+#   module typecheck.py: Unable to find module"), and every test of the command line or the
+#   configuration fails with "No such message id or symbol 'c-extension-no-member'";
+# - 2.15's pyproject.toml asks for setuptools~=62.6, which has no PEP 660 hook, and today's pip
+#   no longer falls back to `setup.py develop`: the install fails.
+_PYLINT_PIP = "python -m pip install --no-build-isolation --config-settings editable_mode=compat"
 for _v in _versions(
     ["2.8", "2.9", "2.10", "2.11", "2.13", "2.14", "2.15", "2.16", "2.17"],
     ["3.0", "3.1", "3.2", "3.3", "4.0", "*"],
 ):
-    _pylint_install: tuple[str, ...] = ("python -m pip install -r requirements_test.txt", EDITABLE)
+    _pylint_install: tuple[str, ...] = (
+        _pip("setuptools==68.0.0", "wheel"),
+        f"{_PYLINT_PIP} -r requirements_test.txt",
+        f"{_PYLINT_PIP} -e .",
+    )
     if _v.startswith(("3.", "4.")):
         _pylint_install = (_pip("astroid==3.0.0a6", "setuptools"), *_pylint_install)
     _add(
