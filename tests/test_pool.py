@@ -483,7 +483,7 @@ async def test_remote_sandbox_behaves_like_a_local_one(
         expected = await _exercise(local)
     async with client(gateway) as gw, RemoteSandbox(gw, tasks[0].instance_id) as remote:
         assert remote.alive
-        assert remote.workdir.endswith("romankit")
+        assert remote.workdir.endswith("/testbed")
         observed = await _exercise(remote)
     # Durations differ; everything else is the same, timeouts included.
     assert observed == expected
