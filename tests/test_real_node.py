@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import itertools
 import json
 import logging
 import re
@@ -607,8 +608,13 @@ def test_a_gold_benchmark_runs_in_the_cluster(
         assert conditions["Succeeded"] == "True" and conditions.get("Failed") != "True"
         # What a user sees.
         table = cluster.kubectl("get", "bench", "-n", namespace).stdout.splitlines()
-        assert table[0].split()[:5] == ["NAME", "SUITE", "PROGRESS", "RESOLVE", "RATE"], table
-        assert table[1].split()[:4] == [run.name, "crl-mini", "8/8", "1"], table
+        header = table[0]
+        assert header.split()[:6] == ["NAME", "SUITE", "PROGRESS", "ADMISSION", "RESOLVE", "RATE"]
+        # Cells by the header's column starts: an unqueued run's Admission cell is empty.
+        starts = [header.index(name) for name in ("NAME", "SUITE", "PROGRESS", "ADMISSION",
+                                                  "RESOLVE RATE", "AGE")]  # fmt: skip
+        cells = [table[1][a:b].strip() for a, b in itertools.pairwise(starts)]
+        assert cells == [run.name, "crl-mini", "8/8", "", "1"], table
         # A second runner pod finished it, on the real node; a new operator pod reports.
         assert len(killed) == 2, killed
         pods = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l",
