@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -304,6 +305,24 @@ async def test_shell_sandbox_over_process_transport(checkout: Path) -> None:
         after = await sandbox.run('echo "${KEPT:-unset} $(basename "$PWD")"')
         assert after.output == f"unset {checkout.name}\n"
     assert not sandbox.alive
+
+
+async def test_a_worker_that_ignores_sigint_still_interrupts_its_commands(
+    checkout: Path,
+) -> None:
+    """A worker started in the background by a script inherits SIGINT ignored; its shells get
+    the default back, so a timeout interrupts the command instead of killing its processes
+    (after which the shell would run the rest of the line)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        transport = ProcessTransport(cwd=str(checkout))
+        async with ShellSandbox(transport, workdir=str(checkout)) as sandbox:
+            result = await sandbox.run("echo before; sleep 60; echo after", timeout=1)
+            assert result.timed_out and result.output == "before\n"
+            ignored = await sandbox.run("grep SigIgn /proc/$$/status")
+            assert int(ignored.output.split()[1], 16) & (1 << (signal.SIGINT - 1)) == 0
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 async def test_run_without_a_timeout_gets_the_default_one(checkout: Path) -> None:

@@ -51,6 +51,17 @@ from crl_worker.sandbox.session import (
 logger = logging.getLogger(__name__)
 
 
+def default_interrupts() -> None:
+    """In a child before it runs its shell: SIGINT and SIGQUIT back to their defaults.
+
+    A worker started in the background by a non-interactive shell (``crl train ... &`` in a
+    script, ``nohup``) inherits both ignored, and an ignored disposition survives ``exec``: its
+    sandboxes' shells could then never be interrupted, and every timeout would fall through to
+    killing the command's processes (whose shell then runs the rest of the command line)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 class Transport(Protocol):
     """What a shell sandbox needs from the place it runs in (see the module docs)."""
 
@@ -225,6 +236,7 @@ class LocalTransport:
             env=self.env,
             # Its own session and process group: signals and cleanup reach the whole tree.
             start_new_session=True,
+            preexec_fn=default_interrupts,
         )
         assert proc.stdin is not None and proc.stdout is not None
         self._proc = proc
@@ -516,6 +528,7 @@ class ProcessTransport(ExecTransport):
             cwd=self.cwd,
             env=self.env,
             start_new_session=True,
+            preexec_fn=default_interrupts,
         )
         self._processes.append(process)
         assert process.stdout is not None and process.stdin is not None
