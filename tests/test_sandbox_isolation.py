@@ -23,6 +23,7 @@ import pytest
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.local import LocalSandbox
+from crl_worker.sandbox.transport import default_interrupts
 from crl_worker.tasks.model import Task, TestSpec
 from tests.test_sandbox_local import (
     GOLD_PATCH,
@@ -253,6 +254,9 @@ async def test_folders_of_a_stopped_worker_are_gone_by_the_next_start(
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        # as a worker started from a terminal: SIGINT at its default even when pytest itself
+        # was started in the background with it ignored
+        preexec_fn=default_interrupts,
     )
     try:
         assert worker.stdout is not None
