@@ -473,3 +473,58 @@ def test_fair_sharing_between_two_busy_teams(
     a_states = sorted(str(state(kube.get("TrainingRun", na, f"a-{i}") or {})) for i in range(3))
     assert a_states == ["Admitted", "Admitted", "Queued"], a_states
     assert peak["cohort"] <= 6 and peak["samples"] > 3, peak
+
+
+def test_a_pods_ready_timeout_evicts_stops_and_requeues_the_run(
+    kueue_cluster: tuple[Cluster, Kueue], operator: OperatorProcess, kube: Kube
+) -> None:
+    """Kueue restarted with `waitForPodsReady` (6 s): a run whose trainer pods never become
+    ready carries the PodsReady condition the operator writes (Kueue writes it only for its own
+    integrations), is evicted with PodsReadyTimeout once the timeout passes, stops its pods
+    like a preempted run, says why, and is requeued after Kueue's backoff and admitted again."""
+    cluster, kueue = kueue_cluster
+    ns = cluster.namespace("podsready")
+    team(cluster, ns, "team-podsready", 2)
+    sampler = Sampler(kube, ns, 2)
+    kueue.stop()
+    kueue.wait_for_pods_ready = 6
+    kueue.start()
+    try:
+        apply(cluster, ns, queued_run("stuck", "team-podsready"))
+        wait_for("the run admitted", lambda: state(sampler.run("stuck")) == "Admitted")
+        workload = wait_for(
+            "PodsReady written by the operator",
+            lambda: (
+                condition(kube.get("Workload", ns, "stuck-workload"), "PodsReady")
+                and kube.get("Workload", ns, "stuck-workload")
+            ),
+        )
+        assert condition(workload, "PodsReady")["reason"] == "WaitForStart", workload["status"]
+        first_job = wait_for("the trainer Job", lambda: children(kube, ns, "stuck").get("Job"))
+        run = wait_for(
+            "the PodsReady timeout eviction",
+            lambda: state(sampler.run("stuck")) == "Evicted" and sampler.run("stuck"),
+            timeout=60,
+        )
+        assert condition(run, "Admitted")["reason"] == "PodsReadyTimeout", condition(
+            run, "Admitted"
+        )
+        assert condition(run, "Ready")["reason"] == "PodsReadyTimeout"
+        wait_for("the evicted run's pods stopped", lambda: children(kube, ns, "stuck") == {})
+        events = cluster.kubectl(
+            "get", "events", "-n", ns, "--field-selector", "involvedObject.name=stuck", "-o", "json"
+        ).stdout
+        assert "PodsReady timeout" in events
+        wait_for(
+            "the run requeued and admitted again",
+            lambda: state(sampler.run("stuck")) == "Admitted",
+            timeout=60,
+        )
+        job = wait_for("a new trainer Job", lambda: children(kube, ns, "stuck").get("Job"))
+        assert job["metadata"]["uid"] != first_job["metadata"]["uid"]
+        assert sampler.peak <= 2
+    finally:
+        cluster.kubectl("delete", "trun", "-n", ns, "stuck", "--wait=false")
+        kueue.stop()
+        kueue.wait_for_pods_ready = None
+        kueue.start()
