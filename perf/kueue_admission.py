@@ -123,6 +123,7 @@ def measure(
     wave = TEAMS * (quota // 2)
     started: dict[tuple[str, str], float] = {}
     failures: list[BaseException] = []
+    applies: list[float] = []  # seconds each team's `kubectl apply` took
 
     def submit() -> None:
         try:
@@ -132,6 +133,7 @@ def measure(
                 for d in docs:
                     started[(ns, d["metadata"]["name"])] = t
                 kubectl_apply(cluster, docs, ns)
+                applies.append(time.monotonic() - t)
         except BaseException as err:  # re-raised in the polling thread
             failures.append(err)
 
@@ -171,6 +173,7 @@ def measure(
         "per_second": len(latencies) / span if span and span > 0 else float("nan"),
         "peak": peak,
         "workload_p50": statistics.median(created) if created else float("nan"),
+        "apply_seconds": statistics.mean(applies) if applies else float("nan"),
     }
 
 
@@ -217,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             ("p50", "apply->admitted p50 s"),
             ("p99", "apply->admitted p99 s"),
             ("per_second", "admissions / s"),
+            ("apply_seconds", "kubectl apply s/team"),
         ):
             print(f"{label:22}{floor[key]:>20.3f}{runs[key]:>16.3f}")
         print(
