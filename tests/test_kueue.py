@@ -83,10 +83,12 @@ def team(
     *,
     cohort: str | None = None,
     borrowing_limit: int | None = None,
+    weight: int | None = None,
 ) -> None:
     """A ResourceFlavor, a ClusterQueue with `gpus` GPUs that preempts lower priorities, a
     LocalQueue in `namespace`, and the priorities `low` and `high`. In a `cohort`, the queue
-    may borrow up to `borrowing_limit` idle GPUs and takes lent ones back (reclaim)."""
+    may borrow up to `borrowing_limit` idle GPUs and takes lent ones back (reclaim); `weight`
+    is its fair-sharing weight."""
     gpu_quota: dict[str, Any] = {"name": GPU, "nominalQuota": gpus}
     if borrowing_limit is not None:
         gpu_quota["borrowingLimit"] = borrowing_limit
@@ -112,6 +114,7 @@ def team(
                  ]}],
              }],
              **({"cohortName": cohort} if cohort else {}),
+             **({"fairSharing": {"weight": weight}} if weight is not None else {}),
          }},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
          "metadata": {"name": name, "namespace": namespace},
@@ -430,3 +433,98 @@ def test_borrowing_from_an_idle_team_and_reclaim(
     assert reason["reason"] == "Preempted" and "reclamation" in reason["message"], reason
     wait_for("the preempted run's pods stopped", lambda: children(kube, ny, preempted) == {})
     assert y.peak == 4 and x.peak == 2
+
+
+def test_fair_sharing_between_two_busy_teams(
+    kueue_cluster: tuple[Cluster, Kueue], operator: OperatorProcess, kube: Kube
+) -> None:
+    """Two teams with no GPUs of their own share a cohort's pool of 6 by fair-sharing weights
+    2:1 (Kueue's `fairSharing` is on, tests/kueue.py). Team B, alone, borrows the whole pool;
+    once team A submits too, both oversubscribed, Kueue preempts B's runs beyond its share
+    (reason "Fair Sharing within the cohort") until A holds 4 GPUs and B 2, and the cohort
+    never holds more than the pool (sampled on every poll)."""
+    cluster, _ = kueue_cluster
+    pool, na, nb = (cluster.namespace(p) for p in ("fair-pool", "fair-a", "fair-b"))
+    team(cluster, pool, "fair-pool", 6, cohort="fair")  # lends all, runs nothing
+    team(cluster, na, "fair-a", 0, cohort="fair", weight=2)
+    team(cluster, nb, "fair-b", 0, cohort="fair", weight=1)
+    peak = {"cohort": 0, "samples": 0}
+
+    def held() -> tuple[int, int]:
+        """GPUs admitted to team A and team B now; records the cohort's peak."""
+        got = admitted_gpus(kube, na), admitted_gpus(kube, nb)
+        peak["cohort"] = max(peak["cohort"], sum(got) + admitted_gpus(kube, pool))
+        peak["samples"] += 1
+        return got
+
+    apply(cluster, nb, *(queued_run(f"b-{i}", "fair-b") for i in range(4)))
+    wait_for("team B borrowing the whole pool", lambda: held() == (0, 6))
+    apply(cluster, na, *(queued_run(f"a-{i}", "fair-a") for i in range(3)))
+    wait_for("the weighted fair share, 4 GPUs to A and 2 to B", lambda: held() == (4, 2))
+    runs = {f"b-{i}": kube.get("TrainingRun", nb, f"b-{i}") or {} for i in range(4)}
+    preempted = [n for n, r in runs.items() if state(r) == "Preempted"]
+    assert len(preempted) == 2, {n: state(r) for n, r in runs.items()}
+    for name in preempted:
+        reason = condition(runs[name], "Admitted")
+        assert reason["reason"] == "Preempted" and "Fair Sharing" in reason["message"], reason
+        wait_for(f"{name}'s pods stopped", lambda name=name: children(kube, nb, name) == {})
+    # Settled: A's third run would push A's share above B's, B's requeued runs the reverse.
+    assert held() == (4, 2)
+    a_states = sorted(str(state(kube.get("TrainingRun", na, f"a-{i}") or {})) for i in range(3))
+    assert a_states == ["Admitted", "Admitted", "Queued"], a_states
+    assert peak["cohort"] <= 6 and peak["samples"] > 3, peak
+
+
+def test_a_pods_ready_timeout_evicts_stops_and_requeues_the_run(
+    kueue_cluster: tuple[Cluster, Kueue], operator: OperatorProcess, kube: Kube
+) -> None:
+    """Kueue restarted with `waitForPodsReady` (6 s): a run whose trainer pods never become
+    ready carries the PodsReady condition the operator writes (Kueue writes it only for its own
+    integrations), is evicted with PodsReadyTimeout once the timeout passes, stops its pods
+    like a preempted run, says why, and is requeued after Kueue's backoff and admitted again."""
+    cluster, kueue = kueue_cluster
+    ns = cluster.namespace("podsready")
+    team(cluster, ns, "team-podsready", 2)
+    sampler = Sampler(kube, ns, 2)
+    kueue.stop()
+    kueue.wait_for_pods_ready = 6
+    kueue.start()
+    try:
+        apply(cluster, ns, queued_run("stuck", "team-podsready"))
+        wait_for("the run admitted", lambda: state(sampler.run("stuck")) == "Admitted")
+        workload = wait_for(
+            "PodsReady written by the operator",
+            lambda: (
+                condition(kube.get("Workload", ns, "stuck-workload"), "PodsReady")
+                and kube.get("Workload", ns, "stuck-workload")
+            ),
+        )
+        assert condition(workload, "PodsReady")["reason"] == "WaitForStart", workload["status"]
+        first_job = wait_for("the trainer Job", lambda: children(kube, ns, "stuck").get("Job"))
+        run = wait_for(
+            "the PodsReady timeout eviction",
+            lambda: state(sampler.run("stuck")) == "Evicted" and sampler.run("stuck"),
+            timeout=60,
+        )
+        assert condition(run, "Admitted")["reason"] == "PodsReadyTimeout", condition(
+            run, "Admitted"
+        )
+        assert condition(run, "Ready")["reason"] == "PodsReadyTimeout"
+        wait_for("the evicted run's pods stopped", lambda: children(kube, ns, "stuck") == {})
+        events = cluster.kubectl(
+            "get", "events", "-n", ns, "--field-selector", "involvedObject.name=stuck", "-o", "json"
+        ).stdout
+        assert "PodsReady timeout" in events
+        wait_for(
+            "the run requeued and admitted again",
+            lambda: state(sampler.run("stuck")) == "Admitted",
+            timeout=60,
+        )
+        job = wait_for("a new trainer Job", lambda: children(kube, ns, "stuck").get("Job"))
+        assert job["metadata"]["uid"] != first_job["metadata"]["uid"]
+        assert sampler.peak <= 2
+    finally:
+        cluster.kubectl("delete", "trun", "-n", ns, "stuck", "--wait=false")
+        kueue.stop()
+        kueue.wait_for_pods_ready = None
+        kueue.start()

@@ -5,14 +5,19 @@ The Workload statuses below are Kueue v0.17's own, as tests/test_kueue.py saw th
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from crl_operator.apply import Kube, fingerprint
 from crl_operator.builders import RenderState, render, resolve_checkpoint
 from crl_operator.builders.meta import KUEUE_QUEUE_LABEL
-from crl_operator.status import workload_admission
+from crl_operator.cache import Cache
+from crl_operator.reconcile import Reconciler, with_fingerprint
+from crl_operator.status import pods_ready_condition, workload_admission
 from crl_worker.api import Benchmark, TrainingRun
 from crl_worker.api.validation import load_resources
 
@@ -103,6 +108,8 @@ TOO_BIG = (
         ({"admission": ADMISSION, "conditions": [cond("Admitted", "True", "Admitted"), cond("Evicted", "True", "Preempted", "Preempted to accommodate a workload")]}, "Preempted", "Preempted", False, True),
         ({"conditions": [cond("QuotaReserved", "False", "Pending"), cond("Evicted", "True", "Preempted")]}, "Preempted", "Preempted", False, False),
         ({"admission": ADMISSION, "conditions": [cond("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout")]}, "Evicted", "PodsReadyTimeout", False, True),
+        # After the operator released the quota: Kueue's backoff holds Requeued=False until it ends.
+        ({"conditions": [cond("QuotaReserved", "False", "Pending"), cond("Requeued", "False", "PodsReadyTimeout"), cond("Evicted", "True", "PodsReadyTimeout", "Exceeded the PodsReady timeout")]}, "Evicted", "PodsReadyTimeout", False, False),
     ],
 )  # fmt: skip
 def test_admission_from_the_workload_status(
@@ -141,3 +148,195 @@ def test_a_benchmark_serving_a_checkpoint_queues_server_and_runner_together() ->
     assert sets == {"inference": 2, "runner": 1}
     admitted = kinds(render(bench, "ns", replace(state, queued=True, admitted=True)))
     assert set(admitted) == {"Workload", "Deployment", "Job"}
+
+
+class FakeKube(Kube):
+    """No API server: records every request and answers as the server would, keeping the
+    status of what is in `cache` (a server-side apply returns the live object)."""
+
+    def __init__(self, cache: Cache) -> None:
+        super().__init__(None)  # type: ignore[arg-type]
+        self.cache = cache
+        self.calls: list[tuple[str, str, Any]] = []
+
+    def request(
+        self,
+        method: str,
+        kind: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """Record the request; echo an applied or patched object with a new resourceVersion."""
+        self.calls.append((method, kind, body))
+        if method == "PATCH" and content_type == "application/apply-patch+yaml":
+            obj = json.loads(body)
+            live = self.cache.get(
+                obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+            )
+            status = (live or {}).get("status")
+            obj["metadata"]["resourceVersion"] = str(len(self.calls))
+            return {**obj, **({"status": status} if status else {})}
+        if method == "PATCH" and kind.endswith("/status"):  # a merge patch of the status
+            parts = path.split("/")
+            live = self.cache.get(kind.removesuffix("/status"), parts[-4], parts[-2]) or {}
+            status = {**(live.get("status") or {}), **body["status"]}
+            meta = {**(live.get("metadata") or {}), "resourceVersion": str(len(self.calls))}
+            return {
+                **live,
+                "metadata": meta,
+                "status": {k: v for k, v in status.items() if v is not None},
+            }
+        return {}
+
+
+def _evicted_run(reason: str | None, message: str = "") -> tuple[Cache, FakeKube, str]:
+    """An admitted run (its Workload, ConfigMaps, vLLM Deployment, trainer Job and pool in the
+    cache) whose Workload Kueue has just evicted with `reason` (None: still admitted)."""
+    doc = small_run("r", trainer=dict(PENDING_TRAINER))
+    doc["metadata"].update(namespace="ns", uid="u-1", resourceVersion="1", generation=1)
+    doc["spec"]["scheduling"] = {"queueName": "team-a"}
+    doc["status"] = {"queue": {"name": "team-a", "state": "Admitted", "clusterQueue": "cq-a"}}
+    cache = Cache()
+    cache.upsert(doc)
+    state = RenderState(inference_ready=True, queued=True, admitted=True)
+    for child in render(TrainingRun.model_validate(doc), "ns", state):
+        child = with_fingerprint(child, fingerprint(child))
+        child["metadata"].update(uid=f"uid-{child['metadata']['name']}", resourceVersion="1")
+        if child["kind"] == "Workload":
+            child["status"] = {
+                "admission": ADMISSION,
+                "conditions": [
+                    cond("QuotaReserved", "True", "QuotaReserved"),
+                    cond("Admitted", "True", "Admitted"),
+                    *([cond("Evicted", "True", reason, message)] if reason else []),
+                ],
+            }
+        cache.upsert(child)
+    assert {"Deployment", "Job", "RolloutPool"} <= {c["kind"] for c in cache.owned("u-1")}
+    return cache, FakeKube(cache), "u-1"
+
+
+def test_a_pods_ready_timeout_eviction_stops_the_run_like_a_preemption() -> None:
+    """Kueue's waitForPodsReady evicted the run: one reconcile deletes the trainer Job, the vLLM
+    Deployment and the inline pool (the trainer gets SIGTERM and checkpoints), the status says
+    why (state Evicted, reason PodsReadyTimeout, a Warning event), and once nothing runs the
+    Workload's quota is released as Kueue's job integrations do it for this reason: Requeued
+    stays False until Kueue's backoff ends (Kueue then sets it True and readmits)."""
+    message = "Exceeded the PodsReady timeout ns/r-workload"
+    cache, kube, uid = _evicted_run("PodsReadyTimeout", message)
+    outcome = Reconciler(kube, cache).reconcile(("TrainingRun", "ns", "r"))
+    assert outcome.result == "ok", outcome
+
+    deleted = {kind for method, kind, _ in kube.calls if method == "DELETE"}
+    assert {"Deployment", "Job", "RolloutPool"} <= deleted, kube.calls
+    # What a queued run keeps: its Workload and the ConfigMaps (the trainer's last report).
+    assert {c["kind"] for c in cache.owned(uid)} == {"Workload", "ConfigMap"}
+
+    [release] = [body for method, kind, body in kube.calls if kind == "Workload/status"]
+    assert release["status"]["admission"] is None
+    assert release["metadata"]["resourceVersion"] == "1"  # a precondition: Kueue's changes win
+    conds = {x["type"]: x for x in release["status"]["conditions"]}
+    assert (conds["Requeued"]["status"], conds["Requeued"]["reason"]) == (
+        "False",
+        "PodsReadyTimeout",
+    )
+    assert (conds["QuotaReserved"]["status"], conds["QuotaReserved"]["reason"]) == (
+        "False",
+        "Pending",
+    )
+    assert conds["Admitted"]["status"] == "False"
+    assert conds["Evicted"]["status"] == "True"  # Kueue's own condition is kept
+    # The next admission's pods start over: Kueue's timeout must count again.
+    assert (conds["PodsReady"]["status"], conds["PodsReady"]["reason"]) == ("False", "WaitForStart")
+
+    [status] = [body["status"] for method, kind, body in kube.calls if kind == "TrainingRun/status"]
+    assert status["queue"]["state"] == "Evicted"
+    got = {x["type"]: x for x in status["conditions"]}
+    assert (got["Admitted"]["status"], got["Admitted"]["reason"]) == ("False", "PodsReadyTimeout")
+    assert got["Ready"]["reason"] == "PodsReadyTimeout"
+    assert message in got["Admitted"]["message"]
+    events = [body for method, kind, body in kube.calls if kind == "Event"]
+    warnings = [(e["type"], e["reason"]) for e in events if e["type"] == "Warning"]
+    assert ("Warning", "Preempted") in warnings, events
+
+
+def test_a_preemption_takes_the_same_path_and_is_requeued_at_once() -> None:
+    """The same run preempted: the same children stop; Requeued is True (Kueue queues it again
+    at once, no backoff), as Kueue's job integrations write it."""
+    cache, kube, _ = _evicted_run("Preempted", "Preempted to accommodate a workload")
+    assert Reconciler(kube, cache).reconcile(("TrainingRun", "ns", "r")).result == "ok"
+    deleted = {kind for method, kind, _ in kube.calls if method == "DELETE"}
+    assert {"Deployment", "Job", "RolloutPool"} <= deleted, kube.calls
+    [release] = [body for method, kind, body in kube.calls if kind == "Workload/status"]
+    conds = {x["type"]: x for x in release["status"]["conditions"]}
+    assert (conds["Requeued"]["status"], conds["Requeued"]["reason"]) == ("True", "Preempted")
+
+
+def _ready(cache: Cache, uid: str) -> None:
+    """Mark the run's vLLM Deployment available and its trainer Job's pods ready."""
+    for child in cache.owned(uid):
+        if child["kind"] == "Deployment":
+            child["status"] = {
+                "observedGeneration": 1,
+                "updatedReplicas": 1,
+                "availableReplicas": 1,
+            }
+        if child["kind"] == "Job":
+            child["status"] = {"ready": child["spec"].get("parallelism") or 1}
+        child["metadata"]["generation"] = 1
+        cache.upsert(child)
+
+
+def _pods_ready_patches(kube: FakeKube) -> list[tuple[str, str]]:
+    out = []
+    for _, kind, body in kube.calls:
+        if kind == "Workload/status":
+            found = {x["type"]: x for x in body["status"]["conditions"]}["PodsReady"]
+            out.append((found["status"], found["reason"]))
+    return out
+
+
+def test_the_operator_reports_pods_ready_for_kueue_s_wait_for_pods_ready() -> None:
+    """Kueue writes PodsReady only for its own integrations' jobs (a Workload the operator owns
+    would be evicted by waitForPodsReady however healthy its pods): the operator writes it,
+    as those integrations do. WaitForStart until every pod set's pods are ready, then Started,
+    once; no write while nothing changes."""
+    cache, kube, uid = _evicted_run(None)
+    reconciler = Reconciler(kube, cache)
+    assert reconciler.reconcile(("TrainingRun", "ns", "r")).result == "ok"
+    assert _pods_ready_patches(kube) == [("False", "WaitForStart")]
+    assert reconciler.reconcile(("TrainingRun", "ns", "r")).result == "ok"
+    assert _pods_ready_patches(kube) == [("False", "WaitForStart")]  # unchanged: no write
+    _ready(cache, uid)
+    assert reconciler.reconcile(("TrainingRun", "ns", "r")).result == "ok"
+    assert _pods_ready_patches(kube) == [("False", "WaitForStart"), ("True", "Started")]
+    [_, patch] = [b for _, kind, b in kube.calls if kind == "Workload/status"]
+    assert patch["metadata"]["resourceVersion"]  # a precondition: Kueue's changes win
+
+
+def test_pods_ready_follows_kueue_s_job_integrations() -> None:
+    """Kueue's generatePodsReadyCondition, for the pod sets of the operator's Workload."""
+    workload = {
+        "spec": {"podSets": [{"name": "inference"}, {"name": "trainer"}]},
+        "status": {"admission": ADMISSION, "conditions": [cond("Admitted", "True", "Admitted")]},
+    }
+    labels = {"app.kubernetes.io/component": "inference"}
+    serving = {"kind": "Deployment", "metadata": {"labels": labels, "generation": 1},
+               "spec": {"replicas": 1},
+               "status": {"observedGeneration": 1, "updatedReplicas": 1, "availableReplicas": 1}}  # fmt: skip
+    trainer = {"kind": "Job", "metadata": {"labels": {"app.kubernetes.io/component": "trainer"}},
+               "spec": {"parallelism": 2}, "status": {"ready": 2}}  # fmt: skip
+    assert pods_ready_condition(workload, [serving])[:2] == ("False", "WaitForStart")
+    assert pods_ready_condition(workload, [serving, trainer])[:2] == ("True", "Started")
+    was_ready = {**workload, "status": {**workload["status"], "conditions": [
+        cond("Admitted", "True", "Admitted"), cond("PodsReady", "True", "Started")]}}  # fmt: skip
+    failing = {**trainer, "status": {"ready": 1}}
+    assert pods_ready_condition(was_ready, [serving, failing])[:2] == ("False", "WaitForRecovery")
+    recovering = {**workload, "status": {**workload["status"], "conditions": [
+        cond("Admitted", "True", "Admitted"), cond("PodsReady", "False", "WaitForRecovery")]}}  # fmt: skip
+    assert pods_ready_condition(recovering, [serving, trainer])[:2] == ("True", "Recovered")
+    not_admitted = {**workload, "status": {"conditions": [cond("PodsReady", "True", "Started")]}}
+    assert pods_ready_condition(not_admitted, [serving, trainer])[:2] == ("False", "WaitForStart")

@@ -51,6 +51,7 @@ from crl_operator.metrics import (
 from crl_operator.status import (
     WL_ADMITTED,
     WL_EVICTED,
+    WL_PODS_READY,
     WL_QUOTA_RESERVED,
     Admission,
     Observed,
@@ -59,6 +60,7 @@ from crl_operator.status import (
     component_of,
     deployment_state,
     job_state,
+    pods_ready_condition,
     rolloutpool_status,
     served_by_operator,
     status_patch,
@@ -259,6 +261,13 @@ class Reconciler:
             # Evicted (preempted, or its pods were not ready in time): the render stopped the
             # children; once they are gone, hand the quota back as Kueue's job integrations do.
             problem = problem or self._release_quota(resource, uid)
+        elif (
+            admission is not None
+            and admission.state == "Admitted"
+            and not isinstance(resource, RolloutPool)
+        ):
+            # Kueue's waitForPodsReady reads PodsReady, which only a job integration writes.
+            problem = problem or self._report_pods_ready(resource, uid)
         seen = self._observed(resource, uid, problem, report, admission)
         now = self.now()
         if isinstance(resource, TrainingRun):
@@ -419,11 +428,13 @@ class Reconciler:
             }
 
         requeued = reason in ("Preempted", "NodeFailures")
-        replaced = {"Requeued", WL_QUOTA_RESERVED, WL_ADMITTED}
+        replaced = {"Requeued", WL_QUOTA_RESERVED, WL_ADMITTED, WL_PODS_READY}
         new = [x for x in conds if x.get("type") not in replaced] + [
             entry("Requeued", "True" if requeued else "False", reason, message),
             entry(WL_QUOTA_RESERVED, "False", "Pending", message),
             entry(WL_ADMITTED, "False", "NoReservation", "The workload has no reservation"),
+            # The next admission's pods start from scratch (and Kueue's timeout with them).
+            entry(WL_PODS_READY, "False", "WaitForStart", "Not all pods are ready or succeeded"),
         ]
         body = {
             "metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
@@ -445,6 +456,58 @@ class Reconciler:
         result.setdefault("apiVersion", kind_info("Workload").api_version)
         self.cache.upsert(result)
         log.info("released the quota of Workload %s/%s after its eviction (%s)", ns, name, reason)
+        return None
+
+    def _report_pods_ready(self, resource: TrainingRun | Benchmark, uid: str) -> Problem | None:
+        """Write the admitted Workload's `PodsReady` condition when it changes.
+
+        Kueue computes it only for the jobs of its own integrations; without it, its
+        `waitForPodsReady` timeout would evict every admitted run, pods up or not. A merge patch
+        of the conditions with the Workload's resourceVersion as a precondition, as
+        :meth:`_release_quota`: a concurrent change by Kueue wins and triggers a new reconcile.
+        """
+        ns = resource.metadata.namespace or "default"
+        name = builders.workload_name(resource)
+        live = self.cache.get("Workload", ns, name)
+        if live is None:
+            return None
+        status, reason, message = pods_ready_condition(live, self.cache.owned(uid))
+        conds = list((live.get("status") or {}).get("conditions") or ())
+        old = c.find(conds, WL_PODS_READY)
+        if old is not None and (old.get("status"), old.get("reason")) == (status, reason):
+            return None
+        entry = {
+            "type": WL_PODS_READY,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "observedGeneration": live["metadata"].get("generation"),
+            "lastTransitionTime": c.timestamp(self.now())
+            if old is None or old.get("status") != status
+            else old.get("lastTransitionTime"),
+        }
+        body = {
+            "metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
+            "status": {
+                "conditions": [x for x in conds if x.get("type") != WL_PODS_READY] + [entry]
+            },
+        }
+        try:
+            result = self.kube.request(
+                "PATCH",
+                "Workload/status",
+                kind_info("Workload").path(ns, name) + "/status",
+                body=body,
+                content_type="application/merge-patch+json",
+            )
+        except KubeError as err:
+            if err.status in (404, 409):
+                return None  # gone, or changed meanwhile: the change's event reconciles again
+            return Problem(c.APPLY_FAILED, f"Workload {name}: reporting PodsReady: {err.message}")
+        result.setdefault("kind", "Workload")
+        result.setdefault("apiVersion", kind_info("Workload").api_version)
+        self.cache.upsert(result)
+        log.info("Workload %s/%s: PodsReady %s (%s)", ns, name, status, reason)
         return None
 
     def _report(self, resource: AnyResource, uid: str) -> dict[str, Any] | None:

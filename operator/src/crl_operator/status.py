@@ -86,6 +86,7 @@ class Problem:
 WL_QUOTA_RESERVED = "QuotaReserved"
 WL_ADMITTED = "Admitted"
 WL_EVICTED = "Evicted"
+WL_PODS_READY = "PodsReady"
 #: The part of Kueue's flavor-assigner message that says a pod set can never fit.
 _NEVER_FITS = "> maximum capacity"
 
@@ -179,6 +180,51 @@ def workload_admission(queue: str, workload: Obj | None, *, kueue: bool) -> Admi
         reason = c.EXCEEDS_QUOTA
         message = f"larger than the quota it can ever get, it will not be admitted: {message}"
     return Admission("Queued", reason, f"queued in LocalQueue {queue}: {message}", queue, cq)
+
+
+_PODS_NOT_READY = "Not all pods are ready or succeeded"
+_PODS_RECOVERING = "At least one pod has failed, waiting for recovery"
+_PODS_READY = "All pods reached readiness and the workload is running"
+
+
+def _pod_set_ready(name: str, children: Iterable[Obj]) -> bool:
+    """Whether the child that runs pod set `name` has all its pods ready (or succeeded)."""
+    for child in children:
+        if component_of(child) != name:
+            continue
+        if child.get("kind") == "Deployment":
+            return deployment_state(child).ready
+        if child.get("kind") == "Job":
+            return job_state(child).phase in ("running", "succeeded")
+    return False
+
+
+def pods_ready_condition(workload: Obj, children: Iterable[Obj]) -> tuple[str, str, str]:
+    """The `PodsReady` condition (status, reason, message) an admitted Workload should carry.
+
+    What Kueue's job integrations write for the jobs they manage (Kueue computes it for no
+    other Workload), so that its `waitForPodsReady` timeout measures this run's pods: every pod
+    set's child (the vLLM Deployment, the trainer or runner Job) has all its pods ready:
+    `Started` (or `Recovered` after a recovery); otherwise `WaitForStart`, or
+    `WaitForRecovery` once they had all been ready.
+    """
+    status = workload.get("status") or {}
+    conds = status.get("conditions")
+    current = c.find(conds, WL_PODS_READY)
+    admitted = c.is_true(conds, WL_ADMITTED) and bool(status.get("admission"))
+    kids = list(children)
+    names = [str(p.get("name")) for p in (workload.get("spec") or {}).get("podSets") or ()]
+    if admitted and names and all(_pod_set_ready(n, kids) for n in names):
+        recovering = current is not None and current.get("reason") in (
+            "WaitForRecovery",
+            "Recovered",
+        )
+        return "True", "Recovered" if recovering else "Started", _PODS_READY
+    if not admitted or current is None:
+        return "False", "WaitForStart", _PODS_NOT_READY
+    if current.get("status") == "True" or current.get("reason") == "WaitForRecovery":
+        return "False", "WaitForRecovery", _PODS_RECOVERING
+    return "False", "WaitForStart", _PODS_NOT_READY
 
 
 @dataclass(frozen=True)
