@@ -497,7 +497,11 @@ async def test_gateway_runs_a_pool_of_pods(
     task_file = tmp_path / "tasks.jsonl"
     task_file.write_text(task.model_dump_json() + "\n")
     manifest = tmp_path / "rolloutpool.yaml"
-    manifest.write_text(json.dumps(_rolloutpool(namespace, task_file, checkout)))
+    resource = _rolloutpool(namespace, task_file, checkout)
+    # Counted sandboxes: the gateway labels its pods with the queue (this cluster has no
+    # Kueue, so the label is inert; tests/test_kueue.py shows Kueue gating such a pod).
+    resource["spec"]["scheduling"] = {"queueName": "team-a", "sandboxesUseQuota": True}
+    manifest.write_text(json.dumps(resource))
     cluster.kubectl("apply", "-f", str(manifest))
     uid = cluster.kubectl(
         "get", "rolloutpool", POOL, "-n", namespace, "-o", "jsonpath={.metadata.uid}"
@@ -546,6 +550,7 @@ async def test_gateway_runs_a_pool_of_pods(
             assert meta["ownerReferences"][0]["uid"] == uid  # read from the API by the gateway
             assert meta["ownerReferences"][0]["blockOwnerDeletion"] is True
             assert meta["annotations"]["coderepair.io/instance-id"] == task.instance_id
+            assert meta["labels"][KUEUE_QUEUE_LABEL] == "team-a"
             assert pod["spec"]["automountServiceAccountToken"] is False
             assert pod["spec"]["containers"][0]["resources"] == {
                 "requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "2Gi"},
