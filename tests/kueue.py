@@ -48,6 +48,9 @@ SERVICE = "kueue-webhook-service"
 SECRET = "kueue-webhook-server-cert"
 API = "kueue.x-k8s.io/v1beta2"
 STOP_GRACE_SECONDS = 10.0
+#: With ``pod_namespaces``: the label (value ``"true"``) of the only namespaces whose pods
+#: Kueue's plain-pod integration manages (its webhooks and ``managedJobsNamespaceSelector``).
+POD_NAMESPACE_LABEL = "crl-tests/kueue-pods"
 
 
 def build(timeout: float = 3600) -> Path:
@@ -126,9 +129,17 @@ class Kueue:
     """Kueue's manager as a process next to a :class:`~tests.cluster.Cluster`."""
 
     def __init__(
-        self, cluster: Cluster, workdir: Path, *, wait_for_pods_ready: float | None = None
+        self,
+        cluster: Cluster,
+        workdir: Path,
+        *,
+        wait_for_pods_ready: float | None = None,
+        pod_namespaces: bool = False,
     ):
-        """`wait_for_pods_ready`: seconds of Kueue's ``waitForPodsReady.timeout`` (off if None)."""
+        """`wait_for_pods_ready`: seconds of Kueue's ``waitForPodsReady.timeout`` (off if None).
+        `pod_namespaces`: also enable the plain-pod integration (the ``pod`` framework), only
+        in namespaces labelled :data:`POD_NAMESPACE_LABEL` ``=true``, so no other test's pods
+        go through Kueue's pod webhook (nor fail on it while Kueue is stopped)."""
         self.cluster = cluster
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -138,6 +149,7 @@ class Kueue:
         self.probe_port = free_port()
         self.metrics_port = free_port()
         self.wait_for_pods_ready = wait_for_pods_ready
+        self.pod_namespaces = pod_namespaces
         self.popen: subprocess.Popen[bytes] | None = None
         self.log_path = self.workdir / "kueue.log"
         self._ca = b""
@@ -191,7 +203,9 @@ class Kueue:
             hooks = []
             for hook in config["webhooks"]:
                 path = hook["clientConfig"]["service"]["path"]
-                if "kueue-x-k8s-io" not in path and "batch-v1-job" not in path:
+                if self.pod_namespaces and path.endswith("--v1-pod"):
+                    hook["namespaceSelector"] = self._pod_namespace_selector()
+                elif "kueue-x-k8s-io" not in path and "batch-v1-job" not in path:
                     continue  # an integration that is not enabled: its path would answer 404
                 hook["clientConfig"] = {"url": self._url(path), "caBundle": ca_b64}
                 hooks.append(hook)
@@ -207,6 +221,10 @@ class Kueue:
             if o["kind"] == "CustomResourceDefinition"
         ]
         self.cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+
+    @staticmethod
+    def _pod_namespace_selector() -> dict[str, Any]:
+        return {"matchLabels": {POD_NAMESPACE_LABEL: "true"}}
 
     def _url(self, path: str) -> str:
         return f"https://127.0.0.1:{self.port}{path}"
@@ -236,6 +254,9 @@ class Kueue:
             },
             "featureGates": {"VisibilityOnDemand": False},
         }
+        if self.pod_namespaces:
+            config["integrations"]["frameworks"].append("pod")
+            config["managedJobsNamespaceSelector"] = self._pod_namespace_selector()
         if self.wait_for_pods_ready is not None:
             config["waitForPodsReady"] = {
                 "timeout": f"{self.wait_for_pods_ready:g}s",

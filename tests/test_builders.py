@@ -524,6 +524,27 @@ def test_evaluation_benchmarks_serve_the_step_checkpoint() -> None:
     assert kinds(finished) == ["ConfigMap", "ConfigMap", "Benchmark"]
 
 
+def test_sandboxes_use_quota_reaches_the_inline_pools() -> None:
+    """A run's scheduling.sandboxesUseQuota puts its queue (not its deadline) on the inline
+    pool, whose gateway then labels the sandboxes; off (the default), the pool has no
+    scheduling and its sandboxes stay out of Kueue."""
+    run = load("trainingrun-qwen3-8b-swe-gym.yaml")
+    state = RenderState(inference_ready=True, evaluation_steps=(50,))
+    assert "scheduling" not in find(render(run, state=state), "RolloutPool")["spec"]
+    scheduling = {**run.spec.scheduling.to_wire(), "sandboxesUseQuota": True}
+    counted = with_spec(run, scheduling=scheduling)
+    children = render(counted, state=state)
+    assert find(children, "RolloutPool")["spec"]["scheduling"] == {
+        "queueName": "team-repair",
+        "workloadPriorityClassName": "research-high",
+        "sandboxesUseQuota": True,
+    }
+    # The evaluation Benchmark takes the run's queue and its choice for sandboxes.
+    bench = Benchmark.model_validate(find(children, "Benchmark"))
+    assert bench.spec.scheduling.sandboxes_use_quota
+    assert find(render(bench), "RolloutPool")["spec"]["scheduling"]["sandboxesUseQuota"] is True
+
+
 def test_a_pool_reference_means_no_owned_pool() -> None:
     spec = {**RUN["spec"], "rollout": {"poolRef": {"name": "shared"}}}
     run = TrainingRun.model_validate({**RUN, "spec": spec})

@@ -23,10 +23,14 @@ import pytest
 import yaml
 
 from crl_operator.apply import KindInfo, Kube, KubeError, load_api_client
+from crl_worker.api.common import SandboxSpec
+from crl_worker.errors import SandboxError
+from crl_worker.sandbox.kubernetes import KubeApi, KubernetesSandboxConfig, build_pod, kueue_gated
+from crl_worker.tasks.model import Task, TestSpec
 
 from .cluster import Cluster, ClusterError
 from .cluster import build as build_cluster
-from .kueue import Kueue
+from .kueue import POD_NAMESPACE_LABEL, Kueue
 from .operator_process import OperatorProcess
 from .test_operator_e2e import PENDING_TRAINER, apply, condition, small_run, wait_for
 
@@ -47,7 +51,7 @@ def kueue_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cl
         cluster = Cluster(workdir / "cluster", bin_dir=build_cluster(), nodes=2).start()
     except ClusterError as error:
         pytest.fail(f"the test control plane did not start: {error}")
-    kueue = Kueue(cluster, workdir / "kueue")
+    kueue = Kueue(cluster, workdir / "kueue", pod_namespaces=True)
     try:
         kueue.install()
         kueue.start()
@@ -528,3 +532,72 @@ def test_a_pods_ready_timeout_evicts_stops_and_requeues_the_run(
         kueue.stop()
         kueue.wait_for_pods_ready = None
         kueue.start()
+
+
+async def test_sandboxes_use_quota_gates_a_sandbox_until_the_queue_has_room(
+    kueue_cluster: tuple[Cluster, Kueue],
+) -> None:
+    """scheduling.sandboxesUseQuota through Kueue's plain-pod integration: the gateway's own
+    pod manifest and start wait (build_pod, KubeApi.wait_ready) against a queue with room for
+    one 1-CPU sandbox. The second is gated (its start times out saying so) until the first is
+    deleted; a sandbox without the queue label (the default) is never held back."""
+    cluster, _ = kueue_cluster
+    ns = cluster.namespace("sandboxes")
+    cluster.kubectl("label", "namespace", ns, f"{POD_NAMESPACE_LABEL}=true")
+    docs: list[dict[str, Any]] = [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+         "metadata": {"name": "cpu"}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+         "metadata": {"name": "sandboxes"},
+         "spec": {
+             "namespaceSelector": {},
+             "resourceGroups": [{
+                 "coveredResources": ["cpu", "memory", "ephemeral-storage"],
+                 "flavors": [{"name": "cpu", "resources": [
+                     {"name": "cpu", "nominalQuota": "1"},
+                     {"name": "memory", "nominalQuota": "8Gi"},
+                     {"name": "ephemeral-storage", "nominalQuota": "100Gi"},
+                 ]}],
+             }],
+         }},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+         "metadata": {"name": "sandboxes", "namespace": ns},
+         "spec": {"clusterQueue": "sandboxes"}},
+    ]  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(d) for d in docs))
+    task = Task(
+        instance_id="demo__demo-1",
+        repo="demo/demo",
+        base_commit="0" * 40,
+        image="registry.invalid/sandbox:1",
+        test=TestSpec(command="true", log_format="pytest"),
+    )
+    sandbox = SandboxSpec.model_validate({"resources": {"requests": {"cpu": "1"}}})
+    counted = KubernetesSandboxConfig(
+        namespace=ns, pool="pool", gateway_id="gw", sandbox=sandbox, queue_name="sandboxes"
+    )
+    uncounted = counted.model_copy(update={"queue_name": None})
+    api = KubeApi(str(cluster.kubeconfig))
+    try:
+        await api.create_pod(ns, build_pod(task, "pool-first", counted))
+        await api.wait_ready(ns, "pool-first", 30)
+        await api.create_pod(ns, build_pod(task, "pool-second", counted))
+        assert kueue_gated(await api.read_pod(ns, "pool-second"))  # gated from creation
+        with pytest.raises(SandboxError, match=r"still gated by Kueue.*queue sandboxes had no"):
+            await api.wait_ready(ns, "pool-second", 2)
+        # The default: no queue label, not counted, started while the queue is full.
+        await api.create_pod(ns, build_pod(task, "pool-plain", uncounted))
+        await api.wait_ready(ns, "pool-plain", 30)
+        assert kueue_gated(await api.read_pod(ns, "pool-second"))
+        # What the kubelet reports once the keep-alive shell exits on the gateway's delete
+        # (kwok has no kubelet): the pod succeeded, so Kueue finishes its Workload.
+        cluster.kubectl(
+            "patch", "pod", "-n", ns, "pool-first", "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": {"phase": "Succeeded"}}),
+        )  # fmt: skip
+        await api.delete_pod(ns, "pool-first")
+        await api.wait_ready(ns, "pool-second", 30)
+        assert not kueue_gated(await api.read_pod(ns, "pool-second"))
+    finally:
+        await api.aclose()
+        cluster.delete_namespace(ns)

@@ -551,6 +551,42 @@ def test_operator_config_is_accepted(tmp_path: Path, task_file: Path) -> None:
     assert config.settings.prefetch == 5
     assert config.settings.sandbox.startup_timeout_seconds == 120
     assert config.task_format == "task"
+    assert config.sandbox_queue() == (None, None)  # sandboxes stay out of Kueue by default
+
+
+@pytest.mark.parametrize(
+    ("scheduling", "expected"),
+    [
+        ({"queueName": "team-a"}, (None, None)),  # a queue alone does not count sandboxes
+        (
+            {"queueName": "team-a", "workloadPriorityClassName": "high", "sandboxesUseQuota": True},
+            ("team-a", "high"),
+        ),
+    ],
+)
+def test_the_gateway_config_carries_sandboxes_use_quota(
+    tmp_path: Path,
+    task_file: Path,
+    scheduling: dict[str, Any],
+    expected: tuple[str | None, str | None],
+) -> None:
+    """The operator's ConfigMap of a RolloutPool hands its scheduling to the gateway, which
+    labels sandbox pods with the queue only with sandboxesUseQuota."""
+    from crl_operator.builders.config import config_map
+    from crl_worker.api import RolloutPool
+
+    pool = RolloutPool.model_validate(
+        {
+            "apiVersion": "coderepair.io/v1alpha1",
+            "kind": "RolloutPool",
+            "metadata": {"name": "swe-pool", "namespace": "team-a"},
+            "spec": {"tasks": {"path": str(task_file)}, "scheduling": scheduling},
+        }
+    )
+    path = tmp_path / "config.yaml"
+    path.write_text(config_map(pool, "team-a")["data"]["config.yaml"])
+    config = build_config(parser().parse_args(["--config", str(path)]))
+    assert config.sandbox_queue() == expected
 
 
 def test_config_errors_are_reported(tmp_path: Path) -> None:

@@ -26,11 +26,15 @@ from crl_worker.api.common import SandboxSpec
 from crl_worker.errors import SandboxError
 from crl_worker.pool import GatewayClient
 from crl_worker.sandbox.kubernetes import (
+    KUEUE_ADMISSION_GATE,
+    KUEUE_PRIORITY_LABEL,
+    KUEUE_QUEUE_LABEL,
     LABEL_STATE,
     KubeApi,
     KubernetesSandboxConfig,
     build_pod,
     exit_code_of,
+    kueue_gated,
     label_value,
     pod_failure,
     pod_name,
@@ -170,6 +174,58 @@ def test_sandbox_pods_get_default_limits(
     pod = build_pod(_task(), "swe-pool-sbx-1", _config(sandbox=spec))
     assert pod["spec"]["containers"][0]["resources"] == expected
     assert "runtimeClassName" not in pod["spec"]  # the node's default unless asked
+
+
+def test_pods_carry_kueue_labels_only_when_the_pool_counts_them() -> None:
+    """scheduling.sandboxesUseQuota (the gateway sets queue_name only then): the queue and
+    priority labels Kueue's plain-pod integration admits the pod by; none otherwise."""
+    plain = build_pod(_task(), "swe-pool-sbx-1", _config())["metadata"]["labels"]
+    assert not [k for k in plain if k.startswith("kueue.x-k8s.io/")]
+    counted = build_pod(
+        _task(),
+        "swe-pool-sbx-1",
+        _config(queue_name="team-a", workload_priority_class_name="high"),
+    )["metadata"]["labels"]
+    assert counted[KUEUE_QUEUE_LABEL] == "team-a"
+    assert counted[KUEUE_PRIORITY_LABEL] == "high"
+    only_queue = build_pod(_task(), "swe-pool-sbx-1", _config(queue_name="team-a"))
+    assert KUEUE_PRIORITY_LABEL not in only_queue["metadata"]["labels"]
+
+
+async def test_waiting_for_a_pod_kueue_holds_back_names_the_quota(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A pod gated by Kueue stays Pending: the start timeout applies, and its error says the
+    queue had no quota (not an image or node problem)."""
+    gated = {
+        "metadata": {"labels": {KUEUE_QUEUE_LABEL: "team-a"}},
+        "spec": {"schedulingGates": [{"name": KUEUE_ADMISSION_GATE}]},
+        "status": {"phase": "Pending"},
+    }
+    assert kueue_gated(gated)
+    assert not kueue_gated({"spec": {}, "status": {"phase": "Pending"}})
+    reads: list[str] = []
+
+    async def read_pod(namespace: str, name: str) -> dict[str, Any]:
+        reads.append(name)
+        return gated
+
+    api = KubeApi.__new__(KubeApi)  # no client: only read_pod is called
+    api.read_pod = read_pod  # type: ignore[method-assign]
+    caplog.set_level("INFO", logger="crl_worker.sandbox.kubernetes")
+    with pytest.raises(SandboxError, match=r"still gated by Kueue.*queue team-a had no free quota"):
+        await api.wait_ready("team-a", "swe-pool-sbx-1", timeout=0.3)
+    assert len(reads) >= 2  # it polled, then gave up at the deadline
+    assert sum("waits for Kueue" in r.message for r in caplog.records) == 1  # logged once
+    ungated = {"spec": {}, "status": {"phase": "Pending"}}
+
+    async def read_plain(namespace: str, name: str) -> dict[str, Any]:
+        return ungated
+
+    api.read_pod = read_plain  # type: ignore[method-assign]
+    with pytest.raises(SandboxError, match="not ready after") as info:
+        await api.wait_ready("team-a", "swe-pool-sbx-1", timeout=0)
+    assert "Kueue" not in str(info.value)
 
 
 def test_root_is_allowed_unless_configured_and_unowned_pods_are_possible() -> None:
@@ -441,7 +497,11 @@ async def test_gateway_runs_a_pool_of_pods(
     task_file = tmp_path / "tasks.jsonl"
     task_file.write_text(task.model_dump_json() + "\n")
     manifest = tmp_path / "rolloutpool.yaml"
-    manifest.write_text(json.dumps(_rolloutpool(namespace, task_file, checkout)))
+    resource = _rolloutpool(namespace, task_file, checkout)
+    # Counted sandboxes: the gateway labels its pods with the queue (this cluster has no
+    # Kueue, so the label is inert; tests/test_kueue.py shows Kueue gating such a pod).
+    resource["spec"]["scheduling"] = {"queueName": "team-a", "sandboxesUseQuota": True}
+    manifest.write_text(json.dumps(resource))
     cluster.kubectl("apply", "-f", str(manifest))
     uid = cluster.kubectl(
         "get", "rolloutpool", POOL, "-n", namespace, "-o", "jsonpath={.metadata.uid}"
@@ -490,6 +550,7 @@ async def test_gateway_runs_a_pool_of_pods(
             assert meta["ownerReferences"][0]["uid"] == uid  # read from the API by the gateway
             assert meta["ownerReferences"][0]["blockOwnerDeletion"] is True
             assert meta["annotations"]["coderepair.io/instance-id"] == task.instance_id
+            assert meta["labels"][KUEUE_QUEUE_LABEL] == "team-a"
             assert pod["spec"]["automountServiceAccountToken"] is False
             assert pod["spec"]["containers"][0]["resources"] == {
                 "requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "2Gi"},

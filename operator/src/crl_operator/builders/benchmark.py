@@ -323,6 +323,8 @@ def evaluation_benchmark(run: TrainingRun, namespace: str, step: int) -> dict[st
         }
         # The run's deadline is the run's, not the evaluation's.
         template["scheduling"].pop("maxRunSeconds", None)
+        # The template's default `false` would hide the run's choice for its sandboxes.
+        template["scheduling"]["sandboxesUseQuota"] = run.spec.scheduling.sandboxes_use_quota
     name = evaluation_name(run, step)
     inference = run.spec.inference.to_wire()
     spec = {

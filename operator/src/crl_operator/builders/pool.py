@@ -155,6 +155,15 @@ def inline_pool(owner: TrainingRun | Benchmark, namespace: str) -> dict[str, Any
     settings = pool.to_wire() if pool is not None else {}
     name = pool_name(owner)
     spec = {"tasks": tasks.to_wire(), **settings}
+    scheduling = owner.spec.scheduling
+    if scheduling.sandboxes_use_quota:
+        # Only what the sandboxes' Kueue labels need: the pool itself is not a queued
+        # workload (its owner's Workload is), nor bound by the owner's maxRunSeconds.
+        spec["scheduling"] = {
+            key: value
+            for key, value in scheduling.to_wire().items()
+            if key in ("queueName", "workloadPriorityClassName", "sandboxesUseQuota")
+        }
     # Validating as a RolloutPool fills the pool's own defaults into the child's spec.
     child = RolloutPool.model_validate(
         {"apiVersion": API_VERSION, "kind": "RolloutPool", "metadata": {"name": name}, "spec": spec}

@@ -491,6 +491,17 @@ class CheckpointSpec(ApiModel):
 class SchedulingSpec(ApiModel):
     """How the workload is queued and prioritized on a shared cluster."""
 
+    model_config = ConfigDict(
+        json_schema_extra=with_rules(
+            cel(
+                "!has(self.sandboxesUseQuota) || !self.sandboxesUseQuota || has(self.queueName)",
+                "sandboxesUseQuota counts the sandboxes against a queue's quota: set queueName"
+                " too (or leave sandboxesUseQuota false)",
+                field_path=".sandboxesUseQuota",
+            ),
+        )
+    )
+
     queue_name: LabelName | None = None
     """Kueue LocalQueue; set as `kueue.x-k8s.io/queue-name` on the Jobs and Deployments."""
     priority_class_name: ObjectName | None = None
@@ -500,6 +511,16 @@ class SchedulingSpec(ApiModel):
     Kueue admits and preempts workloads in the queue."""
     max_run_seconds: int | None = Field(default=None, ge=60)
     """Stop the workload after this much wall time (`activeDeadlineSeconds` of its Jobs)."""
+    sandboxes_use_quota: bool = False
+    """Count the sandbox pods against `queueName`'s quota: the pool gateway labels each sandbox
+    pod with the queue (and `workloadPriorityClassName`), and Kueue's plain-pod integration
+    (the `pod` framework, which the cluster admin must enable for the namespace) admits each
+    one as its own Workload, gated until the queue's CPU and memory quota has room. Needs
+    `queueName`. Off by default: sandboxes are an elastic CPU pool whose size follows the
+    rollout load, and counting them pod by pod lets Kueue hold back or preempt sandboxes one at
+    a time under a running trainer, stalling its rollouts; `maxSandboxes` bounds them instead.
+    On a TrainingRun or Benchmark it applies to its inline pool (not to a pool named by
+    `poolRef`, which has its own `scheduling`); see docs/scheduling.md."""
 
 
 class PoolReference(LocalObjectReference):

@@ -15,7 +15,9 @@ class RolloutPoolSpec(PoolSettings):
     tasks: TaskSource
     """Task instances whose sandboxes this pool serves."""
     scheduling: SchedulingSpec | None = None
-    """Sandboxes stay out of Kueue unless a queue is set here."""
+    """Kueue settings of the sandbox pods. They stay out of Kueue (not counted against any
+    quota) unless `sandboxesUseQuota` is on with a `queueName`; the gateway itself is never
+    queued."""
 
 
 class LatencySummary(ApiModel):

@@ -17,7 +17,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from crl_worker.api.common import PoolSettings, TaskFilter, TaskFormat, TaskSource
+from crl_worker.api.common import (
+    PoolSettings,
+    SchedulingSpec,
+    TaskFilter,
+    TaskFormat,
+    TaskSource,
+)
 from crl_worker.api.rolloutpool import RolloutPoolSpec
 from crl_worker.errors import CrlError
 from crl_worker.tasks import loaders
@@ -80,6 +86,9 @@ class GatewayConfig(BaseModel):
     """Task source's sandbox image template (the sandbox spec's own one wins)."""
     settings: PoolSettings = Field(default_factory=PoolSettings)
     """The RolloutPool's pool settings (sandbox, replicas, maxSandboxes, reuse, prefetch)."""
+    scheduling: SchedulingSpec | None = None
+    """The RolloutPool's scheduling: with ``sandboxesUseQuota`` and a ``queueName``, sandbox
+    pods carry Kueue's queue label (see :meth:`sandbox_queue`)."""
     acquire_timeout: float = Field(default=600.0, gt=0)
     """Default seconds a lease request waits for capacity before a 503."""
     lease_ttl: float = Field(default=7200.0, gt=0)
@@ -109,6 +118,14 @@ class GatewayConfig(BaseModel):
     max_output_bytes: int = Field(default=DEFAULT_MAX_OUTPUT_CAP, ge=1)
     """Most output a command keeps, whatever its request's ``max_output`` says (beyond: cut
     and marked ``truncated``)."""
+
+    def sandbox_queue(self) -> tuple[str | None, str | None]:
+        """The Kueue queue and WorkloadPriorityClass of the sandbox pods: both ``None`` unless
+        the pool's ``scheduling.sandboxesUseQuota`` is on (with a ``queueName``)."""
+        scheduling = self.scheduling
+        if scheduling is None or not scheduling.sandboxes_use_quota or not scheduling.queue_name:
+            return None, None
+        return scheduling.queue_name, scheduling.workload_priority_class_name
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -142,6 +159,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
         "task_filter": spec.tasks.filter,
         "image_template": spec.tasks.image_template,
         "task_source": spec.tasks,
+        "scheduling": spec.scheduling,
     }
     if name:
         fields["pool"] = name

@@ -50,6 +50,13 @@ async def make_factory(config: GatewayConfig) -> tuple[SandboxFactory, Cleanup]:
     # Only here: the local mode never imports the Kubernetes client.
     from crl_worker.sandbox.kubernetes import KubeApi, KubernetesBackend, KubernetesSandboxConfig
 
+    queue_name, priority_class = config.sandbox_queue()
+    if queue_name:
+        logger.info(
+            "sandbox pods count against Kueue queue %s (scheduling.sandboxesUseQuota): each"
+            " waits, scheduling-gated, until Kueue admits it",
+            queue_name,
+        )
     pod_config = KubernetesSandboxConfig(
         namespace=config.namespace,
         pool=config.pool,
@@ -59,6 +66,8 @@ async def make_factory(config: GatewayConfig) -> tuple[SandboxFactory, Cleanup]:
         image_template=config.image_template,
         run_as_non_root=config.run_as_non_root,
         run_as_user=config.run_as_user,
+        queue_name=queue_name,
+        workload_priority_class_name=priority_class,
         kubeconfig=config.kubeconfig,
         context=config.context,
     )

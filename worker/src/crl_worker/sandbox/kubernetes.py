@@ -61,6 +61,12 @@ LABEL_GATEWAY = Label.GATEWAY
 LABEL_ROLE = Label.ROLE
 ANNOTATION_INSTANCE_ID = Annotation.INSTANCE_ID
 COMPONENT = "sandbox"
+#: Kueue's labels: the LocalQueue a pod is admitted against (its plain-pod integration) and the
+#: WorkloadPriorityClass; set only with the pool's ``scheduling.sandboxesUseQuota``.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+#: The scheduling gate Kueue's pod webhook puts on a queued pod until its Workload is admitted.
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
 CONTAINER = "sandbox"
 
 # Keeps the container up doing nothing, and exits at once on SIGTERM (PID 1 has no default
@@ -103,6 +109,11 @@ class KubernetesSandboxConfig(BaseModel):
     """Refuse to run the container as root (for images whose user is not root)."""
     run_as_user: int | None = Field(default=None, ge=0)
     """User id of the container; the image's own user when empty."""
+    queue_name: str | None = None
+    """Kueue LocalQueue each sandbox pod is admitted against (``kueue.x-k8s.io/queue-name``);
+    set only with the pool's ``scheduling.sandboxesUseQuota``; no Kueue labels when empty."""
+    workload_priority_class_name: str | None = None
+    """Kueue WorkloadPriorityClass of the sandbox pods (with :attr:`queue_name` only)."""
 
 
 def label_value(value: str) -> str:
@@ -168,6 +179,11 @@ def build_pod(task: Task, name: str, config: KubernetesSandboxConfig) -> dict[st
         LABEL_STATE: SandboxState.STARTING,
         LABEL_GATEWAY: label_value(config.gateway_id),
     }
+    if config.queue_name:
+        # Kueue's plain-pod integration gates the pod until the queue's quota admits it.
+        labels[KUEUE_QUEUE_LABEL] = config.queue_name
+        if config.workload_priority_class_name:
+            labels[KUEUE_PRIORITY_LABEL] = config.workload_priority_class_name
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": config.namespace,
@@ -262,6 +278,12 @@ def pod_failure(pod: Mapping[str, Any]) -> str | None:
         if terminated:
             return f"container {container.get('name')} terminated: {terminated.get('reason')}"
     return None
+
+
+def kueue_gated(pod: Mapping[str, Any]) -> bool:
+    """Whether Kueue still holds the pod back (its admission scheduling gate is on)."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return any(gate.get("name") == KUEUE_ADMISSION_GATE for gate in gates)
 
 
 def pod_ready(pod: Mapping[str, Any]) -> bool:
@@ -653,6 +675,7 @@ class KubeApi:
         """Wait until the pod runs and is ready; fail early on a pod that never will."""
         deadline = time.monotonic() + timeout
         delay = 0.2
+        logged_gate = False
         while True:
             pod = await self.read_pod(namespace, name)
             if pod_ready(pod):
@@ -660,6 +683,24 @@ class KubeApi:
             failure = pod_failure(pod)
             if failure:
                 raise SandboxError(f"sandbox pod {namespace}/{name} cannot start: {failure}")
+            gated = kueue_gated(pod)
+            queue = ((pod.get("metadata") or {}).get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+            if gated and not logged_gate:
+                logger.info(
+                    "sandbox pod %s/%s waits for Kueue to admit it against queue %s's quota",
+                    namespace,
+                    name,
+                    queue,
+                )
+                logged_gate = True
+            if time.monotonic() > deadline and gated:
+                raise SandboxError(
+                    f"sandbox pod {namespace}/{name} was still gated by Kueue after"
+                    f" {timeout:.0f} s: queue {queue} had no free quota for it (the pool's"
+                    " scheduling.sandboxesUseQuota counts sandboxes against the queue's CPU and"
+                    " memory quota); raise that quota, lower maxSandboxes, or turn"
+                    " sandboxesUseQuota off"
+                )
             if time.monotonic() > deadline:
                 phase = (pod.get("status") or {}).get("phase")
                 raise SandboxError(
