@@ -2,7 +2,10 @@
 
 For each workload — ``toy`` (the CPU toy repair: episodes of a few model calls and a unittest
 run) and ``sleep`` (the same with ``sleep S`` before each test run, so episodes take seconds
-and dominate the step) — and each ``maxStaleness``, trains the toy model with LoRA through the
+and dominate the step) — and ``learn`` (the in-process learning test's setting: 16 rollouts a
+step at ``--learn-lr``, on the toy with its output head scaled by 8, since the toy's 0.02-scale
+frozen head bounds every logit near +-1.3 and LoRA cannot learn it otherwise) — and each
+``maxStaleness``, trains the toy model with LoRA through the
 toy policy server (tests/fixtures/toy_server.py, adapters pushed each step) in ``--ranks``
 processes under ZeRO-3, and prints steps per hour and trajectories per second (after the first
 ``--skip`` steps, which hold the start-up), the speed-up over ``maxStaleness`` 0 of the same workload, the
@@ -48,11 +51,31 @@ def sleeping_suite(suite: Path, seconds: float, dest: Path) -> Path:
     return dest
 
 
+def sharp_head(model: Path, dest: Path) -> Path:
+    """A copy of the toy model with ``lm_head`` scaled by 8 (see the module docs)."""
+    import torch
+    import transformers
+
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(model)
+    with torch.no_grad():
+        loaded.lm_head.weight.mul_(8.0)
+    loaded.save_pretrained(dest)
+    transformers.AutoTokenizer.from_pretrained(model).save_pretrained(dest)
+    return dest
+
+
 def run_one(
-    root: Path, model: Path, tasks: Path, server: ToyServerProcess, bound: int, args: Any
+    root: Path,
+    model: Path,
+    tasks: Path,
+    server: ToyServerProcess,
+    bound: int,
+    args: Any,
+    *,
+    learn: bool = False,
 ) -> dict[str, Any]:
     """Train ``args.steps`` steps at ``maxStaleness`` ``bound``; the figures of metrics.jsonl."""
-    work = root / f"{tasks.stem}-s{bound}"
+    work = root / f"{'learn' if learn else tasks.stem}-s{bound}"
     work.mkdir()
     config = write_run(work, model, tasks, max_staleness=bound, zero_stage=3)
     manifest = yaml.safe_load(config.read_text())
@@ -61,7 +84,12 @@ def run_one(
     manifest["spec"]["rollout"]["pool"].update(
         maxSandboxes=32, replicas=args.warm, reuse={"maxUses": 1000}
     )
-    manifest["spec"]["algorithm"].update(numGenerations=8, learningRate=args.lr)
+    if learn:
+        manifest["spec"]["algorithm"].update(
+            numGenerations=16, learningRate=args.learn_lr, seed=args.seed
+        )
+    else:
+        manifest["spec"]["algorithm"].update(numGenerations=8, learningRate=args.lr)
     config.write_text(yaml.safe_dump(manifest, sort_keys=False))
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.ranks}"]
     done = subprocess.run(
@@ -102,6 +130,16 @@ def run_one(
     }
 
 
+def learned(rewards: list[float | None]) -> str:
+    """The learning test's criterion on a reward curve, as a suffix for the table."""
+    if len(rewards) < 6 or any(r is None for r in rewards):
+        return ""
+    known = [float(r) for r in rewards if r is not None]
+    first, last = sum(known[:3]) / 3, sum(known[-3:]) / 3
+    ok = last >= first + 0.4 and last >= 0.75
+    return f"  (first-3 {first:.2f}, last-3 {last:.2f}: criterion {'met' if ok else 'not met'})"
+
+
 def main() -> None:
     """Run every workload at every bound and print the table."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -109,6 +147,8 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--sleep", type=float, default=3.0, help="seconds per test run")
     parser.add_argument("--lr", type=float, default=5e-3)
+    parser.add_argument("--learn-lr", type=float, default=0.05, help="lr of the learn workload")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the learn workload")
     parser.add_argument("--skip", type=int, default=2, help="first steps left out (warm-up)")
     parser.add_argument("--warm", type=int, default=16, help="warm sandboxes (pool replicas)")
     parser.add_argument("--workloads", default="toy,sleep")
@@ -122,7 +162,9 @@ def main() -> None:
         suites = {
             "toy": suite,
             "sleep": sleeping_suite(suite, args.sleep, suite.parent / "sleep.jsonl"),
+            "learn": suite,
         }
+        sharp = sharp_head(model, root / "sharp") if "learn" in args.workloads else model
         print(
             f"{'workload':<8} {'maxStaleness':>12} {'steps/h':>9} {'traj/s':>7} {'x sync':>6} "
             f"{'dropped':>7} {'lag max':>7}  rewards"
@@ -130,15 +172,24 @@ def main() -> None:
         for workload in args.workloads.split(","):
             base: float | None = None
             for bound in (int(b) for b in args.staleness.split(",")):
+                served = sharp if workload == "learn" else model
                 server = ToyServerProcess(
-                    model,
+                    served,
                     "--served-name",
                     BASE,
                     log_path=root / f"server-{workload}-{bound}.log",
                     env=SUBPROCESS_ENV,
                 ).start()
                 try:
-                    got = run_one(root, model, suites[workload], server, bound, args)
+                    got = run_one(
+                        root,
+                        served,
+                        suites[workload],
+                        server,
+                        bound,
+                        args,
+                        learn=workload == "learn",
+                    )
                 finally:
                     server.stop()
                 base = base or got["steps_per_hour"]
@@ -147,7 +198,7 @@ def main() -> None:
                     f"{workload:<8} {bound:>12} {got['steps_per_hour']:>9.0f} "
                     f"{got['trajectories_per_second']:>7.2f} "
                     f"{got['steps_per_hour'] / base:>6.2f} {got['dropped']:>7} "
-                    f"{got['staleness_max']:>7}  {rewards}",
+                    f"{got['staleness_max']:>7}  {rewards}{learned(got['rewards'])}",
                     flush=True,
                 )
     print(f"({args.ranks} ranks, ZeRO-3, LoRA via {RUN}-vN adapters, {args.steps} steps each)")
