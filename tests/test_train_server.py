@@ -553,7 +553,7 @@ def test_overlapped_rollouts_finish_on_their_weights_within_max_staleness(
     assert [m["staleness_max"] for m in metrics] == [0, 1, 1]
     # The plan of the next batches matched what TRL asked for on both ranks: nothing dropped.
     assert [m["rollouts_dropped"] for m in metrics] == [0, 0, 0]
-    # Truncated per-token importance weights (TIS) against the server's logprobs.
+    # Per-token importance weights (masked outside [0, 3]) against the server's logprobs.
     for record in metrics[1:]:
         assert "sampling/importance_sampling_ratio/mean" in record["trl"]
     status = json.loads((out / "status.json").read_text())

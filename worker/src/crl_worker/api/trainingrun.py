@@ -120,8 +120,8 @@ class AlgorithmSpec(ApiModel):
     update. N > 0 (with an inference server): the rollouts of the next N steps run while a step
     trains, so sandboxes and inference never wait for the update (up to N+1 times the
     throughput when episodes dominate the step), at the price of training on samples up to N
-    versions old, weighed by a truncated importance ratio against the server's sampling
-    logprobs; older ones are run again. The server keeps N+1 LoRA adapters resident, and a
+    versions old, weighed by a per-token importance ratio against the server's sampling
+    logprobs (a token whose ratio leaves [0, 3] is masked); older ones are run again. The server keeps N+1 LoRA adapters resident, and a
     failed adapter push is tolerated while the served one lags at most N versions."""
     seed: int = Field(default=42, ge=0)
     """Random seed."""

@@ -213,10 +213,12 @@ def build_trainer(job: TrainingJob) -> tuple[Any, Any]:
         disable_tqdm=True,
         # Overlapped rollouts come from weights up to maxStaleness updates old: a per-sequence
         # ratio (the product over a long episode's tokens) leaves TRL's [0, 3] window for
-        # most of them and would mask them whole; the per-token ratio truncated at 3 (TIS)
-        # keeps them, down-weighted where the policies disagree.
+        # most of them and would mask them whole. Per token, the ratio is masked (not
+        # truncated) outside the window: truncation at 3 kept the tokens the update had
+        # already moved most and pushed them further, and the toy's learning collapsed in 7
+        # of 9 overlapped runs; masked, 4 of 4 recovered and ended high (docs/training.md).
         vllm_importance_sampling_mode=(
-            "token_truncate" if algorithm.max_staleness > 0 else "sequence_mask"
+            "token_mask" if algorithm.max_staleness > 0 else "sequence_mask"
         ),
         **extra,
     )
@@ -288,7 +290,7 @@ def correct_for_sampling(trainer: Any) -> None:
 
     The server's sampling logprobs differ from the trainer's (other kernels, bf16, and a
     rollout from an earlier version when a weight push lagged); TRL corrects for that with a
-    truncated importance ratio against the logprobs the rollout function returns, but only when
+    importance ratio against the logprobs the rollout function returns, but only when
     it drives vLLM itself. We flag the trainer as vLLM-backed after construction and give it a
     backend whose weight sync is a no-op, since our job pushes weights (adapters or NCCL)
     before each batch. The server must return processed logprobs (`--logprobs-mode

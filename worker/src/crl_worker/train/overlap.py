@@ -23,7 +23,8 @@ never mixes two policies and its ``policy_version`` is exact. With ``nccl`` the 
 set of weights, so an episode that spans a push continues on the new ones (a partial rollout);
 it is tagged with the version it started on, the oldest it used, and the staleness bound is
 applied to that. Either way the server's per-token sampling logprobs come back with the
-trajectory and TRL's truncated importance weight corrects the update for the lag.
+trajectory and TRL's per-token importance weight (masked outside [0, 3]) corrects the update for
+the lag.
 """
 
 from __future__ import annotations
