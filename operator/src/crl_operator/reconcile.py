@@ -436,9 +436,27 @@ class Reconciler:
             # The next admission's pods start from scratch (and Kueue's timeout with them).
             entry(WL_PODS_READY, "False", "WaitForStart", "Not all pods are ready or succeeded"),
         ]
+        problem, patched = self._patch_workload_status(
+            ns, name, live, {"admission": None, "conditions": new}, "releasing its quota"
+        )
+        if patched:
+            log.info(
+                "released the quota of Workload %s/%s after its eviction (%s)", ns, name, reason
+            )
+        return problem
+
+    def _patch_workload_status(
+        self, ns: str, name: str, live: dict[str, Any], status: dict[str, Any], doing: str
+    ) -> tuple[Problem | None, bool]:
+        """Merge-patch a Workload's status with its resourceVersion as a precondition.
+
+        Returns (problem, patched): a Workload gone or changed meanwhile is neither (the
+        change's event reconciles again); another failure is an `ApplyFailed` problem that
+        names ``doing``. The patched object goes into the cache.
+        """
         body = {
             "metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
-            "status": {"admission": None, "conditions": new},
+            "status": status,
         }
         try:
             result = self.kube.request(
@@ -450,13 +468,12 @@ class Reconciler:
             )
         except KubeError as err:
             if err.status in (404, 409):
-                return None  # gone, or changed meanwhile: the change's event reconciles again
-            return Problem(c.APPLY_FAILED, f"Workload {name}: releasing its quota: {err.message}")
+                return None, False
+            return Problem(c.APPLY_FAILED, f"Workload {name}: {doing}: {err.message}"), False
         result.setdefault("kind", "Workload")
         result.setdefault("apiVersion", kind_info("Workload").api_version)
         self.cache.upsert(result)
-        log.info("released the quota of Workload %s/%s after its eviction (%s)", ns, name, reason)
-        return None
+        return None, True
 
     def _report_pods_ready(self, resource: TrainingRun | Benchmark, uid: str) -> Problem | None:
         """Write the admitted Workload's `PodsReady` condition when it changes.
@@ -486,29 +503,13 @@ class Reconciler:
             if old is None or old.get("status") != status
             else old.get("lastTransitionTime"),
         }
-        body = {
-            "metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
-            "status": {
-                "conditions": [x for x in conds if x.get("type") != WL_PODS_READY] + [entry]
-            },
-        }
-        try:
-            result = self.kube.request(
-                "PATCH",
-                "Workload/status",
-                kind_info("Workload").path(ns, name) + "/status",
-                body=body,
-                content_type="application/merge-patch+json",
-            )
-        except KubeError as err:
-            if err.status in (404, 409):
-                return None  # gone, or changed meanwhile: the change's event reconciles again
-            return Problem(c.APPLY_FAILED, f"Workload {name}: reporting PodsReady: {err.message}")
-        result.setdefault("kind", "Workload")
-        result.setdefault("apiVersion", kind_info("Workload").api_version)
-        self.cache.upsert(result)
-        log.info("Workload %s/%s: PodsReady %s (%s)", ns, name, status, reason)
-        return None
+        conditions = [x for x in conds if x.get("type") != WL_PODS_READY] + [entry]
+        problem, patched = self._patch_workload_status(
+            ns, name, live, {"conditions": conditions}, "reporting PodsReady"
+        )
+        if patched:
+            log.info("Workload %s/%s: PodsReady %s (%s)", ns, name, status, reason)
+        return problem
 
     def _report(self, resource: AnyResource, uid: str) -> dict[str, Any] | None:
         """The worker's progress report from its ConfigMap (watched like every child): the
