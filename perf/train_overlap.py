@@ -33,7 +33,7 @@ from crl_worker.train import toy
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.fixtures.lora_run import RUN, SUBPROCESS_ENV, write_run  # noqa: E402
+from tests.fixtures.lora_run import RUN, SUBPROCESS_ENV, sharp_toy, write_run  # noqa: E402
 from tests.fixtures.toy_server import ToyServerProcess  # noqa: E402
 
 BASE = "toy"
@@ -48,19 +48,6 @@ def sleeping_suite(suite: Path, seconds: float, dest: Path) -> Path:
         task["test"]["command"] = f"sleep {seconds:g}; {task['test']['command']}"
         lines.append(json.dumps(task))
     dest.write_text("\n".join(lines) + "\n")
-    return dest
-
-
-def sharp_head(model: Path, dest: Path) -> Path:
-    """A copy of the toy model with ``lm_head`` scaled by 8 (see the module docs)."""
-    import torch
-    import transformers
-
-    loaded = transformers.AutoModelForCausalLM.from_pretrained(model)
-    with torch.no_grad():
-        loaded.lm_head.weight.mul_(8.0)
-    loaded.save_pretrained(dest)
-    transformers.AutoTokenizer.from_pretrained(model).save_pretrained(dest)
     return dest
 
 
@@ -147,7 +134,7 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--sleep", type=float, default=3.0, help="seconds per test run")
     parser.add_argument("--lr", type=float, default=5e-3)
-    parser.add_argument("--learn-lr", type=float, default=0.05, help="lr of the learn workload")
+    parser.add_argument("--learn-lr", type=float, default=0.02, help="lr of the learn workload")
     parser.add_argument("--seed", type=int, default=1, help="seed of the learn workload")
     parser.add_argument("--skip", type=int, default=2, help="first steps left out (warm-up)")
     parser.add_argument("--warm", type=int, default=16, help="warm sandboxes (pool replicas)")
@@ -164,7 +151,7 @@ def main() -> None:
             "sleep": sleeping_suite(suite, args.sleep, suite.parent / "sleep.jsonl"),
             "learn": suite,
         }
-        sharp = sharp_head(model, root / "sharp") if "learn" in args.workloads else model
+        sharp = sharp_toy(model, root / "sharp") if "learn" in args.workloads else model
         print(
             f"{'workload':<8} {'maxStaleness':>12} {'steps/h':>9} {'traj/s':>7} {'x sync':>6} "
             f"{'dropped':>7} {'lag max':>7}  rewards"
