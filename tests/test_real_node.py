@@ -784,12 +784,20 @@ def test_a_toy_trainingrun_trains_in_the_cluster(
     )
     try:
         try:
-            first = until("the trainer pod", running_trainer, timeout=180)
+            until("the trainer Job", lambda: owned_by(cluster, "jobs", namespace, "toy"))
+            job_uid = get("job", "toy-trainer")["metadata"]["uid"]
             # A step done (its metrics on the volume; status follows on the operator's timer,
             # too late for a run this short): the trainer pod is deleted (SIGTERM).
             until("a step's metrics on the volume", lambda: metrics.exists()
                   and metrics.read_text().strip(), timeout=300)  # fmt: skip
-            job_uid = get("job", "toy-trainer")["metadata"]["uid"]
+            first = until("the trainer pod", running_trainer, timeout=60)
+            failed = get("job", "toy-trainer")["status"].get("failed", 0)
+            if failed:  # a pod before the one training now: say why
+                for pod in pods("job-name=toy-trainer"):
+                    if pod["status"].get("phase") == "Failed":
+                        tail = cluster.kubectl("logs", "-n", namespace, pod["metadata"]["name"],
+                                               "--tail=30", check=False).stdout  # fmt: skip
+                        log.warning("trainer pod %s failed:\n%s", pod["metadata"]["name"], tail)
             cluster.kubectl("delete", "pod", first["metadata"]["name"], "-n", namespace,
                             "--wait=false")  # fmt: skip
             second = until("a second trainer pod", lambda: running_trainer(
@@ -797,6 +805,7 @@ def test_a_toy_trainingrun_trains_in_the_cluster(
             # The operator's pod too, while the second trainer runs: nothing changes.
             killed = [p["metadata"]["uid"] for p in pods(operator)]
             cluster.kubectl("delete", "pods", "-n", namespace, "-l", operator, "--wait=false")
+            steps_at_kill = len(metrics.read_text().splitlines())
             done = cluster.kubectl("wait", "trun/toy", "-n", namespace,
                                    "--for=condition=Succeeded", "--timeout=420s", check=False,
                                    timeout=450)  # fmt: skip
@@ -816,6 +825,7 @@ def test_a_toy_trainingrun_trains_in_the_cluster(
         assert get("pod", second["metadata"]["name"])["status"]["phase"] == "Succeeded"
         # A new operator pod (the Deployment's) reported the end.
         assert killed and not {p["metadata"]["uid"] for p in pods(operator)} & set(killed)
+        assert steps_at_kill < TOY_STEPS  # the operator was killed mid-run
         resumed = cluster.kubectl("logs", "-n", namespace, second["metadata"]["name"]).stdout
         assert "resuming from" in resumed, resumed[-4000:]
         # Nothing lost, nothing done twice: every step once in the metrics on the volume.
