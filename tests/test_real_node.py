@@ -818,6 +818,11 @@ def test_a_toy_trainingrun_trains_in_the_cluster(
         assert status["step"] == TOY_STEPS, status
         assert status["lastCheckpoint"]["step"] == TOY_STEPS, status
         assert status["metrics"]["rewardMean"] is not None, status
+        # What a user sees: `kubectl get trun` prints the step and the reward.
+        header, row = cluster.kubectl("get", "trun", "toy", "-n", namespace).stdout.splitlines()
+        cell = {name: row[header.index(name) :].split()[0] for name in ("STEP", "REWARD")}
+        assert cell["STEP"] == str(TOY_STEPS), (header, row)
+        assert float(cell["REWARD"]) == status["metrics"]["rewardMean"], (header, row)
         # One trainer Job all along; its second pod finished the run, on the real node.
         [job] = owned_by(cluster, "jobs", namespace, "toy")
         assert job["metadata"]["uid"] == job_uid
