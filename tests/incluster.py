@@ -9,7 +9,11 @@ Helpers shared by tests/test_real_node.py and perf/real_node.py, on a `Cluster` 
 - :func:`install_operator`: ``helm install`` of the chart, as the README has it, into a
   namespace pinned to the real node;
 - :func:`start_pool`: a RolloutPool whose tasks come from a ConfigMap, its gateway moved onto the
-  real node; returns a :class:`Gateway` to lease from (at the gateway pod's IP: no kube-proxy).
+  real node; returns a :class:`Gateway` to lease from (at the gateway pod's IP: no kube-proxy);
+- :func:`local_volume`: a ``local`` PersistentVolume of a node directory and its claim;
+- :func:`host_python_trainer_image` and :func:`share_host_python`: a test-only stand-in for the
+  trainer image (the real one does not fit the test machines' disk) whose Python packages are
+  this environment's, hard-linked onto a volume.
 """
 
 from __future__ import annotations
