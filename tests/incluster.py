@@ -9,16 +9,23 @@ Helpers shared by tests/test_real_node.py and perf/real_node.py, on a `Cluster` 
 - :func:`install_operator`: ``helm install`` of the chart, as the README has it, into a
   namespace pinned to the real node;
 - :func:`start_pool`: a RolloutPool whose tasks come from a ConfigMap, its gateway moved onto the
-  real node; returns a :class:`Gateway` to lease from (at the gateway pod's IP: no kube-proxy).
+  real node; returns a :class:`Gateway` to lease from (at the gateway pod's IP: no kube-proxy);
+- :func:`local_volume`: a ``local`` PersistentVolume of a node directory and its claim;
+- :func:`host_python_trainer_image` and :func:`share_host_python`: a test-only stand-in for the
+  trainer image (the real one does not fit the test machines' disk) whose Python packages are
+  this environment's, hard-linked onto a volume.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import os
 import subprocess
+import sys
+import sysconfig
 import time
 import tomllib
 import urllib.error
@@ -218,13 +225,16 @@ GOLD_BENCHMARK = ROOT / "examples" / "benchmark-mini-gold.yaml"
 SUITE = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"
 
 
-def local_volume(cluster: Cluster, node: RealNode, namespace: str, name: str) -> Path:
+def local_volume(
+    cluster: Cluster, node: RealNode, namespace: str, name: str, *, uid: int = RUNNER_UID
+) -> Path:
     """A PersistentVolume of a directory on the real node (``local``, pinned to the node by its
     affinity, as an admin makes one of a node's disk) and the claim ``name`` bound to it;
-    returns the directory, made for the runner's user as an admin would."""
+    returns the directory, made for the user ``uid`` (the runner's by default) as an admin
+    would."""
     directory = node.workdir / "volumes" / f"{namespace}-{name}"
     directory.mkdir(parents=True)
-    os.chown(directory, RUNNER_UID, RUNNER_UID)
+    os.chown(directory, uid, uid)
     hostname = {"key": "kubernetes.io/hostname", "operator": "In", "values": [node.name]}
     volume = {
         "apiVersion": "v1",
@@ -321,3 +331,76 @@ def delete_benchmark(cluster: Cluster, namespace: str, run: BenchmarkRun) -> Non
     cluster.kubectl("delete", "pv", f"{namespace}-crl-mini-results", "--wait=false",
                     check=False)  # fmt: skip
     cluster.kubectl("delete", "configmap", "crl-mini-tasks", "-n", namespace, check=False)
+
+
+# -- a TrainingRun in the cluster, its trainer's Python environment from the host ------------
+
+#: The trainer's user, as in images/trainer.Dockerfile.
+TRAINER_UID = 65532
+#: Where the trainer finds its Python packages on the model volume (``PYTHONPATH``), next to
+#: the model: the volume is mounted at /models (crl_operator.builders.inference.MODEL_DIR).
+HOST_PYTHON_DIR = "python"
+HOST_PYTHON_PATH = f"/models/{HOST_PYTHON_DIR}/site-packages:/models/{HOST_PYTHON_DIR}/src"
+#: The modules the trainer imports first, compiled on the host before they are shared: the
+#: volume is read-only in the pod, so a missing ``.pyc`` would be compiled again by each process.
+TRAINER_IMPORTS = (
+    "import crl_worker.train.__main__, crl_worker.train.trainer, crl_worker.train.build, "
+    "accelerate.commands.accelerate_cli, deepspeed, trl, transformers.models.llama"
+)
+
+
+def host_python_trainer_image(engine: DockerEngine, base: str) -> str:
+    """A test-only stand-in for the trainer image (images/trainer.Dockerfile): the Debian base
+    (its Python 3.11, as this virtual environment's), ``python`` and ``accelerate`` on ``PATH``,
+    the trainer's user; its packages come from the host (:func:`share_host_python`) through
+    ``PYTHONPATH``. The real image is 6.5 GB with PyPI's torch (its CUDA libraries; torch's CPU
+    index is out of reach here): about 20 GB of disk in Docker and containerd, more than the
+    test machines have. Returns its tag."""
+    found = engine.cli("run", "--rm", base, "python3", "-c",
+                       "import sys; print('%d.%d' % sys.version_info[:2])")  # fmt: skip
+    here = "{}.{}".format(*sys.version_info[:2])
+    if found.returncode != 0 or found.stdout.strip() != here:
+        raise AssertionError(
+            f"the base image's Python ({found.stdout.strip() or found.stderr.strip()}) is not "
+            f"this environment's ({here}): its packages cannot be shared with a trainer pod"
+        )
+    dockerfile = "\n".join([
+        f"FROM {base}",
+        "RUN ln -s /usr/bin/python3 /usr/local/bin/python"
+        " && printf '#!/bin/sh\\nexec python3 -m accelerate.commands.accelerate_cli \"$@\"\\n'"
+        " > /usr/local/bin/accelerate && chmod 755 /usr/local/bin/accelerate"
+        f" && groupadd --gid {TRAINER_UID} crl"
+        f" && useradd --uid {TRAINER_UID} --gid {TRAINER_UID} --create-home"
+        " --home-dir /home/crl --shell /usr/sbin/nologin crl",
+        "ENV PYTHONUNBUFFERED=1",
+        f"USER {TRAINER_UID}:{TRAINER_UID}",
+        "WORKDIR /home/crl",
+        "",
+    ])  # fmt: skip
+    tag = f"{REGISTRY}/trainer-host-python:{VERSION}"
+    client = engine.client()
+    try:
+        client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=tag, rm=True,
+                            network_mode="host")  # fmt: skip
+    finally:
+        client.close()
+    return tag
+
+
+def share_host_python(directory: Path) -> None:
+    """This virtual environment's packages and the worker's source under ``directory``
+    (``site-packages/``, ``src/``) as hard links (no copy: the same file system), for the
+    trainer pod of :func:`host_python_trainer_image`; its first imports compiled beforehand."""
+    compiled = subprocess.run([sys.executable, "-c", TRAINER_IMPORTS], capture_output=True,
+                              text=True, timeout=600, check=False)  # fmt: skip
+    if compiled.returncode != 0:
+        raise AssertionError(f"the trainer's imports fail here: {compiled.stderr[-3000:]}")
+    site = Path(sysconfig.get_paths()["purelib"])
+    if site.stat().st_dev != directory.stat().st_dev:
+        raise AssertionError(f"{site} and {directory} are on different file systems: "
+                             "the packages cannot be hard-linked")  # fmt: skip
+    for source, name in ((site, "site-packages"), (ROOT / "worker" / "src", "src")):
+        linked = subprocess.run(["cp", "-al", str(source), str(directory / name)],
+                                capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        if linked.returncode != 0:
+            raise AssertionError(f"cp -al {source}: {linked.stderr}")

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -1140,6 +1144,51 @@ def test_the_trainer_checks_its_config_before_the_launcher(
     assert calls[1:] == ([] if preflight_status else ["accelerate " + " ".join(args)])
     env_names = {e["name"]: e.get("value") for e in spec["env"]}
     assert env_names["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "270"
+
+
+def test_the_trainer_gets_the_pods_sigterm_through_the_launcher(tmp_path: Path) -> None:
+    # The pod's script under a real shell, a stand-in for accelerate's simple launcher (one
+    # process: it waits for its worker and installs no signal handler) and a worker that
+    # checkpoints on SIGTERM. SIGTERM to the shell (what the kubelet sends the container's
+    # PID 1) reaches the worker, which finishes its checkpoint before the shell exits, with the
+    # launcher's status.
+    job = find(render(load("trainingrun-qwen3-8b-swe-gym.yaml"), state=STATES["ready"]), "Job")
+    spec = container(job)
+    (tmp_path / "python").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "accelerate").write_text(
+        f"#!{sys.executable}\n"
+        "import subprocess, sys\n"
+        f"sys.exit(subprocess.call([sys.executable, {str(tmp_path / 'worker.py')!r}]))\n"
+    )
+    (tmp_path / "worker.py").write_text(
+        "import pathlib, signal, sys, time\n"
+        f"here = pathlib.Path({str(tmp_path)!r})\n"
+        "def stop(*_):\n"
+        "    time.sleep(0.5)  # a checkpoint being written\n"
+        "    (here / 'checkpoint').write_text('written')\n"
+        "    sys.exit(143)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "(here / 'ready').write_text('')\n"
+        "time.sleep(60)\n"
+    )
+    for name in ("python", "accelerate"):
+        (tmp_path / name).chmod(0o755)
+    # A session of its own: the script signals its whole process group.
+    shell = subprocess.Popen(
+        [*spec["command"], "launch"], env={"PATH": f"{tmp_path}:/usr/bin:/bin"},
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "ready").exists():
+            assert time.monotonic() < deadline and shell.poll() is None
+            time.sleep(0.05)
+        shell.send_signal(signal.SIGTERM)
+        assert shell.wait(timeout=30) == 143
+    finally:
+        if shell.poll() is None:
+            os.killpg(shell.pid, signal.SIGKILL)
+    assert (tmp_path / "checkpoint").read_text() == "written"
 
 
 # --- images: the project's registry, and another one ------------------------------------------

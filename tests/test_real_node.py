@@ -13,6 +13,7 @@ import io
 import itertools
 import json
 import logging
+import os
 import re
 import shlex
 import ssl
@@ -39,21 +40,28 @@ from crl_worker.sandbox.kubernetes import (
 )
 from crl_worker.tasks.loaders import load_tasks
 from crl_worker.tasks.model import Task, TestSpec
+from crl_worker.train import toy
 
 from .cluster import Cluster
 from .clusterdns import build_answer, parse_query
 from .fixtures.docker import DockerEngine
 from .incluster import (
+    HOST_PYTHON_DIR,
+    HOST_PYTHON_PATH,
     REGISTRY,
     RUNNER_UID,
+    TRAINER_UID,
     Gateway,
     build_image,
     delete_benchmark,
+    host_python_trainer_image,
     install_operator,
+    local_volume,
     owned_by,
     pin_namespace,
     run_gold_benchmark,
     sandbox_pods,
+    share_host_python,
     start_pool,
     uninstall_operator,
     until,
@@ -639,6 +647,205 @@ def test_a_gold_benchmark_runs_in_the_cluster(
         assert folder.stat().st_uid == RUNNER_UID
     finally:
         delete_benchmark(cluster, namespace, run)
+
+
+def _toy_trainingrun(namespace: str, image: str) -> dict[str, Any]:
+    """The toy (crl_worker.train.toy) as a CPU-only TrainingRun: in-process generation, one
+    trainer pod without GPUs, a checkpoint after every step; the model and the trainer's Python
+    packages on the ``toy-model`` claim, the checkpoints on ``toy-checkpoints``."""
+    return {
+        "apiVersion": "coderepair.io/v1alpha1",
+        "kind": "TrainingRun",
+        "metadata": {"name": "toy", "namespace": namespace},
+        "spec": {
+            "model": {"name": "toy", "dtype": "float32", "volume": {"claimName": "toy-model"}},
+            "tasks": {"format": "task", "configMap": {"name": "toy-tasks"}},
+            "generation": "in-process",
+            "rollout": {
+                "pool": {
+                    "replicas": 0,
+                    "maxSandboxes": 4,
+                    "prefetch": 0,
+                    "sandbox": {
+                        "startupTimeoutSeconds": 120,
+                        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}},
+                    },
+                },
+                "agent": {
+                    "maxTurns": 3,
+                    "maxTokensPerTurn": 16,
+                    "maxTotalTokens": 256,
+                    "timeoutSeconds": 120,
+                },
+            },
+            "algorithm": {
+                "numGenerations": 4,
+                "tasksPerStep": 1,
+                "steps": TOY_STEPS,
+                "learningRate": 0.01,
+                "seed": 1,
+            },
+            "trainer": {
+                "image": image,
+                "nodes": 1,
+                "gpusPerNode": 0,
+                "deepspeed": {"zeroStage": 0},
+                "gradientCheckpointing": False,
+                "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}},
+                "env": [
+                    {"name": "PYTHONPATH", "value": HOST_PYTHON_PATH},
+                    {"name": "OMP_NUM_THREADS", "value": "1"},
+                    {"name": "TOKENIZERS_PARALLELISM", "value": "false"},
+                    {"name": "TRL_EXPERIMENTAL_SILENCE", "value": "1"},
+                ],
+            },
+            "checkpoints": {
+                "volume": {"claimName": "toy-checkpoints"},
+                "everySteps": 1,
+                "keepLast": 2,
+            },
+        },
+    }
+
+
+TOY_STEPS = 6
+
+
+def test_a_toy_trainingrun_trains_in_the_cluster(
+    cluster: Cluster, real_node: RealNode, docker_engine: DockerEngine, docker_base: str,
+    operator_release: Release, tmp_path: Path,
+) -> None:  # fmt: skip
+    """A CPU-only TrainingRun of the toy, as a user applies it: the operator's trainer Job runs
+    real GRPO steps on the real node, generating in-process (`generation: in-process`: no vLLM,
+    no weight sync), its rollouts in real sandbox pods of the toy's task image leased from the
+    run's inline pool; status shows step, reward and the last checkpoint.
+
+    Mid-run the trainer pod is deleted (SIGTERM: it checkpoints and exits; the Job starts
+    another, which resumes from the volume) and then the operator's pod: the run finishes with
+    every step in metrics.jsonl exactly once, under the one trainer Job.
+
+    Test-only: the trainer image. The real one (images/trainer.Dockerfile) is 6.5 GB with
+    PyPI's torch, too big for the test machines' disk; this run's trainer image is the Debian
+    base with the trainer's user, and its Python packages are this virtual environment's, hard
+    linked onto the model volume next to the toy model and put on ``PYTHONPATH``
+    (tests/incluster.py: host_python_trainer_image, share_host_python)."""
+    namespace = operator_release.namespace
+    toy.build_toy_suite(tmp_path / "suite")
+    tasks = load_tasks(tmp_path / "suite" / "tasks.jsonl", "task").tasks
+    built = asyncio.run(TaskImageBuilder(docker_engine.client(), bases={"python": docker_base})
+                        .build_all(tasks))  # fmt: skip
+    assert [b.error for b in built] == [None]
+    trainer_image = host_python_trainer_image(docker_engine, docker_base)
+    real_node.load_image(docker_engine.env(), build_image(docker_engine, docker_base, "worker"),
+                         trainer_image, *[str(b.image) for b in built])  # fmt: skip
+    jsonl = "".join(
+        json.dumps(t.model_copy(update={"image": b.image}).model_dump(mode="json")) + "\n"
+        for t, b in zip(tasks, built, strict=True)
+    )
+    cluster.kubectl("create", "configmap", "toy-tasks", "-n", namespace,
+                    "--from-file=tasks.jsonl=/dev/stdin", input=jsonl)  # fmt: skip
+    models = local_volume(cluster, real_node, namespace, "toy-model", uid=0)
+    toy.build_toy_model(models / "toy")
+    for path in [models / "toy", *(models / "toy").iterdir()]:  # the trainer's, as an admin would
+        os.chown(path, TRAINER_UID, TRAINER_UID)
+    (models / HOST_PYTHON_DIR).mkdir()
+    share_host_python(models / HOST_PYTHON_DIR)
+    output = local_volume(cluster, real_node, namespace, "toy-checkpoints", uid=TRAINER_UID)
+    metrics = output / "metrics.jsonl"
+    operator = "app.kubernetes.io/name=coderepairrl,app.kubernetes.io/component=operator"
+
+    def get(kind: str, name: str) -> dict[str, Any]:
+        return dict(json.loads(cluster.kubectl("get", kind, name, "-n", namespace, "-o",
+                                               "json").stdout))  # fmt: skip
+
+    def pods(selector: str) -> list[dict[str, Any]]:
+        listed = json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-l", selector,
+                                            "-o", "json").stdout)["items"]  # fmt: skip
+        return [p for p in listed if not p["metadata"].get("deletionTimestamp")]
+
+    def running_trainer(not_uid: str = "") -> dict[str, Any] | None:
+        found = [
+            p
+            for p in pods("job-name=toy-trainer")
+            if p["status"].get("phase") == "Running" and p["metadata"]["uid"] != not_uid
+        ]
+        return found[0] if found else None
+
+    def diagnosis() -> str:
+        logs = cluster.kubectl("logs", "-n", namespace, "job/toy-trainer", "--tail=80",
+                               check=False).stdout  # fmt: skip
+        status = cluster.kubectl("get", "trun", "toy", "-n", namespace, "-o",
+                                 "jsonpath={.status}", check=False).stdout  # fmt: skip
+        return f"status: {status[:3000]}\ntrainer log:\n{logs[-5000:]}"
+
+    began = time.monotonic()
+    cluster.kubectl(
+        "apply", "-f", "-", input=json.dumps(_toy_trainingrun(namespace, trainer_image))
+    )
+    try:
+        try:
+            until("the trainer Job", lambda: owned_by(cluster, "jobs", namespace, "toy"))
+            job_uid = get("job", "toy-trainer")["metadata"]["uid"]
+            # A step done (its metrics on the volume; status follows on the operator's timer,
+            # too late for a run this short): the trainer pod is deleted (SIGTERM).
+            until("a step's metrics on the volume", lambda: metrics.exists()
+                  and metrics.read_text().strip(), timeout=300)  # fmt: skip
+            first = until("the trainer pod", running_trainer, timeout=60)
+            failed = get("job", "toy-trainer")["status"].get("failed", 0)
+            if failed:  # a pod before the one training now: say why
+                for pod in pods("job-name=toy-trainer"):
+                    if pod["status"].get("phase") == "Failed":
+                        tail = cluster.kubectl("logs", "-n", namespace, pod["metadata"]["name"],
+                                               "--tail=30", check=False).stdout  # fmt: skip
+                        log.warning("trainer pod %s failed:\n%s", pod["metadata"]["name"], tail)
+            cluster.kubectl("delete", "pod", first["metadata"]["name"], "-n", namespace,
+                            "--wait=false")  # fmt: skip
+            second = until("a second trainer pod", lambda: running_trainer(
+                first["metadata"]["uid"]), timeout=420)  # fmt: skip
+            # The operator's pod too, while the second trainer runs: nothing changes.
+            killed = [p["metadata"]["uid"] for p in pods(operator)]
+            cluster.kubectl("delete", "pods", "-n", namespace, "-l", operator, "--wait=false")
+            steps_at_kill = len(metrics.read_text().splitlines())
+            done = cluster.kubectl("wait", "trun/toy", "-n", namespace,
+                                   "--for=condition=Succeeded", "--timeout=420s", check=False,
+                                   timeout=450)  # fmt: skip
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{diagnosis()}") from None
+        assert done.returncode == 0, diagnosis()
+        log.info("the toy TrainingRun took %.1f s in the cluster", time.monotonic() - began)
+        run = get("trun", "toy")
+        status = run["status"]
+        assert status["step"] == TOY_STEPS, status
+        assert status["lastCheckpoint"]["step"] == TOY_STEPS, status
+        assert status["metrics"]["rewardMean"] is not None, status
+        # What a user sees: `kubectl get trun` prints the step and the reward.
+        header, row = cluster.kubectl("get", "trun", "toy", "-n", namespace).stdout.splitlines()
+        cell = {name: row[header.index(name) :].split()[0] for name in ("STEP", "REWARD")}
+        assert cell["STEP"] == str(TOY_STEPS), (header, row)
+        assert float(cell["REWARD"]) == status["metrics"]["rewardMean"], (header, row)
+        # One trainer Job all along; its second pod finished the run, on the real node.
+        [job] = owned_by(cluster, "jobs", namespace, "toy")
+        assert job["metadata"]["uid"] == job_uid
+        assert second["spec"]["nodeName"] == real_node.name
+        assert get("pod", second["metadata"]["name"])["status"]["phase"] == "Succeeded"
+        # A new operator pod (the Deployment's) reported the end.
+        assert killed and not {p["metadata"]["uid"] for p in pods(operator)} & set(killed)
+        assert steps_at_kill < TOY_STEPS  # the operator was killed mid-run
+        resumed = cluster.kubectl("logs", "-n", namespace, second["metadata"]["name"]).stdout
+        assert "resuming from" in resumed, resumed[-4000:]
+        # Nothing lost, nothing done twice: every step once in the metrics on the volume.
+        records = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+        assert [r["step"] for r in records] == list(range(1, TOY_STEPS + 1)), records
+        assert (output / f"step-{TOY_STEPS}").is_dir()
+    finally:
+        cluster.kubectl("delete", "trun", "toy", "-n", namespace, "--timeout=120s",
+                        check=False, timeout=150)  # fmt: skip
+        for claim in ("toy-model", "toy-checkpoints"):
+            cluster.kubectl("delete", "pvc", claim, "-n", namespace, "--wait=false",
+                            check=False)  # fmt: skip
+            cluster.kubectl("delete", "pv", f"{namespace}-{claim}", "--wait=false",
+                            check=False)  # fmt: skip
+        cluster.kubectl("delete", "configmap", "toy-tasks", "-n", namespace, check=False)
 
 
 def _readme_cluster_commands() -> list[list[str]]:

@@ -198,15 +198,37 @@ def trainer_args(run: TrainingRun) -> list[str]:
     ]
 
 
+#: How the container's shell runs the launcher so that the pod's SIGTERM reaches the trainer.
+#: The kubelet signals only the container's PID 1. Were that `accelerate` itself, a one-process
+#: trainer would never see it: accelerate's simple launcher (one process, no torchrun) installs
+#: no handler, and PID 1 drops signals it does not handle, so the trainer ran on until the
+#: grace period's SIGKILL. Instead the shell stays PID 1 and starts the launcher with SIGTERM
+#: ignored (it waits for its workers rather than dying first), and on SIGTERM sends it to its
+#: whole process group: the trainer's own handler stops at the next safe point and writes a
+#: checkpoint (a torchrun agent handles it too and passes it on). The exit status is the
+#: launcher's.
+LAUNCH_SCRIPT = (
+    "trap '' TERM\n"
+    'accelerate "$@" &\n'
+    "launcher=$!\n"
+    "trap 'trap \"\" TERM; kill -TERM 0' TERM\n"
+    "wait $launcher\n"
+    "status=$?\n"
+    # A trap interrupts `wait`: wait again for the launcher's own exit.
+    "if kill -0 $launcher 2> /dev/null; then wait $launcher; status=$?; fi\n"
+    "exit $status"
+)
+
+
 def preflight_script(run: TrainingRun) -> str:
     """The container's shell script: the trainer's preflight, then `accelerate` with the
-    container's args (`$@`)."""
+    container's args (`$@`), the pod's SIGTERM passed on to it (:data:`LAUNCH_SCRIPT`)."""
     tasks = task_mount(run.spec.tasks)
     mounted = bool(tasks.volumes) and tasks.path is not None
     check = ["python", "-m", "crl_worker.train", "--preflight-only", "--config", CONFIG_PATH]
     if mounted:
         check += ["--tasks", str(tasks.path)]
-    return " ".join(check) + ' || exit $?\nexec accelerate "$@"'
+    return " ".join(check) + " || exit $?\n" + LAUNCH_SCRIPT
 
 
 def trainer_job(run: TrainingRun, namespace: str) -> dict[str, Any]:
