@@ -62,8 +62,8 @@ def run_one(
     learn: bool = False,
 ) -> dict[str, Any]:
     """Train ``args.steps`` steps at ``maxStaleness`` ``bound``; the figures of metrics.jsonl."""
-    work = root / f"{'learn' if learn else tasks.stem}-s{bound}"
-    work.mkdir()
+    # A folder per run (a bound may be given twice: --staleness 1,1 runs it twice).
+    work = Path(tempfile.mkdtemp(prefix=f"{'learn' if learn else tasks.stem}-s{bound}-", dir=root))
     config = write_run(work, model, tasks, max_staleness=bound, zero_stage=3)
     manifest = yaml.safe_load(config.read_text())
     # Warm sandboxes for every batch in flight: overlap needs (maxStaleness + 1) batches' worth,
