@@ -33,7 +33,7 @@ from crl_worker.train import toy
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.fixtures.lora_run import RUN, SUBPROCESS_ENV, sharp_toy, write_run  # noqa: E402
+from tests.fixtures.lora_run import RUN, SUBPROCESS_ENV, learned, sharp_toy, write_run  # noqa: E402
 from tests.fixtures.toy_server import ToyServerProcess  # noqa: E402
 
 BASE = "toy"
@@ -117,14 +117,13 @@ def run_one(
     }
 
 
-def learned(rewards: list[float | None]) -> str:
-    """The learning test's criterion on a reward curve, as a suffix for the table."""
+def criterion(rewards: list[float | None]) -> str:
+    """The overlapped learning test's criterion (tests/fixtures/lora_run.py: ``learned``) on a
+    reward curve, as a suffix for the table."""
     if len(rewards) < 6 or any(r is None for r in rewards):
         return ""
-    known = [float(r) for r in rewards if r is not None]
-    first, last = sum(known[:3]) / 3, sum(known[-3:]) / 3
-    ok = last >= first + 0.4 and last >= 0.75
-    return f"  (first-3 {first:.2f}, last-3 {last:.2f}: criterion {'met' if ok else 'not met'})"
+    met, figures = learned([float(r) for r in rewards if r is not None])
+    return f"  ({figures}: criterion {'met' if met else 'not met'})"
 
 
 def main() -> None:
@@ -185,7 +184,7 @@ def main() -> None:
                     f"{workload:<8} {bound:>12} {got['steps_per_hour']:>9.0f} "
                     f"{got['trajectories_per_second']:>7.2f} "
                     f"{got['steps_per_hour'] / base:>6.2f} {got['dropped']:>7} "
-                    f"{got['staleness_max']:>7}  {rewards}{learned(got['rewards'])}",
+                    f"{got['staleness_max']:>7}  {rewards}{criterion(got['rewards'])}",
                     flush=True,
                 )
     print(f"({args.ranks} ranks, ZeRO-3, LoRA via {RUN}-vN adapters, {args.steps} steps each)")
