@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -460,10 +461,17 @@ def test_stubbing_keeps_signature_decorators_and_docstring(tmp_path: Path) -> No
 
 
 def _marker(task: Task) -> str:
-    """A test function's name that only the withheld tests hold."""
-    names = re.findall(r"^\+\s*def (test_\w+)", task.test_patch, re.MULTILINE)
-    assert names, "the test patch adds no test function"
-    return names[0]
+    """A line only the withheld tests hold: the longest line the test patch adds (an assertion
+    written for this task). A test's name is not enough: ``test_basic`` also stands in files of
+    unrelated installed packages, which the probe may read where the worker's environment is
+    visible (a checkout under /tmp)."""
+    lines = [
+        line[1:].strip()
+        for line in task.test_patch.splitlines()
+        if line.startswith("+") and not line.startswith("+++")
+    ]
+    assert any(re.match(r"def test_\w+", line) for line in lines), "the test patch adds no test"
+    return max(lines, key=len)
 
 
 def _probe(task: Task, marker: str) -> str:
@@ -481,7 +489,8 @@ def _probe(task: Task, marker: str) -> str:
         'grep -rIs . . .. "$HOME" /tmp "${TMPDIR:-/tmp}" /var/tmp',
         f"cat {IMPLEMENT / 'tasks.jsonl'}",
     ]
-    return "{ " + "; ".join(f"{t} 2>&1" for t in tries) + f"; }} | grep -c {marker} || true"
+    found = f"grep -cF -e {shlex.quote(marker)}"
+    return "{ " + "; ".join(f"{t} 2>&1" for t in tries) + f"; }} | {found} || true"
 
 
 async def test_implement_tests_are_hidden_until_grading(
