@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Build a Go test tool kept as its own module under tests/ into
 #   ${CRL_CACHE_DIR:-$HOME/.cache/coderepairrl}/bin/NAME
-# with the Go module/build caches outside the checkout (as tests/crdcheck/build.sh does).
+# with the Go module/build caches outside the checkout.
 #
 #   build_go_tool.sh NAME SRC_DIR PACKAGE [BUILD_TAGS]
 #
 # PACKAGE is "." for the module's own main package, or a main package of a dependency the
-# module pins (tests/promtool builds github.com/prometheus/prometheus/cmd/promtool). Skips the
-# build when the binary is newer than every source file of SRC_DIR (*.go except tests, go.mod,
-# go.sum, this script), so repeat runs take about a second. The last line of stdout is the
+# module pins (tests/promtool builds github.com/prometheus/prometheus/cmd/promtool). The binary
+# is keyed by what it is built from: a hash of SRC_DIR's sources (*.go except tests, go.mod,
+# go.sum, build.sh), this script, the package, the tags and the Go version, kept beside it as
+# NAME.stamp. A build whose key matches is skipped (about a second), also in a fresh clone of an
+# unchanged tree, whose files are all new by their time stamps. The last line of stdout is the
 # binary path. Set GOTOOL_FORCE=1 to rebuild anyway.
 set -euo pipefail
 
@@ -27,26 +29,34 @@ export GOCACHE="${GOCACHE:-$cache/go/build}"
 export GOFLAGS="${GOFLAGS:--mod=mod}"
 export CGO_ENABLED=0
 
+command -v go >/dev/null || { echo "build_go_tool.sh: go not found in PATH" >&2; exit 1; }
+
+inputs_hash() {
+  { go version; echo "$pkg $tags"; sha256sum "$self"
+    (cd "$src" && find . -path ./testdata -prune -o -type f \( -name '*.go' ! -name '*_test.go' \
+        -o -name go.mod -o -name go.sum -o -name build.sh \) -print | LC_ALL=C sort | xargs sha256sum)
+  } | sha256sum | cut -d' ' -f1
+}
+
 stale() {
-  [[ "${GOTOOL_FORCE:-0}" == 1 || ! -x "$bin" || "$self" -nt "$bin" ]] && return 0
-  [[ -n "$(find "$src" -path "$src/testdata" -prune -o -type f \
-      \( -name '*.go' ! -name '*_test.go' -o -name go.mod -o -name go.sum -o -name build.sh \) \
-      -newer "$bin" -print -quit)" ]]
+  [[ "${GOTOOL_FORCE:-0}" == 1 || ! -x "$bin" || "$(cat "$bin.stamp" 2>/dev/null)" != "$hash" ]]
 }
 
 mkdir -p "$cache/bin"
+hash="$(inputs_hash)"
 if stale; then
-  # Serialize concurrent builders (pytest-xdist workers); re-check once we hold the lock.
+  # Serialize concurrent builders (.ci/go-tools.sh in the background and a test that needs the
+  # tool); re-check once we hold the lock.
   exec 9>"$cache/bin/.$name.lock"
   command -v flock >/dev/null && flock 9
   if stale; then
-    command -v go >/dev/null || { echo "build_go_tool.sh: go not found in PATH" >&2; exit 1; }
     echo "building $name ($(go version | cut -d' ' -f3)) ..." >&2
     tmp="$bin.tmp.$$"
     trap 'rm -f "$tmp"' EXIT
     (cd "$src" && go build -buildvcs=false -tags "$tags" -ldflags "-s -w" -o "$tmp" "$pkg")
     mv -f "$tmp" "$bin"
     trap - EXIT
+    echo "$hash" >"$bin.stamp"
   fi
 fi
 echo "$bin"
