@@ -255,8 +255,9 @@ class Leftovers:
 class RealNode:
     """A kubelet + containerd + CNI node joined to a running `Cluster`.
 
-    Everything lives in ``workdir`` (sockets in a shorter directory when its path is too long
-    for a unix socket). Use as a context manager, or `start()` and `stop()`.
+    Everything lives in ``workdir`` (a short directory of its own when ``workdir``'s path is too
+    long for the kubelet's unix sockets; containerd's sockets in a shorter one when its path is
+    still too long for them). Use as a context manager, or `start()` and `stop()`.
     """
 
     def __init__(
@@ -275,6 +276,11 @@ class RealNode:
             raise NodeError(f"node label value {label!r} is not a valid label value")
         self.cluster = cluster
         self.workdir = workdir.resolve()
+        # The kubelet binds unix sockets below its root dir (pod-resources/ plus a 10-digit temp
+        # name is the longest), and a socket's path holds at most 107 bytes: a deep workdir (a
+        # pytest-xdist worker's temporary folder) is swapped for a short one of its own.
+        if len(str(self.kubelet_dir / "root" / "pod-resources" / "0123456789")) > UNIX_PATH_MAX:
+            self.workdir = Path(tempfile.mkdtemp(prefix="crl-node-"))
         self.name = name
         self.label = label
         self._bin_dir = bin_dir
