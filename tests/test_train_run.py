@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -23,130 +22,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
 from crl_worker.sandbox.base import Sandbox  # noqa: E402
 from crl_worker.tasks.model import Task  # noqa: E402
-from crl_worker.train import toy  # noqa: E402
 from crl_worker.train.errors import TrainConfigError  # noqa: E402
 from crl_worker.train.settings import resolve_settings  # noqa: E402
-from tests.cluster import free_port  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+from .cluster import free_port  # noqa: E402
+from .fixtures.trainer import (  # noqa: E402
+    ShortRuns,
+    checkpoints,
+    env,
+    manifest,
+    metrics,
+    train,
+    trajectories,
+    weights,
+)
 
-
-@pytest.fixture(scope="module")
-def toy_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder holding the toy model (``model/``) and the toy suite (``suite/``)."""
-    root = tmp_path_factory.mktemp("toy")
-    toy.build_toy_model(root / "model")
-    toy.build_toy_suite(root / "suite")
-    return root
-
-
-def manifest(
-    toy_files: Path, folder: Path, *, name: str = "toy", **changes: dict[str, Any]
-) -> Path:
-    """A TrainingRun of the toy task in ``folder``; ``changes`` are merged into the spec."""
-    spec: dict[str, Any] = {
-        "model": {"name": str(toy_files / "model"), "dtype": "float32"},
-        "tasks": {"format": "task", "path": str(toy_files / "suite" / "tasks.jsonl")},
-        "rollout": {
-            "pool": {"replicas": 0, "maxSandboxes": 8},
-            "agent": {
-                "maxTurns": 3,
-                "maxTokensPerTurn": 16,
-                "maxTotalTokens": 256,
-                "timeoutSeconds": 120,
-            },
-        },
-        "algorithm": {
-            "numGenerations": 8,
-            "tasksPerStep": 1,
-            "steps": 2,
-            "learningRate": 0.01,
-            "seed": 1,
-        },
-        "trainer": {
-            "nodes": 1,
-            "gpusPerNode": 0,
-            "deepspeed": {"zeroStage": 0},
-            "gradientCheckpointing": False,
-        },
-        "checkpoints": {"everySteps": 1, "keepLast": 2},
-    }
-    for key, value in changes.items():
-        spec[key] = {**spec.get(key, {}), **value}
-    document = {
-        "apiVersion": "coderepair.io/v1alpha1",
-        "kind": "TrainingRun",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "run.yaml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
-
-
-def env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "TRL_EXPERIMENTAL_SILENCE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(REPO),
-    }
-
-
-def train(
-    config: Path, output: Path, *args: str, timeout: float = 600
-) -> subprocess.CompletedProcess[str]:
-    """``python -m crl_worker.train`` as the trainer pod runs it."""
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "crl_worker.train",
-            "--config",
-            str(config),
-            "--output",
-            str(output),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env(),
-        cwd=config.parent,
-    )
-
-
-def metrics(output: Path) -> list[dict[str, Any]]:
-    path = output / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def trajectories(output: Path, step: int) -> list[dict[str, Any]]:
-    lines: list[dict[str, Any]] = []
-    for path in sorted((output / "trajectories").glob(f"step-{step:06d}.rank*.jsonl")):
-        lines += [json.loads(line) for line in path.read_text().splitlines()]
-    return lines
-
-
-def checkpoints(output: Path) -> list[str]:
-    return sorted(p.name for p in output.glob("checkpoint-*"))
-
-
-def weights(folder: Path) -> dict[str, Any]:
-    from safetensors.torch import load_file
-
-    return load_file(str(folder / "model.safetensors"))
+pytestmark = pytest.mark.train
 
 
 # --- learning, masking, checkpoints -------------------------------------------------------------
@@ -204,50 +101,38 @@ def test_grpo_learns_the_toy_repair_and_records_every_step(toy_files: Path, tmp_
     assert status["metrics"]["rewardMean"] == rewards[-1]
 
 
-def test_the_same_seed_gives_the_same_run(toy_files: Path, tmp_path: Path) -> None:
+def _sampled(output: Path, step: int) -> list[tuple[Any, ...]]:
+    """Each rollout of a step: its attempt, every token the model sampled, its reward."""
+    return sorted(
+        (
+            line["trajectory"]["attempt"],
+            [t for turn in line["trajectory"]["turns"] for t in turn["completion_token_ids"]],
+            line["reward"],
+        )
+        for line in trajectories(output, step)
+    )
+
+
+def test_the_same_seed_gives_the_same_run(short_runs: ShortRuns) -> None:
     # In-process sampling has a generator per rollout, seeded from the spec's seed, the step,
     # the rank and the rollout: the episodes may interleave differently, the run does not.
-    config = manifest(toy_files, tmp_path, algorithm={"numGenerations": 4})
-    runs = []
-    for name in ("a", "b"):
-        done = train(config, tmp_path / name)
-        assert done.returncode == 0, done.stderr[-4000:]
-        runs.append(
-            [
-                sorted(
-                    (
-                        line["trajectory"]["attempt"],
-                        [
-                            t
-                            for turn in line["trajectory"]["turns"]
-                            for t in turn["completion_token_ids"]
-                        ],
-                        line["reward"],
-                    )
-                    for line in trajectories(tmp_path / name, step)
-                )
-                for step in (1, 2)
-            ]
-            + [[r["loss"] for r in metrics(tmp_path / name)]]
-        )
-    assert runs[0] == runs[1]
+    # The two short runs (tests/fixtures/trainer.py) are one config run twice.
+    runs = [short_runs.terminal, short_runs.piped_out]
+    assert short_runs.terminal_status == 0 and short_runs.piped.returncode == 0
+    for step in (1, 2):
+        first, second = (_sampled(out, step) for out in runs)
+        assert len(first) == 4 and first == second
+    assert [r["loss"] for r in metrics(runs[0])] == [r["loss"] for r in metrics(runs[1])]
 
 
-def test_resume_continues_from_the_last_checkpoint(toy_files: Path, tmp_path: Path) -> None:
-    config = manifest(toy_files, tmp_path, algorithm={"numGenerations": 4})
+def test_resume_continues_from_the_last_checkpoint(short_runs: ShortRuns, tmp_path: Path) -> None:
+    # A copy of the short run on the terminal (`crl train`, a checkpoint every step, two kept).
     out = tmp_path / "out"
-    first = subprocess.run(
-        [str(Path(sys.executable).parent / "crl"), "train", str(config), "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env(),
-    )
-    assert first.returncode == 0, first.stderr[-4000:]
-    assert checkpoints(out) == ["checkpoint-1", "checkpoint-2"], first.stderr[-3000:]
+    shutil.copytree(short_runs.terminal, out, symlinks=True)
+    assert checkpoints(out) == ["checkpoint-1", "checkpoint-2"]
     # A crash after step 2 was logged but before its checkpoint was written.
     shutil.rmtree(out / "checkpoint-2")
-    done = train(config, out, "--steps", "3")
+    done = train(short_runs.config, out, "--steps", "3")
     assert done.returncode == 0, done.stderr[-4000:]
     assert "resuming from" in done.stderr and "checkpoint-1" in done.stderr
     # Step 2 was run again and logged once; the run went on to step 3.
