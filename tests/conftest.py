@@ -14,6 +14,8 @@ import pytest
 from .cluster import Cluster, ClusterError, build
 from .fixtures.docker import SANDBOX_PACKAGES, DockerEngine, debian_image, engine_or_skip
 from .fixtures.openai_server import ScriptedServer
+from .fixtures.schedule import Schedule
+from .fixtures.trainer import ShortRuns, build_toy_files, short_runs
 from .fixtures.vllm import (
     VllmServer,
     build_model,
@@ -34,18 +36,11 @@ def root() -> Path:
     return ROOT
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test that uses the control plane carries the `cluster` marker (`-m "not cluster"`)."""
-    for item in items:
-        names = getattr(item, "fixturenames", ())
-        if "cluster" in names or "kueue_cluster" in names:
-            item.add_marker(pytest.mark.cluster)
-        if "vllm" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.vllm)
-        if "docker_engine" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.docker)
-        if "real_node" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.realnode)
+def pytest_configure(config: pytest.Config) -> None:
+    """Mark each test by the shared resources it uses, run the suite lane by lane on its
+    workers, stop shared resources after their last user, and time each group
+    (tests/fixtures/schedule.py)."""
+    config.pluginmanager.register(Schedule(config), "crl-schedule")
 
 
 @pytest.fixture(scope="session")
@@ -138,6 +133,21 @@ def real_node(
         yield node
     finally:
         node.stop()
+
+
+@pytest.fixture(scope="session")
+def toy_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the toy model (``model/``) and the toy suite (``suite/``)."""
+    pytest.importorskip("torch")
+    return build_toy_files(tmp_path_factory.mktemp("toy"))
+
+
+@pytest.fixture(scope="session", name="short_runs")
+def short_runs_fixture(toy_files: Path, tmp_path_factory: pytest.TempPathFactory) -> ShortRuns:
+    """The toy's two-step TrainingRun run twice, on a terminal and into pipes
+    (tests/fixtures/trainer.py), for the tests that read a short run."""
+    pytest.importorskip("trl")
+    return short_runs(toy_files, tmp_path_factory.mktemp("short-runs"))
 
 
 @pytest.fixture

@@ -452,10 +452,13 @@ BACKENDS = [
     "local",
     pytest.param(
         "docker",
-        marks=pytest.mark.skipif(
-            not (ROOT / "tests" / "fixtures" / "docker.py").exists(),
-            reason="tests/fixtures/docker.py (the docker_engine fixture) is absent",
-        ),
+        marks=[
+            pytest.mark.docker,  # the engine is asked for at run time (tests/fixtures/schedule.py)
+            pytest.mark.skipif(
+                not (ROOT / "tests" / "fixtures" / "docker.py").exists(),
+                reason="tests/fixtures/docker.py (the docker_engine fixture) is absent",
+            ),
+        ],
     ),
 ]
 

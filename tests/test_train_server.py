@@ -40,6 +40,8 @@ from .fixtures.lora_run import RUN, SUBPROCESS_ENV, learned, sharp_toy, write_ru
 from .fixtures.toy_server import ToyServer, ToyServerProcess, read_request_log  # noqa: E402
 from .paths import ROOT  # noqa: E402
 
+pytestmark = pytest.mark.train
+
 BASE = "toy"
 #: The overlapped learning test's learning rate and seed (CRL_TEST_LEARN_* override them, to
 #: check the test over several seeds).

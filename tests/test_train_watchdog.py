@@ -39,6 +39,8 @@ from .paths import ROOT
 
 __all__ = ["serve", "suite", "toy_dir"]  # fixtures shared with test_train_server
 
+pytestmark = pytest.mark.train
+
 #: Seconds a push may take here (a toy adapter loads in well under a second).
 DEADLINE = "8"
 #: The gap threshold here: the toy server's logprobs match the trainer's to float noise.
