@@ -560,8 +560,12 @@ def test_a_settled_run_costs_no_writes(
     reconciles = operator.reconciles("TrainingRun")
     # An event (a metadata edit) and a resync (every 20 s in these tests) both reconcile it.
     cluster.kubectl("annotate", "trainingrun", "quiet", "-n", namespace, "crl-test/poke=1")
-    time.sleep(22)
-    assert operator.reconciles("TrainingRun") >= reconciles + 2
+    wait_for(
+        "two reconciles (the annotation's event and the resync)",
+        lambda: operator.reconciles("TrainingRun") >= reconciles + 2,
+        timeout=40,
+        op=operator,
+    )
     assert snapshot() == before  # not one child was written
     assert trainingrun(kube, namespace, "quiet")["status"] == status_before  # type: ignore[index]
 
