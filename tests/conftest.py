@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from crl_operator.apply import Kube, load_api_client
+
 from .cluster import Cluster, ClusterError, build
 from .fixtures.docker import SANDBOX_PACKAGES, DockerEngine, debian_image, engine_or_skip
 from .fixtures.openai_server import ScriptedServer
@@ -26,6 +28,7 @@ from .fixtures.vllm import (
 )
 from .node import NodeError, RealNode
 from .node import missing as real_node_missing
+from .operator_process import Operator
 from .paths import ROOT
 
 log = logging.getLogger(__name__)
@@ -148,6 +151,25 @@ def short_runs_fixture(toy_files: Path, tmp_path_factory: pytest.TempPathFactory
     (tests/fixtures/trainer.py), for the tests that read a short run."""
     pytest.importorskip("trl")
     return short_runs(toy_files, tmp_path_factory.mktemp("short-runs"))
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    """One ``python -m crl_operator`` for the session's cluster, watching every namespace
+    (resync every 20 s, images named under ``OTHER_REGISTRY``); the tests read its metrics as
+    differences, and one that kills it restarts it."""
+    op = Operator(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
+    op.proc.start()
+    try:
+        yield op
+    finally:
+        op.proc.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(cluster: Cluster) -> Kube:
+    """Reads for the assertions (the writes go through kubectl, as a user's would)."""
+    return Kube(load_api_client(str(cluster.kubeconfig)), field_manager="e2e-test")
 
 
 @pytest.fixture

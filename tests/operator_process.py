@@ -2,6 +2,7 @@
 
 Shared by the end-to-end tests and perf/operator_scale.py: start it on free ports, wait for
 its health endpoint, read its Prometheus metrics, stop it politely or kill it (SIGKILL).
+:class:`Operator` is the session's operator (the ``operator`` fixture of tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from .cluster import free_port
+from .cluster import Cluster, free_port
 from .paths import ROOT
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
@@ -156,3 +157,35 @@ class OperatorProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
         except OSError:
             return ""
+
+
+#: The session operator's --image-registry (children name images there).
+OTHER_REGISTRY = "registry.example.com/crl"
+
+
+class Operator:
+    """An operator subprocess watching every namespace; restartable (a killed one is replaced)."""
+
+    def __init__(self, cluster: Cluster, log_path: Path) -> None:
+        self.cluster = cluster
+        self.log_path = log_path
+        self.proc = self._new()
+
+    def _new(self) -> OperatorProcess:
+        # Another registry than the default one, as a user who pushed the images elsewhere runs it.
+        return OperatorProcess(
+            self.cluster.kubeconfig,
+            log_path=self.log_path,
+            resync_seconds=20,
+            extra_args=("--image-registry", OTHER_REGISTRY),
+        )
+
+    def restart(self) -> None:
+        """A fresh process (new ports), as Kubernetes would restart the pod."""
+        self.proc.stop()
+        self.proc = self._new().start()
+
+    def reconciles(self, kind: str, result: str | None = None) -> float:
+        """crl_operator_reconciles_total for `kind` (and `result`)."""
+        labels = {"kind": kind, **({"result": result} if result else {})}
+        return metric_sum(self.proc.metrics(), "crl_operator_reconciles_total", **labels)

@@ -20,24 +20,24 @@ import os
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from crl_operator.apply import Kube, load_api_client
+from crl_operator.apply import Kube
 from crl_operator.dashboard import queries
 
 from .argocd import CUSTOMIZATIONS, GROUP_DIR, build_argocdhealth, evaluate
 from .cluster import Cluster
 from .observability import exported_names, metric_names, rendered_rules
+from .operator_process import Operator
 from .paths import EXAMPLES
 from .test_chart import helm_binary
 from .test_operator_e2e import (
     PENDING_TRAINER,
-    Operator,
     apply,
     condition,
     is_,
@@ -52,23 +52,6 @@ CAPTURE = os.environ.get("CRL_CAPTURE_HEALTH_FIXTURES") == "1"
 KEPT_METADATA = ("name", "namespace", "generation")
 #: How long the conditions must stay unchanged before a state counts as settled.
 STABLE_SECONDS = 3.0
-
-
-@pytest.fixture(scope="module")
-def kube(cluster: Cluster) -> Kube:
-    """Reads for the assertions (the writes go through kubectl, as a user's or Argo CD's would)."""
-    return Kube(load_api_client(str(cluster.kubeconfig)), field_manager="e2e-test")
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    """One operator process for the module, watching every namespace."""
-    op = Operator(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
-    op.proc.start()
-    try:
-        yield op
-    finally:
-        op.proc.stop()
 
 
 @pytest.fixture(scope="module")

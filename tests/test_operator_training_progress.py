@@ -13,23 +13,22 @@ import asyncio
 import copy
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 
-from crl_operator.apply import Kube, load_api_client
+from crl_operator.apply import Kube
 from crl_operator.status import Observed, status_patch, trainingrun_status
 from crl_worker.api import TrainingRun
 from crl_worker.api.progress import TrainingProgress
 from crl_worker.train.report import training_reporter_from_env
 
 from .cluster import Cluster
+from .operator_process import Operator
 from .paths import ROOT
 from .test_operator_e2e import (
     PENDING_TRAINER,
-    Operator,
     apply,
     condition,
     owned,
@@ -122,23 +121,6 @@ def test_status_follows_the_trainers_report() -> None:
 
 
 # --- end to end ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    """An operator process for the test, watching every namespace."""
-    op = Operator(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
-    op.proc.start()
-    try:
-        yield op
-    finally:
-        op.proc.stop()
-
-
-@pytest.fixture
-def kube(cluster: Cluster) -> Kube:
-    """Reads for the assertions (the writes go through kubectl, as a user's would)."""
-    return Kube(load_api_client(str(cluster.kubeconfig)), field_manager="e2e-test")
 
 
 def evaluation_template() -> dict[str, Any]:
