@@ -34,9 +34,9 @@ def plan(rank: int = 0, world: int = 1, per_rank: int = 2, every: int = 1) -> Ba
     return BatchPlan(PlannedSampler(Seeded(8)), PROMPTS, rank, world, per_rank, every)
 
 
-def producer(bound: int, started: list[tuple[list[str], int]]) -> Producer:
-    def start(prompts: list[str], version: int) -> concurrent.futures.Future[Any]:
-        started.append((prompts, version))
+def producer(bound: int, started: list[tuple[list[str], int, int]]) -> Producer:
+    def start(prompts: list[str], version: int, step: int) -> concurrent.futures.Future[Any]:
+        started.append((prompts, version, step))
         return concurrent.futures.Future()
 
     return Producer(plan(), bound, start=start)
@@ -64,17 +64,18 @@ def test_the_plan_cuts_each_ranks_batches_as_the_dataloader_does() -> None:
 
 
 def test_batches_older_than_the_bound_are_run_again_never_handed_out() -> None:
-    started: list[tuple[list[str], int]] = []
+    started: list[tuple[list[str], int, int]] = []
     made = producer(1, started)
     assert made.take(["task-0", "task-1"], step=0) is None  # nothing ran ahead yet
     assert made.fill(step=0, version=0, total_steps=10) == 1
-    assert started == [(["task-2", "task-3"], 0)]
+    # The batch of step 1 (0-based, as TRL counts), started on version 0.
+    assert started == [(["task-2", "task-3"], 0, 1)]
     # Step 1 on version 1: the batch from version 0 lags one version, within the bound.
     got = made.take(["task-2", "task-3"], step=1)
     assert got is not None and got.version == 0
     # The push of version 2 failed: the server still holds 1, and step 2's batch starts there...
     made.fill(step=1, version=1, total_steps=10)
-    assert started[-1] == (["task-4", "task-5"], 1)
+    assert started[-1] == (["task-4", "task-5"], 1, 2)
     ahead = made.ahead[2].future
     # ... and at step 3 it lags two versions: dropped (cancelled, counted), never handed out.
     made.position = 2
@@ -84,11 +85,11 @@ def test_batches_older_than_the_bound_are_run_again_never_handed_out() -> None:
 
 
 def test_an_unplanned_batch_drops_what_ran_ahead_and_resyncs() -> None:
-    started: list[tuple[list[str], int]] = []
+    started: list[tuple[list[str], int, int]] = []
     made = producer(2, started)
     made.take(["task-0", "task-1"], step=0)
     made.fill(step=0, version=0, total_steps=10)
-    assert [p for p, _ in started] == [["task-2", "task-3"], ["task-4", "task-5"]]
+    assert [(p, s) for p, _, s in started] == [(["task-2", "task-3"], 1), (["task-4", "task-5"], 2)]
     # TRL skipped a batch (as on a resume): the one started for it is dropped, the next kept.
     assert made.take(["task-4", "task-5"], step=1) is not None
     assert made.dropped_unplanned == 2 and made.position == 3

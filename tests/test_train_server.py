@@ -230,6 +230,38 @@ async def test_answers_like_vllm_token_exact(
     assert refused.value.status == 404
 
 
+async def test_a_seeded_episode_samples_the_same_whatever_runs_beside_it(server: ToyServer) -> None:
+    # The trainer's episodes on a server carry a seed per turn (PinnedPolicy): a seeded request
+    # samples from a generator of its own, as vLLM's do, so an overlapped run is reproducible.
+    async def episode(client: ChatClient, seed: int | None, noise: int) -> list[list[int]]:
+        policy = client.pinned(BASE, seed=seed)
+        turns = []
+        for _ in range(3):
+            for _ in range(noise):  # other episodes' requests, between this one's turns
+                await client.complete(
+                    CONVERSATION, tools=TOOLS, max_tokens=8, temperature=1.0, top_p=1.0
+                )
+            answer = await policy.complete(
+                CONVERSATION, tools=TOOLS, max_tokens=8, temperature=1.0, top_p=1.0
+            )
+            turns.append(ids_of(answer)[1])
+        return turns
+
+    async with ChatClient(server.base_url, BASE, max_retries=0) as client:
+        alone = await episode(client, 41, noise=0)
+        assert await episode(client, 41, noise=2) == alone
+        # Each turn has a seed of its own, and another episode's seeds give other samples.
+        others = [await episode(client, seed, noise=0) for seed in (42, 43, 44)]
+        assert any(other != alone for other in others)
+        # Unseeded requests share the server's generator: what ran before changes them.
+        unseeded = {str(await episode(client, None, noise=n)) for n in (0, 1, 2, 3)}
+        assert len(unseeded) > 1
+    refused = await post(
+        server, "chat/completions", {"model": BASE, "messages": CONVERSATION, "seed": "7"}
+    )
+    assert refused.status_code == 400 and "seed" in refused.json()["error"]["message"]
+
+
 async def test_adapters_load_apply_unload_and_restart(
     server: ToyServer,
     adapter_dir: Path,

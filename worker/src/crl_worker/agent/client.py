@@ -396,10 +396,11 @@ class ChatClient:
         self._session: aiohttp.ClientSession | None = None
         self._slots: asyncio.Semaphore | None = None
 
-    def pinned(self, model: str) -> PinnedPolicy:
+    def pinned(self, model: str, *, seed: int | None = None) -> PinnedPolicy:
         """A policy that asks this client's server for ``model`` on every turn, whatever the
-        client's own ``model`` becomes (an episode started on one weights version keeps it)."""
-        return PinnedPolicy(self, model)
+        client's own ``model`` becomes (an episode started on one weights version keeps it);
+        with ``seed``, its turns carry ``seed``, ``seed + 1``, ... (:class:`PinnedPolicy`)."""
+        return PinnedPolicy(self, model, seed=seed)
 
     def _get_session(self) -> aiohttp.ClientSession:
         # Created on first use: a ClientSession belongs to the running event loop.
@@ -442,8 +443,11 @@ class ChatClient:
         temperature: float,
         top_p: float,
         model: str | None = None,
+        seed: int | None = None,
     ) -> dict[str, Any]:
-        """The JSON body of one request (a plain dict); ``model`` overrides the client's."""
+        """The JSON body of one request (a plain dict); ``model`` overrides the client's;
+        ``seed`` is the OpenAI API's (vLLM samples a seeded request from a generator of its
+        own, so the answer does not depend on what else the server is doing)."""
         body: dict[str, Any] = {
             "model": model or self.model,
             "messages": messages,
@@ -451,6 +455,8 @@ class ChatClient:
             "temperature": temperature,
             "top_p": top_p,
         }
+        if seed is not None:
+            body["seed"] = seed
         if tools:
             body["tools"] = tools
             body["tool_choice"] = "auto"
@@ -470,9 +476,10 @@ class ChatClient:
         temperature: float,
         top_p: float,
         model: str | None = None,
+        seed: int | None = None,
     ) -> Completion:
         """Send one chat completion request (retrying what is worth retrying); ``model``
-        overrides the client's for this request."""
+        overrides the client's for this request; ``seed`` seeds its sampling."""
 
         def encode() -> bytes:
             return _dumps(
@@ -483,6 +490,7 @@ class ChatClient:
                     temperature=temperature,
                     top_p=top_p,
                     model=model,
+                    seed=seed,
                 )
             )
 
@@ -564,11 +572,18 @@ class ChatClient:
 
 
 class PinnedPolicy:
-    """A :class:`ChatClient` sharing its connections, with the served model name fixed."""
+    """A :class:`ChatClient` sharing its connections, with the served model name fixed.
 
-    def __init__(self, client: ChatClient, model: str) -> None:
+    With ``seed`` (one policy per episode), turn ``k`` of the episode carries the seed
+    ``seed + k``: the episode's samples then depend on its seed and what it was shown, not on
+    how the server interleaved it with other requests.
+    """
+
+    def __init__(self, client: ChatClient, model: str, *, seed: int | None = None) -> None:
         self.client = client
         self.model = model
+        self.seed = seed
+        self.turns = 0
 
     async def complete(
         self,
@@ -580,6 +595,8 @@ class PinnedPolicy:
         top_p: float,
     ) -> Completion:
         """One chat turn from ``model``."""
+        seed = None if self.seed is None else self.seed + self.turns
+        self.turns += 1
         return await self.client.complete(
             messages,
             tools=tools,
@@ -587,4 +604,5 @@ class PinnedPolicy:
             temperature=temperature,
             top_p=top_p,
             model=self.model,
+            seed=seed,
         )

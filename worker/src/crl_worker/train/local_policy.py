@@ -240,8 +240,11 @@ class TransformersPolicy:
         max_tokens: int,
         temperature: float,
         top_p: float,
+        seed: int | None = None,
     ) -> Completion:
-        """Answer the conversation with one assistant message (see the module docs).
+        """Answer the conversation with one assistant message (see the module docs); with
+        ``seed``, sampled from a generator of its own seeded with it (as vLLM does a seeded
+        request), else from the policy's.
 
         Raises :class:`ContextLengthError` (with vLLM's wording, so the loop can ask again
         with the room left) when prompt + ``max_tokens`` exceed :attr:`max_model_len`, and
@@ -262,7 +265,7 @@ class TransformersPolicy:
         async with self.lock:
             try:
                 sample = await asyncio.to_thread(
-                    self.generate, prompt, max_tokens, temperature, top_p, cancel
+                    self.generate, prompt, max_tokens, temperature, top_p, cancel, seed
                 )
             except asyncio.CancelledError:
                 cancel.set()  # the thread stops at its next token; nobody reads its result
@@ -300,9 +303,11 @@ class TransformersPolicy:
         temperature: float,
         top_p: float,
         cancel: threading.Event | None = None,
+        seed: int | None = None,
     ) -> Sample:
         """Sample up to ``max_tokens`` tokens after ``prompt`` (blocking; call it from a worker
-        thread). The model is switched to eval mode for the generation (no dropout) and back."""
+        thread), from a generator seeded with ``seed`` when given. The model is switched to
+        eval mode for the generation (no dropout) and back."""
         import torch
 
         if max_tokens < 1:
@@ -314,7 +319,9 @@ class TransformersPolicy:
             was_training = bool(getattr(module, "training", False))
             module.eval()
             try:
-                return self._sample_loop(module, prompt, max_tokens, temperature, top_p, cancel)
+                return self._sample_loop(
+                    module, prompt, max_tokens, temperature, top_p, cancel, seed
+                )
             finally:
                 if was_training:
                     module.train()
@@ -327,12 +334,17 @@ class TransformersPolicy:
         temperature: float,
         top_p: float,
         cancel: threading.Event | None,
+        seed: int | None = None,
     ) -> Sample:
         import torch
 
         device = module.device
-        generator = self._generator
-        if generator is None or generator.device != device:
+        if seed is not None:
+            generator = torch.Generator(device=device)
+            generator.manual_seed(seed)
+        elif self._generator is not None and self._generator.device == device:
+            generator = self._generator
+        else:
             generator = torch.Generator(device=device)
             generator.manual_seed(self.seed)
             self._generator = generator

@@ -147,13 +147,13 @@ class Ahead:
 class Producer:
     """The batches started ahead of the one being consumed, and the bound on their staleness.
 
-    ``start(prompts, version)`` starts a batch's episodes (on the rollout engine's loop) and
-    returns its future; nothing here blocks or talks to a server.
+    ``start(prompts, version, step)`` starts step ``step``'s batch's episodes (on the rollout
+    engine's loop) and returns its future; nothing here blocks or talks to a server.
     """
 
     plan: BatchPlan
     max_staleness: int
-    start: Callable[[list[str], int], concurrent.futures.Future[Any]]
+    start: Callable[[list[str], int, int], concurrent.futures.Future[Any]]
     ahead: dict[int, Ahead] = field(default_factory=dict)
     position: int | None = 0
     """The plan position of the next batch TRL asks for (``None``: lost until resynced)."""
@@ -221,7 +221,8 @@ class Producer:
             prompts = self.plan.batch(position)
             if prompts is None:
                 break
-            self.ahead[position] = Ahead(position, prompts, version, self.start(prompts, version))
+            future = self.start(prompts, version, step + 1 + ahead_by)
+            self.ahead[position] = Ahead(position, prompts, version, future)
             made += 1
         return made
 

@@ -535,14 +535,28 @@ class TrainingJob:
             self.engine.loop,
         )
 
+    def _seed_base(self, step: int) -> int:
+        """The first sampling seed of step ``step``'s rollouts on this rank (rollout ``i``
+        starts at ``base + i``): one per spec seed, step, rank and rollout."""
+        return ((self.spec.algorithm.seed * 1_000_003 + step) * 1_009 + self.rank) * 65_537
+
+    def _served(self, model: str, step: int) -> Callable[[int], Policy]:
+        """The policy of each rollout of step ``step``'s batch on the server: ``model`` on every
+        turn, and seeds of its own (turn ``k`` of rollout ``i`` carries ``base + 4099 i + k``),
+        so a run is the same however the server interleaves its episodes."""
+        assert self.client is not None
+        client, base = self.client, self._seed_base(step)
+        return lambda index: client.pinned(model, seed=base + index * 4_099)
+
     def _start_ahead(
-        self, prompts: list[str], version: int
+        self, prompts: list[str], version: int, step: int
     ) -> concurrent.futures.Future[list[Rollout]]:
-        """A later step's batch, on the weights the server holds now (``version``): every turn
-        of its episodes names that version's model, so they finish on the weights they began."""
+        """Step ``step``'s batch, started ahead on the weights the server holds now
+        (``version``): every turn of its episodes names that version's model, so they finish
+        on the weights they began."""
         assert self.client is not None and self.sync is not None
         tasks = [self.tasks[p] for p in prompts]
-        return self._start_batch(tasks, self.client.pinned(self.sync.model_name()), version)
+        return self._start_batch(tasks, self._served(self.sync.model_name(), step), version)
 
     async def _rollouts_until_stopped(
         self, batch: concurrent.futures.Future[list[Rollout]], total: int
@@ -611,7 +625,7 @@ class TrainingJob:
                 if ahead is None:
                     started = time.monotonic()
                     batch = self._start_batch(
-                        tasks, self.client.pinned(self.client.model), self.policy_version
+                        tasks, self._served(self.client.model, step), self.policy_version
                     )
                 else:
                     started, batch = ahead.started, ahead.future
@@ -667,7 +681,7 @@ class TrainingJob:
             model.eval()
             lock = asyncio.Lock()  # one generation at a time on the shared model
             policies: list[TransformersPolicy] = []
-            base = ((self.spec.algorithm.seed * 1_000_003 + step) * 1_009 + self.rank) * 65_537
+            base = self._seed_base(step)
 
             def policy_of(index: int) -> TransformersPolicy:
                 # A sampler per rollout: the same seed gives the same rollouts, however the
