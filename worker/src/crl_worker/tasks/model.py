@@ -52,6 +52,10 @@ class TestSpec(BaseModel):
     """Glob patterns, relative to the workdir, of JUnit XML reports (Maven Surefire, Gradle)."""
     pre: list[str] = Field(default_factory=list)
     """Commands run before the test command on each evaluation (e.g. remove stale reports)."""
+    plugins: list[str] = Field(default_factory=list)
+    """pytest plugins the run needs, by the name ``-p`` takes (``xdist.plugin``, ``django``):
+    the integrity check's run turns plugin auto-loading off and loads only these (and any
+    ``-p`` the command names)."""
 
 
 class Classification(BaseModel):
