@@ -81,6 +81,26 @@ def canary_files(task: Task) -> list[str]:
     return files
 
 
+async def read_test_modules(sandbox: Sandbox, task: Task) -> dict[str, str]:
+    """The :func:`canary_files` as the test patch leaves them (read by the harness before
+    anything of the candidate runs): what marks and canaries are made from."""
+    sources: dict[str, str] = {}
+    for path in canary_files(task):
+        try:
+            sources[path] = (await sandbox.read_file(path)).decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+    return sources
+
+
+def selected_modules(task: Task) -> list[str]:
+    """The Python test modules the command selects by path (``{tests}`` arguments)."""
+    if "{tests}" not in task.test_spec.command:
+        return []
+    modules = [a.split("::", 1)[0] for a in test_arguments(task)]
+    return [m for m in modules if m.endswith(".py")]
+
+
 def derive_canary(
     task: Task, sources: Mapping[str, str], rng: random.Random | None = None
 ) -> Canary | None:

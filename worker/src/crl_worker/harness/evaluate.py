@@ -39,12 +39,12 @@ from dataclasses import dataclass, field
 
 from crl_worker.errors import InfrastructureError
 from crl_worker.harness.canary import (
-    CANARY_FORMATS,
     Canary,
-    canary_files,
     derive_canary,
     make_canary,
     plant,
+    read_test_modules,
+    selected_modules,
     tampered,
     with_canary,
 )
@@ -355,20 +355,6 @@ class _TestRun:
     tampered: str | None = None
 
 
-async def _read_test_modules(sandbox: Sandbox, task: Task) -> dict[str, str]:
-    """The Python test modules the test patch touches, as it leaves them (read by the harness
-    before anything of the candidate runs): what marks and canaries are made from."""
-    if task.test_spec.log_format not in CANARY_FORMATS:
-        return {}
-    sources: dict[str, str] = {}
-    for path in canary_files(task):
-        try:
-            sources[path] = (await sandbox.read_file(path)).decode("utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-    return sources
-
-
 async def _plant_canary(
     sandbox: Sandbox, task: Task, run: _Run, sources: dict[str, str]
 ) -> Canary | None:
@@ -408,14 +394,14 @@ async def _run_tests(
                 f"the test patch of {task.instance_id} does not apply to its base files: "
                 f"{str(exc)[-2000:]}"
             ) from exc
-    sources = await _read_test_modules(sandbox, task)
+    sources = await read_test_modules(sandbox, task)
     expected = expected_statuses(sources, task.fail_to_pass)
     planted = await _plant_canary(sandbox, task, run, sources) if canary else None
     test_command = build_test_command(task if planted is None else with_canary(task, planted))
     probe: Probe | None = None
     command = test_command
     if canary and task.test_spec.log_format in HARDENED_FORMATS:
-        probe = await install(sandbox, [*sources, *_selected_modules(task)])
+        probe = await install(sandbox, [*sources, *selected_modules(task)])
         hardened = harden(test_command, task.test_spec.log_format, probe, task.test_spec.plugins)
         if hardened is None:
             logger.info("%s: the test command is not one the reporter knows", task.instance_id)
@@ -453,15 +439,6 @@ async def _run_tests(
         # The outcomes the runner saw, not what the process printed.
         tests.statuses = report.statuses if report.started else tests.statuses
     return tests
-
-
-def _selected_modules(task: Task) -> list[str]:
-    """The Python test modules the command selects by path (``{tests}`` arguments)."""
-    if "{tests}" not in task.test_spec.command:
-        return []
-    return [
-        a.split("::", 1)[0] for a in test_arguments(task) if a.split("::", 1)[0].endswith(".py")
-    ]
 
 
 async def _blame_the_candidate(
@@ -506,9 +483,11 @@ async def evaluate(
 
     ``model_patch`` is applied first when given; leave it out when the agent's edits are already
     in the working tree. ``timeout`` bounds the test run (default ``task.timeouts.test``);
-    running past it is an infrastructure error. ``canary`` plants failing tests next to the
-    task's (:mod:`crl_worker.harness.canary`, Python runners): if one is not reported failing,
-    the run was tampered with, and the result says so (``tampered``, unresolved, no credit).
+    running past it is an infrastructure error. ``canary`` (the integrity check's run) plants
+    failing copies of the task's own tests among them (:mod:`crl_worker.harness.canary`) and
+    runs pytest and unittest through the harness's reporter (:mod:`crl_worker.harness.runner`):
+    if a canary is not reported failing, or the reporter's cross-checks fail, the run was
+    tampered with, and the result says so (``tampered``, unresolved, no credit).
     Never raises for a failed evaluation: the result says what happened.
     """
     started = time.monotonic()
