@@ -52,7 +52,15 @@ from crl_worker.harness.grading import Grade, grade
 from crl_worker.harness.marks import expected_statuses
 from crl_worker.harness.parsers import junit_durations, parse_junit_reports, parse_log
 from crl_worker.harness.result import EvalResult, TestStatus
-from crl_worker.harness.runner import HARDENED_FORMATS, Probe, collect, cross_check, harden, install
+from crl_worker.harness.runner import (
+    HARDENED_FORMATS,
+    Probe,
+    collect,
+    cross_check,
+    environment_plugins,
+    harden,
+    install,
+)
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.selection import test_arguments
@@ -402,7 +410,10 @@ async def _run_tests(
     command = test_command
     if canary and task.test_spec.log_format in HARDENED_FORMATS:
         probe = await install(sandbox, [*sources, *selected_modules(task)])
-        hardened = harden(test_command, task.test_spec.log_format, probe, task.test_spec.plugins)
+        plugins = list(task.test_spec.plugins)
+        if task.test_spec.log_format == "pytest":
+            plugins += await environment_plugins(sandbox, test_command)
+        hardened = harden(test_command, task.test_spec.log_format, probe, plugins)
         if hardened is None:
             logger.info("%s: the test command is not one the reporter knows", task.instance_id)
         command = hardened or test_command

@@ -7,7 +7,9 @@ For a graded run (the integrity check's) the harness:
    under a random module name, with its configuration beside it;
 2. runs pytest with plugin auto-loading off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``,
    ``PYTEST_PLUGINS`` unset), its reporter loaded first (``-p <module>``) and only the plugins the
-   task's recipe names (``TestSpec.plugins``, and any ``-p`` already in its command); unittest
+   task's recipe names (``TestSpec.plugins``, and any ``-p`` already in its command) or its
+   environment installs (:func:`environment_plugins`: not a ``*.dist-info`` in the repository,
+   which ``python -m pytest`` would otherwise find on ``sys.path``); unittest
    through the reporter's runner (``python -m <module>`` for ``python -m unittest``: the same
    ``unittest.main`` with the harness's result class);
 3. reads the tests' outcomes from the report file the reporter wrote, not from the output, and
@@ -68,6 +70,45 @@ class ProbeReport:
     ended: bool = False
     evidence: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+#: Lists the ``pytest11`` entry points of the task's environment as ``name module`` lines, in
+#: isolated mode (``-I``: the working directory is not on ``sys.path``, so a ``*.dist-info`` the
+#: candidate added to the repository is not seen, and no package code is imported).
+_LIST_PLUGINS = """
+try:
+    from importlib.metadata import entry_points
+    eps = entry_points()
+    eps = eps.select(group="pytest11") if hasattr(eps, "select") else eps.get("pytest11", [])
+    pairs = [(e.name, e.value.split(":")[0]) for e in eps]
+except ImportError:
+    import pkg_resources
+    pairs = [(e.name, e.module_name) for e in pkg_resources.iter_entry_points("pytest11")]
+for name, module in pairs:
+    print(name, module)
+"""
+_BLOCKED = re.compile(r"-p\s*no:(\S+)")
+
+
+async def environment_plugins(sandbox: Sandbox, command: str) -> list[str]:
+    """The pytest plugins the task's environment installs (its ``pytest11`` entry points,
+    found without the repository on ``sys.path``), as ``-p`` takes them, except those the
+    command blocks (``-p no:name``): auto-loading is off, so these are loaded by name. A
+    listing that fails gives none."""
+    result = await sandbox.run(
+        f"cd {shlex.quote(sandbox.workdir)} && python -I -c {shlex.quote(_LIST_PLUGINS)}",
+        timeout=60,
+    )
+    if result.exit_code != 0:
+        logger.info("could not list the environment's pytest plugins: %s", result.output[-300:])
+        return []
+    blocked = set(_BLOCKED.findall(command))
+    modules = []
+    for line in result.output.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and not blocked & set(parts) and parts[1] not in modules:
+            modules.append(parts[1])
+    return modules
 
 
 def harden(command: str, log_format: str, probe: Probe, plugins: Sequence[str] = ()) -> str | None:

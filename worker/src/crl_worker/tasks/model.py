@@ -53,9 +53,9 @@ class TestSpec(BaseModel):
     pre: list[str] = Field(default_factory=list)
     """Commands run before the test command on each evaluation (e.g. remove stale reports)."""
     plugins: list[str] = Field(default_factory=list)
-    """pytest plugins the run needs, by the name ``-p`` takes (``xdist.plugin``, ``django``):
-    the integrity check's run turns plugin auto-loading off and loads only these (and any
-    ``-p`` the command names)."""
+    """pytest plugins the run needs, by the name ``-p`` takes (``xdist.plugin``): the integrity
+    check's run turns plugin auto-loading off and loads these, the environment's installed
+    ones and any ``-p`` the command names; name here a plugin found only in the repository."""
 
 
 class Classification(BaseModel):
