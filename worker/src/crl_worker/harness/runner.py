@@ -43,7 +43,7 @@ from crl_worker.sandbox.base import Sandbox
 
 logger = logging.getLogger(__name__)
 
-#: The reporter's source (Python 3.7 syntax, standard library only).
+#: The reporter's source (Python 3.6 syntax, standard library only).
 PROBE_SOURCE = Path(__file__).with_name("inprocess") / "probe.pyt"
 #: Log formats whose runner the harness replaces.
 HARDENED_FORMATS = frozenset({"pytest", "unittest"})

@@ -8,10 +8,9 @@ the report file the harness named: each test's outcome as the runner saw it, evi
 tampering, and an end record. Nothing here is trusted by itself (the candidate's code shares the
 process); the harness cross-checks it with the runner's output and the canaries.
 
-Runs on the task's interpreter: Python 3.7 syntax, standard library only.
+Runs on the task's interpreter: Python 3.6 syntax, standard library only (the audit hook needs
+3.8; older interpreters go without it).
 """
-
-from __future__ import annotations
 
 import json
 import os
