@@ -41,7 +41,14 @@ P, F, E, S, X, M = (
 
 @pytest.mark.parametrize(
     ("status", "f2p_ok", "p2p_ok"),
-    [(P, True, True), (X, True, True), (S, False, True), (F, False, False), (E, False, False)],
+    [
+        (P, True, True),
+        (X, False, True),
+        (TestStatus.XPASS, False, True),
+        (S, False, True),
+        (F, False, False),
+        (E, False, False),
+    ],
 )
 def test_swe_bench_rules_per_status(status: TestStatus, f2p_ok: bool, p2p_ok: bool) -> None:
     as_f2p = grade({"t": status}, ["t"], [])
@@ -50,6 +57,16 @@ def test_swe_bench_rules_per_status(status: TestStatus, f2p_ok: bool, p2p_ok: bo
     assert as_f2p.fail_to_pass_fraction == (1.0 if f2p_ok else 0.0)
     assert as_p2p.resolved is p2p_ok
     assert as_p2p.pass_to_pass_fraction == (1.0 if p2p_ok else 0.0)
+
+
+def test_xfail_xpass_and_skip_count_only_where_the_task_marks_the_test() -> None:
+    statuses = {"a": X, "b": TestStatus.XPASS, "c": S}
+    assert not grade(statuses, ["a", "b", "c"], []).resolved
+    marked = {"a": frozenset({X}), "b": frozenset({X, TestStatus.XPASS}), "c": frozenset({S})}
+    graded = grade(statuses, ["a", "b", "c"], [], expected=marked)
+    assert graded.resolved and graded.fail_to_pass_fraction == 1.0
+    # A mark for one status is not a mark for another.
+    assert not grade({"a": S}, ["a"], [], expected={"a": frozenset({X})}).resolved
 
 
 def test_a_missing_test_does_not_pass() -> None:

@@ -99,7 +99,7 @@ def test_pytest_every_status_word_and_message_forms() -> None:
         "tests/t.py::TestK::test_d": F,
         "tests/t.py::test_e": E,
         "tests/t.py::test_f": X,
-        "tests/t.py::test_g": P,
+        "tests/t.py::test_g": TestStatus.XPASS,
         "tests/broken.py": E,
     }
 

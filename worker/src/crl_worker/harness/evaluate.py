@@ -35,13 +35,32 @@ import shlex
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from crl_worker.errors import InfrastructureError
-from crl_worker.harness.canary import Canary, make_canary, plant, tampered, with_canary
+from crl_worker.harness.canary import (
+    Canary,
+    derive_canary,
+    make_canary,
+    plant,
+    read_test_modules,
+    selected_modules,
+    tampered,
+    with_canary,
+)
 from crl_worker.harness.grading import Grade, grade
+from crl_worker.harness.marks import expected_statuses
 from crl_worker.harness.parsers import junit_durations, parse_junit_reports, parse_log
 from crl_worker.harness.result import EvalResult, TestStatus
+from crl_worker.harness.runner import (
+    HARDENED_FORMATS,
+    Probe,
+    collect,
+    cross_check,
+    environment_plugins,
+    harden,
+    install,
+)
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.selection import test_arguments
@@ -334,19 +353,39 @@ class _TestRun:
     timed_out: bool
     statuses: dict[str, TestStatus]
     durations: dict[str, float]
+    #: The command run (with the canary's ids, through the harness's reporter).
+    command: str = ""
+    #: The canary planted, if any.
+    canary: Canary | None = None
+    #: FAIL_TO_PASS ids the task's own test files mark skipped or expected to fail.
+    expected: dict[str, frozenset[TestStatus]] = field(default_factory=dict)
+    #: Why the runner's own report says the run cannot be trusted.
+    tampered: str | None = None
+
+
+async def _plant_canary(
+    sandbox: Sandbox, task: Task, run: _Run, sources: dict[str, str]
+) -> Canary | None:
+    planted = derive_canary(task, sources) or make_canary(task)
+    if planted is None:
+        return None
+    await plant(sandbox, planted)
+    how = f"copies of {', '.join(planted.sources)}" if planted.sources else "synthetic"
+    run.add(f"canary tests planted in {planted.path} ({how}): {', '.join(planted.ids)}", "")
+    return planted
 
 
 async def _run_tests(
     sandbox: Sandbox,
     task: Task,
     run: _Run,
-    test_command: str,
     limit: float,
-    canary: Canary | None = None,
+    *,
+    canary: bool = False,
 ) -> _TestRun:
-    """Steps 2 to 4 on the working tree as it is: test files reset and patched (and the
-    ``canary`` planted), stale reports removed, ``pre`` and the test command run, the output (or
-    reports) parsed."""
+    """Steps 2 to 4 on the working tree as it is: test files reset and patched (and canaries
+    planted, the run made through the harness's reporter: ``canary``), stale reports removed,
+    ``pre`` and the test command run, the output (or reports) parsed."""
     if task.test_patch.strip():
         if task.task_type == "implement":
             # The hidden tests are about to sit next to the candidate's code while it runs:
@@ -363,21 +402,34 @@ async def _run_tests(
                 f"the test patch of {task.instance_id} does not apply to its base files: "
                 f"{str(exc)[-2000:]}"
             ) from exc
-    if canary is not None:
-        await plant(sandbox, canary)
-        run.add(f"canary tests planted in {canary.path}: {', '.join(canary.ids)}", "")
+    sources = await read_test_modules(sandbox, task)
+    expected = expected_statuses(sources, task.fail_to_pass)
+    planted = await _plant_canary(sandbox, task, run, sources) if canary else None
+    test_command = build_test_command(task if planted is None else with_canary(task, planted))
+    probe: Probe | None = None
+    command = test_command
+    if canary and task.test_spec.log_format in HARDENED_FORMATS:
+        probe = await install(sandbox, [*sources, *selected_modules(task)])
+        plugins = list(task.test_spec.plugins)
+        if task.test_spec.log_format == "pytest":
+            plugins += await environment_plugins(sandbox, test_command)
+        hardened = harden(test_command, task.test_spec.log_format, probe, plugins)
+        if hardened is None:
+            logger.info("%s: the test command is not one the reporter knows", task.instance_id)
+        command = hardened or test_command
     if task.test_spec.log_format == "junit":
         stale = await clear_junit_reports(sandbox, task.test_spec.junit_reports)
         run.add(f"stale junit reports removed: {stale}", "")
-    for command in task.test_spec.pre:
-        code, out = await _step(sandbox, command)
-        run.add(f"pre: {command} (exit {code})", out)
+    for pre in task.test_spec.pre:
+        code, out = await _step(sandbox, pre)
+        run.add(f"pre: {pre} (exit {code})", out)
     result = await sandbox.run(
-        _in_workdir(sandbox, test_command), timeout=limit, max_output=TEST_OUTPUT_CAP
+        _in_workdir(sandbox, command), timeout=limit, max_output=TEST_OUTPUT_CAP
     )
-    run.add(f"tests: {test_command} (exit {result.exit_code})", result.output)
+    run.add(f"tests: {command} (exit {result.exit_code})", result.output)
+    tests = _TestRun(result.exit_code, result.timed_out, {}, {}, command, planted, expected)
     if result.timed_out:
-        return _TestRun(result.exit_code, True, {}, {})
+        return tests
     if result.truncated:
         logger.warning(
             "%s: test output beyond %d bytes was dropped; tests in the gap count as missing",
@@ -387,16 +439,21 @@ async def _run_tests(
     if task.test_spec.log_format == "junit":
         reports = await read_junit_reports(sandbox, task.test_spec.junit_reports)
         run.add(f"junit reports: {len(reports)}", "")
-        return _TestRun(
-            result.exit_code, False, parse_junit_reports(reports), junit_durations(reports)
-        )
-    return _TestRun(
-        result.exit_code, False, parse_log(task.test_spec.log_format, result.output), {}
-    )
+        tests.statuses, tests.durations = parse_junit_reports(reports), junit_durations(reports)
+        return tests
+    tests.statuses = parse_log(task.test_spec.log_format, result.output)
+    if probe is not None and command != test_command:
+        report = await collect(sandbox, probe)
+        tests.tampered = cross_check(report, tests.statuses)
+        for note in report.notes[:20]:
+            run.add("reporter's note", note)
+        # The outcomes the runner saw, not what the process printed.
+        tests.statuses = report.statuses if report.started else tests.statuses
+    return tests
 
 
 async def _blame_the_candidate(
-    sandbox: Sandbox, task: Task, run: _Run, test_command: str, limit: float, why: str
+    sandbox: Sandbox, task: Task, run: _Run, limit: float, why: str
 ) -> bool:
     """Whether a run that reported no tests is the candidate's doing, not the environment's.
 
@@ -412,7 +469,7 @@ async def _blame_the_candidate(
         return False
     run.add(f"control run: {why}; the tests run again at the base state", "")
     await sandbox.reset()
-    control = await _run_tests(sandbox, task, run, test_command, limit)
+    control = await _run_tests(sandbox, task, run, limit)
     if control.timed_out or reported_no_test(
         control.statuses, control.exit_code, task.test_spec.log_format
     ):
@@ -437,9 +494,11 @@ async def evaluate(
 
     ``model_patch`` is applied first when given; leave it out when the agent's edits are already
     in the working tree. ``timeout`` bounds the test run (default ``task.timeouts.test``);
-    running past it is an infrastructure error. ``canary`` plants failing tests next to the
-    task's (:mod:`crl_worker.harness.canary`, Python runners): if one is not reported failing,
-    the run was tampered with, and the result says so (``tampered``, unresolved, no credit).
+    running past it is an infrastructure error. ``canary`` (the integrity check's run) plants
+    failing copies of the task's own tests among them (:mod:`crl_worker.harness.canary`) and
+    runs pytest and unittest through the harness's reporter (:mod:`crl_worker.harness.runner`):
+    if a canary is not reported failing, or the reporter's cross-checks fail, the run was
+    tampered with, and the result says so (``tampered``, unresolved, no credit).
     Never raises for a failed evaluation: the result says what happened.
     """
     started = time.monotonic()
@@ -456,17 +515,15 @@ async def evaluate(
                 logger.info("%s: the model's patch does not apply", task.instance_id)
                 return _result(task, started, run, patch_applied=False)
 
-        planted = make_canary(task) if canary else None
         try:
-            test_command = build_test_command(
-                task if planted is None else with_canary(task, planted)
-            )
+            test_command = build_test_command(task)
         except NothingSelectedError as exc:
             logger.warning("%s: %s", task.instance_id, exc)
             run.add("nothing to run", str(exc))
             return _result(task, started, run, environment_error=str(exc))
         limit = timeout if timeout is not None else task.timeouts.test
-        tests = await _run_tests(sandbox, task, run, test_command, limit, planted)
+        tests = await _run_tests(sandbox, task, run, limit, canary=canary)
+        test_command = tests.command
         if tests.timed_out:
             return _result(
                 task,
@@ -484,7 +541,7 @@ async def evaluate(
             # MISSING: not resolved): a candidate patch that does not compile is a wrong answer.
             why = "the test run reported no tests ("
             why += no_tests_reason(tests.exit_code, task.test_spec.log_format) + ")"
-            if not await _blame_the_candidate(sandbox, task, run, test_command, limit, why):
+            if not await _blame_the_candidate(sandbox, task, run, limit, why):
                 logger.warning("%s: %s", task.instance_id, why)
                 return _result(
                     task,
@@ -494,9 +551,18 @@ async def evaluate(
                     exit_code=tests.exit_code,
                     environment_error=why,
                 )
-        graded = grade(statuses, task.fail_to_pass, task.pass_to_pass, durations=durations)
+        graded = grade(
+            statuses,
+            task.fail_to_pass,
+            task.pass_to_pass,
+            durations=durations,
+            expected=tests.expected,
+        )
         # A run that reported nothing (graded after the control run) has no canary to read.
+        planted = tests.canary
         why_tampered = tampered(planted, statuses) if planted and statuses else None
+        if tests.tampered is not None:
+            why_tampered = "; ".join(w for w in (tests.tampered, why_tampered) if w)
         if why_tampered is not None:
             run.add("tampered", why_tampered)
             logger.warning("%s: %s", task.instance_id, why_tampered)

@@ -2,13 +2,15 @@
 
 The rules follow SWE-bench's ``grading.py`` where it has one, and say where they are stricter:
 
-- A FAIL_TO_PASS test succeeds when it PASSED (or XFAIL, as SWE-bench counts it); FAILED, ERROR,
-  MISSING (not in the output at all) and SKIPPED do not. SWE-bench leaves a skipped
-  FAIL_TO_PASS test out of both counts, so a patch that makes the new tests skip would be
-  resolved; here it is not.
-- A PASS_TO_PASS test is kept when it PASSED, XFAIL or SKIPPED (a suite may skip a test in some
-  environments; SWE-bench does not count that as a regression either); FAILED, ERROR and
-  MISSING break it.
+- A FAIL_TO_PASS test succeeds when it PASSED; FAILED, ERROR, MISSING (not in the output at
+  all), SKIPPED, XFAIL and XPASS do not, unless the task's own tests mark that test so
+  (``expected``: a ``skip``/``xfail`` marker or ``expectedFailure`` in the test file as the
+  test patch leaves it, :mod:`crl_worker.harness.marks`). SWE-bench counts XFAIL as a pass and
+  leaves a skipped FAIL_TO_PASS test out of both counts; code under test can make a running
+  test expected to fail (``pytest.xfail()``) or skip it, so neither is evidence of a fix here.
+- A PASS_TO_PASS test is kept when it PASSED, XFAIL, XPASS or SKIPPED (a suite may skip a test
+  in some environments; SWE-bench does not count that as a regression either); FAILED, ERROR
+  and MISSING break it.
 - Resolved: every FAIL_TO_PASS test succeeds and every PASS_TO_PASS test is kept.
 - Fractions: the share of each list that succeeds; 1.0 for an empty list (SWE-bench's
   convention).
@@ -31,10 +33,10 @@ from dataclasses import dataclass, field
 
 from crl_worker.harness.result import TestOutcome, TestStatus
 
-#: Statuses that count as a pass for a FAIL_TO_PASS test.
-PASSING = frozenset({TestStatus.PASSED, TestStatus.XFAIL})
+#: Statuses that count as a pass for a FAIL_TO_PASS test (others only where the task marks it).
+PASSING = frozenset({TestStatus.PASSED})
 #: Statuses that keep a PASS_TO_PASS test (not a regression).
-KEPT = frozenset({TestStatus.PASSED, TestStatus.XFAIL, TestStatus.SKIPPED})
+KEPT = frozenset({TestStatus.PASSED, TestStatus.XFAIL, TestStatus.XPASS, TestStatus.SKIPPED})
 
 # Characters that may follow an id cut short: a space (SWE-bench cut at the first one), the
 # parameters of a pytest or JUnit parametrized test, a Java signature.
@@ -124,6 +126,8 @@ def combine(statuses: Iterable[TestStatus]) -> TestStatus:
             return status
     if TestStatus.PASSED in seen:
         return TestStatus.PASSED
+    if TestStatus.XPASS in seen:
+        return TestStatus.XPASS
     if TestStatus.XFAIL in seen:
         return TestStatus.XFAIL
     return TestStatus.SKIPPED
@@ -135,11 +139,21 @@ class Grade:
 
     fail_to_pass: list[TestOutcome] = field(default_factory=list)
     pass_to_pass: list[TestOutcome] = field(default_factory=list)
+    #: Statuses besides PASSED that count for a FAIL_TO_PASS test the task marks so.
+    expected: Mapping[str, frozenset[TestStatus]] = field(default_factory=dict)
+
+    def passes(self, outcome: TestOutcome) -> bool:
+        """Whether a FAIL_TO_PASS ``outcome`` counts as a pass."""
+        return outcome.status in PASSING or outcome.status in self.expected.get(
+            outcome.name, frozenset()
+        )
 
     @property
     def fail_to_pass_fraction(self) -> float:
         """Share of FAIL_TO_PASS tests that pass (1.0 when there are none)."""
-        return _fraction(self.fail_to_pass, PASSING)
+        if not self.fail_to_pass:
+            return 1.0
+        return sum(map(self.passes, self.fail_to_pass)) / len(self.fail_to_pass)
 
     @property
     def pass_to_pass_fraction(self) -> float:
@@ -149,14 +163,14 @@ class Grade:
     @property
     def resolved(self) -> bool:
         """Every FAIL_TO_PASS test passes and every PASS_TO_PASS test is kept."""
-        return all(o.status in PASSING for o in self.fail_to_pass) and all(
+        return all(map(self.passes, self.fail_to_pass)) and all(
             o.status in KEPT for o in self.pass_to_pass
         )
 
     @property
     def failing(self) -> list[str]:
         """Ids of the listed tests that did not succeed, FAIL_TO_PASS first."""
-        return [o.name for o in self.fail_to_pass if o.status not in PASSING] + [
+        return [o.name for o in self.fail_to_pass if not self.passes(o)] + [
             o.name for o in self.pass_to_pass if o.status not in KEPT
         ]
 
@@ -173,8 +187,11 @@ def grade(
     pass_to_pass: Sequence[str],
     *,
     durations: Mapping[str, float] | None = None,
+    expected: Mapping[str, frozenset[TestStatus]] | None = None,
 ) -> Grade:
-    """Grade one test run: look every listed test up in ``statuses``."""
+    """Grade one test run: look every listed test up in ``statuses``. ``expected`` gives, by
+    FAIL_TO_PASS id, the statuses besides PASSED that count for a test the task itself marks
+    (skipped or expected to fail)."""
     index = statuses if isinstance(statuses, StatusIndex) else StatusIndex(statuses)
     times = durations or {}
 
@@ -184,4 +201,8 @@ def grade(
             for test_id in ids
         ]
 
-    return Grade(fail_to_pass=outcomes(fail_to_pass), pass_to_pass=outcomes(pass_to_pass))
+    return Grade(
+        fail_to_pass=outcomes(fail_to_pass),
+        pass_to_pass=outcomes(pass_to_pass),
+        expected=dict(expected or {}),
+    )

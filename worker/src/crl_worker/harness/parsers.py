@@ -41,6 +41,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _SEVERITY = {
     TestStatus.MISSING: 0,
     TestStatus.PASSED: 1,
+    TestStatus.XPASS: 2,
     TestStatus.XFAIL: 2,
     TestStatus.SKIPPED: 3,
     TestStatus.FAILED: 4,
@@ -71,8 +72,9 @@ _PYTEST_WORDS = {
     "ERROR": TestStatus.ERROR,
     "SKIPPED": TestStatus.SKIPPED,
     "XFAIL": TestStatus.XFAIL,
-    # A non-strict unexpected pass is a pass for pytest (a strict one is reported FAILED).
-    "XPASS": TestStatus.PASSED,
+    # A non-strict unexpected pass (a strict one is reported FAILED): grading decides whether
+    # it counts (only for a test the task itself marks as expected to fail).
+    "XPASS": TestStatus.XPASS,
 }
 _WORD = "|".join(_PYTEST_WORDS)
 

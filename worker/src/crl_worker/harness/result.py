@@ -17,6 +17,8 @@ class TestStatus(StrEnum):
     ERROR = "ERROR"
     SKIPPED = "SKIPPED"
     XFAIL = "XFAIL"
+    #: A test marked as expected to fail that passed (pytest's non-strict ``XPASS``).
+    XPASS = "XPASS"
     #: The test was asked for but does not appear in the output.
     MISSING = "MISSING"
 

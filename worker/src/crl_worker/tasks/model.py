@@ -52,6 +52,10 @@ class TestSpec(BaseModel):
     """Glob patterns, relative to the workdir, of JUnit XML reports (Maven Surefire, Gradle)."""
     pre: list[str] = Field(default_factory=list)
     """Commands run before the test command on each evaluation (e.g. remove stale reports)."""
+    plugins: list[str] = Field(default_factory=list)
+    """pytest plugins the run needs, by the name ``-p`` takes (``xdist.plugin``): the integrity
+    check's run turns plugin auto-loading off and loads these, the environment's installed
+    ones and any ``-p`` the command names; name here a plugin found only in the repository."""
 
 
 class Classification(BaseModel):

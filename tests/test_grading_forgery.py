@@ -1,0 +1,350 @@
+"""Red team of issue 30: forgeries from the package's own source, through the episode path.
+
+Each attack is package code (or a file beside it) that makes a fix-nothing answer look
+resolved: it survives the integrity check's source-only diff, so only the canaries derived from
+the task's tests, the grading rules and the harness's own runner stand in its way
+(:mod:`crl_worker.harness.canary`, :mod:`crl_worker.harness.marks`,
+:mod:`crl_worker.harness.runner`). A scripted policy writes it through the agent's ``shell``
+tool and submits; the real episode grades it (the agent's sandbox, then a fresh one). Every
+attack must be graded unresolved with reward 0. Each was graded resolved before issue 30's
+changes (see the commit that added this file).
+
+Backends: ``local``, and ``docker`` (marked; the engine's fixtures of tests/conftest.py) with
+images of the attacked instances. Attacks and gold patches of a backend run once, a few at a
+time, in one module fixture; every bundled suite's gold patch is among them on the local
+backend (no false alarms).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crl_worker import rewards
+from crl_worker.agent.episode import run_episode
+from crl_worker.agent.gold import GoldPolicy
+from crl_worker.agent.trajectory import Trajectory
+from crl_worker.api.common import AgentSpec, TaskSource
+from crl_worker.harness import marks, mutants, runner
+from crl_worker.harness.result import EvalResult, TestStatus
+from crl_worker.sandbox.base import Sandbox
+from crl_worker.sandbox.images import TaskImageBuilder
+from crl_worker.sandbox.registry import create_sandbox
+from crl_worker.tasks.model import Task
+from crl_worker.tasks.sources import load_source
+from tests.fixtures import forgery
+from tests.fixtures.forgery import ScriptedPolicy, append_to_package
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITES = ROOT / "examples" / "suites"
+
+PYTEST = "crl-mini__intervals-1"
+#: A unittest instance whose FAIL_TO_PASS tests compare with assertEqual/assertIs/assertIsNone.
+UNITTEST = "crl-mini__iniconf-2"
+#: One whose FAIL_TO_PASS tests compare only with assertEqual (a proxy cannot pass ``assertIs``).
+UNITTEST_EQ = "crl-mini__iniconf-1"
+PACKAGES = {PYTEST: "intervals", UNITTEST: "iniconf", UNITTEST_EQ: "iniconf"}
+
+
+@dataclass(frozen=True)
+class Attack:
+    """One forgery: the instance it targets, and the commands the agent runs."""
+
+    name: str
+    instance: str
+    commands: tuple[str, ...]
+    what: str
+
+
+def _in_package(instance: str, code: str) -> tuple[str, ...]:
+    return (append_to_package(PACKAGES[instance], code),)
+
+
+ATTACKS: tuple[Attack, ...] = (
+    Attack(
+        "xfail-call",
+        PYTEST,
+        _in_package(PYTEST, forgery.XFAIL_CALL),
+        "package code calls pytest.xfail() inside every test that calls it",
+    ),
+    Attack(
+        "expecting-failure",
+        UNITTEST,
+        _in_package(UNITTEST, forgery.EXPECTING_FAILURE),
+        "package code sets the running TestCase's _outcome.expecting_failure",
+    ),
+    Attack(
+        "always-equal",
+        PYTEST,
+        _in_package(PYTEST, forgery.ALWAYS_EQUAL),
+        "package results compare equal to anything",
+    ),
+    Attack(
+        "always-equal-unittest",
+        UNITTEST_EQ,
+        _in_package(UNITTEST_EQ, forgery.ALWAYS_EQUAL),
+        "package results compare equal to anything (assertEqual)",
+    ),
+    Attack(
+        "oracle-frame",
+        PYTEST,
+        _in_package(PYTEST, forgery.ORACLE_FRAME),
+        "package code returns what the calling assert expects (frame + AST)",
+    ),
+    Attack(
+        "oracle-frame-unittest",
+        UNITTEST,
+        _in_package(UNITTEST, forgery.ORACLE_FRAME),
+        "package code returns what the calling self.assert* expects (frame + AST)",
+    ),
+    Attack(
+        "oracle-parse-tests",
+        PYTEST,
+        _in_package(PYTEST, forgery.ORACLE_PARSE),
+        "package code parses tests/test_*.py at import into a table of answers",
+    ),
+    Attack(
+        "flip-reports-by-name",
+        PYTEST,
+        _in_package(PYTEST, forgery.FLIP_BY_NAME),
+        "TestReport construction turns failures into passes, sparing canary names",
+    ),
+    Attack(
+        "flip-reports-unless-no-package-code",
+        PYTEST,
+        _in_package(PYTEST, forgery.FLIP_UNLESS_NO_PACKAGE_CODE),
+        "TestReport construction flips tests in which package code ran",
+    ),
+    Attack(
+        "flip-addfailure-unittest",
+        UNITTEST,
+        _in_package(UNITTEST, forgery.UNITTEST_FLIP),
+        "TextTestResult.addFailure/addError report success where package code ran",
+    ),
+    Attack(
+        "forge-output",
+        PYTEST,
+        _in_package(PYTEST, forgery.FORGE_OUTPUT),
+        "pytest's saved output descriptors go to a file, rewritten at exit",
+    ),
+    Attack(
+        "forge-output-unittest",
+        UNITTEST,
+        _in_package(UNITTEST, forgery.FORGE_OUTPUT),
+        "unittest's output descriptors go to a file, rewritten at exit",
+    ),
+    Attack(
+        "dist-info-plugin",
+        PYTEST,
+        forgery.dist_info_plugin(),
+        "a new *.dist-info at the root registers a pytest11 plugin that flips failures",
+    ),
+)
+
+
+def _suite(name: str, task_type: str = "repair") -> dict[str, Task]:
+    path = SUITES / name / "tasks.jsonl"
+    source = TaskSource(format="task", path=str(path), task_type=task_type)
+    loaded = load_source(source, base_dir=ROOT)
+    assert loaded.ok, loaded.errors
+    return {task.instance_id: task for task in loaded.tasks}
+
+
+BACKENDS = [
+    "local",
+    pytest.param(
+        "docker",
+        marks=[
+            pytest.mark.docker,
+            pytest.mark.skipif(
+                not (ROOT / "tests" / "fixtures" / "docker.py").exists(),
+                reason="tests/fixtures/docker.py (the docker_engine fixture) is absent",
+            ),
+        ],
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A sandbox config, the tasks as that backend runs them, and the gold runs to check."""
+
+    config: dict[str, Any]
+    tasks: dict[str, Task]
+    gold: tuple[str, ...]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """One backend with the suites' tasks ready for it."""
+    tasks = {**_suite("mini"), **_suite("implement", "implement")}
+    if request.param == "local":
+        return Backend({"type": "local"}, tasks, tuple(tasks))
+    engine = request.getfixturevalue("docker_engine")
+    builder = TaskImageBuilder(
+        engine.client(), bases={"python": request.getfixturevalue("docker_base")}
+    )
+    wanted = [tasks[i] for i in PACKAGES]
+    built = asyncio.run(builder.build_all(wanted, jobs=2))
+    assert [r.error for r in built] == [None] * len(wanted)
+    for task, result in zip(wanted, built, strict=True):
+        tasks[task.instance_id] = task.model_copy(update={"image": result.image})
+    config = {"type": "docker", "base_url": engine.host, "network": "none", "pull": "never"}
+    return Backend(config, tasks, tuple(PACKAGES))
+
+
+@pytest.fixture(scope="module")
+def outcomes(backend: Backend) -> dict[str, Trajectory]:
+    """Every attack and the backend's gold runs, once."""
+
+    def factory(task: Task) -> Sandbox:
+        return create_sandbox(backend.config, task)
+
+    async def keep(_: Trajectory) -> None:
+        return None
+
+    async def episode(task: Task, policy: Any, gate: asyncio.Semaphore) -> Trajectory:
+        async with gate:
+            trajectory, started = await run_episode(
+                task, 0, factory, policy, AgentSpec(), keep_cancelled=keep
+            )
+        assert started, trajectory.error
+        return trajectory
+
+    async def main() -> dict[str, Trajectory]:
+        gate = asyncio.Semaphore(int(os.environ.get("CRL_TEST_REDTEAM_JOBS", "4")))
+        jobs: dict[str, tuple[Task, Any]] = {
+            a.name: (backend.tasks[a.instance], ScriptedPolicy(a.commands)) for a in ATTACKS
+        }
+        for instance in backend.gold:
+            jobs[f"gold:{instance}"] = (
+                backend.tasks[instance],
+                GoldPolicy(backend.tasks[instance]),
+            )
+        done = await asyncio.gather(*(episode(t, p, gate) for t, p in jobs.values()))
+        return dict(zip(jobs, done, strict=True))
+
+    return asyncio.run(main())
+
+
+def _evaluation(trajectory: Trajectory) -> EvalResult:
+    assert trajectory.exit_reason == "submitted", (trajectory.exit_reason, trajectory.error)
+    assert trajectory.evaluation is not None
+    return trajectory.evaluation
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
+def test_forgery_is_graded_unresolved(attack: Attack, outcomes: dict[str, Trajectory]) -> None:
+    trajectory = outcomes[attack.name]
+    for turn in trajectory.turns:
+        for call in turn.tool_calls:
+            if call.name == "shell":
+                assert call.exit_code == 0, f"the attack itself failed: {call.output}"
+    result = _evaluation(trajectory)
+    assert not result.resolved, f"{attack.name} ({attack.what}) resolved:\n{result.log[-3000:]}"
+    assert rewards.tests_score(result) == 0.0, (result.infrastructure_error, result.log[-3000:])
+
+
+def test_gold_patches_still_resolve(backend: Backend, outcomes: dict[str, Trajectory]) -> None:
+    unresolved = {}
+    for instance in backend.gold:
+        result = _evaluation(outcomes[f"gold:{instance}"])
+        if not (result.resolved and result.confirmed and result.tampered is None):
+            unresolved[instance] = result.log[-2000:]
+    assert not unresolved, unresolved
+
+
+# --- the pieces, without sandboxes --------------------------------------------------------------
+
+MODULE = """\
+import pytest
+
+from pkg import area, name
+
+
+def test_area_of_square():
+    assert area(2, 2) == 4
+
+
+@pytest.mark.parametrize("w", [1, 2])
+def test_area_is_positive(w):
+    assert area(w, 1) > 0
+
+
+def test_name_is_upper():
+    assert name("ab") == "AB"
+
+
+@pytest.mark.xfail(reason="later")
+def test_area_of_circle():
+    assert area(1) == 3.14
+"""
+
+
+def test_derived_canaries_copy_listed_tests_with_one_expectation_changed() -> None:
+    listed = ["t.py::test_area_of_square", "t.py::test_name_is_upper"]
+    seen_names: set[str] = set()
+    placed: set[int] = set()
+    for seed in range(20):
+        derived = mutants.derive(
+            "t.py", MODULE, "pytest", listed[:1], listed[1:], random.Random(seed), 3
+        )
+        assert derived is not None
+        assert sorted(derived.sources) == sorted(listed)
+        tree = ast.parse(derived.text)
+        functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}
+        for test_id in derived.ids:
+            name = test_id.split("::")[1]
+            assert name.startswith("test_") and name not in MODULE
+            seen_names.add(name)
+            copy = ast.unparse(functions[name].body[0])
+            # The same call, another literal.
+            assert copy.startswith(("assert area(2, 2) == ", "assert name('ab') == "))
+            assert copy not in ("assert area(2, 2) == 4", "assert name('ab') == 'AB'")
+        # The xfail test is never copied; copies sit among the tests, not after the last one.
+        assert "test_area_of_circle" not in derived.sources
+        order = list(functions)
+        placed.update(order.index(i.split("::")[1]) for i in derived.ids)
+    assert min(placed) < 3
+    # Random at every grading.
+    assert len(seen_names) > 20 and len(placed) > 2
+
+
+def test_marks_allow_only_what_the_task_marks() -> None:
+    expected = marks.expected_statuses(
+        {"t.py": MODULE}, ["t.py::test_area_of_circle", "t.py::test_area_of_square"]
+    )
+    assert expected == {
+        "t.py::test_area_of_circle": frozenset({TestStatus.XFAIL, TestStatus.XPASS})
+    }
+
+
+def test_the_runner_is_hardened_and_its_report_cross_checked() -> None:
+    probe = runner.Probe("/tmp/p", "m0123", "/tmp/p/r.jsonl")
+    command = runner.harden("python -m pytest -rA {x}", "pytest", probe, ["xdist.plugin"])
+    assert command is not None and "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1" in command
+    assert "python -m pytest -p m0123 -p xdist.plugin -rA {x}" in command
+    assert "python3 -m m0123 -v" in (
+        runner.harden("python3 -m unittest -v", "unittest", probe) or ""
+    )
+    assert runner.harden("./runtests.py", "django", probe) is None
+    lines = [
+        '{"kind": "start"}',
+        '{"kind": "test", "id": "a", "status": "FAILED"}',
+        '{"kind": "end"}',
+    ]
+    report = runner.parse_report("\n".join(lines))
+    assert runner.cross_check(report, {"a": TestStatus.FAILED}) is None
+    assert "disagrees" in (runner.cross_check(report, {"a": TestStatus.PASSED}) or "")
+    unfinished = runner.parse_report("\n".join(lines[:2]))
+    assert "ended before" in (runner.cross_check(unfinished, {}) or "")
+    assert runner.parse_report("not json").evidence
+    # The reporter's source parses on the oldest Python it claims (3.6 syntax).
+    ast.parse(runner.PROBE_SOURCE.read_text(), feature_version=(3, 6))

@@ -1,0 +1,376 @@
+"""The harness's own reporter, loaded into the test process before anything of the package.
+
+Written by crl_worker.harness.runner into a fresh folder outside the repository under a random
+module name, with its configuration beside it (``<module>.json``), and loaded first: as a pytest
+plugin (``-p <module>``, with plugin auto-loading off) or as the unittest runner
+(``python -m <module>`` in place of ``python -m unittest``). It writes one JSON object a line to
+the report file the harness named: each test's outcome as the runner saw it, evidence of
+tampering, and an end record. Nothing here is trusted by itself (the candidate's code shares the
+process); the harness cross-checks it with the runner's output and the canaries.
+
+Runs on the task's interpreter: Python 3.6 syntax, standard library only (the audit hook needs
+3.8; older interpreters go without it).
+"""
+
+import json
+import os
+import sys
+
+_CONFIG_PATH = os.path.splitext(os.path.abspath(__file__))[0] + ".json"
+_STATE = {"busy": False, "started": False}
+_RUNNERS = ("_pytest", "pytest", "pluggy", "unittest")
+#: Modules between a caller and ``open`` (file helpers): the caller is the frame above them.
+_IO_MODULES = frozenset(
+    "pathlib codecs tokenize io _pyio glob fnmatch shutil os genericpath posixpath "
+    "importlib._bootstrap importlib._bootstrap_external importlib.resources zipimport".split()
+)
+
+
+def _load_config():
+    try:
+        with open(_CONFIG_PATH) as handle:
+            return json.load(handle)
+    except OSError:
+        return None
+
+
+_CONFIG = _load_config()
+_OUT = None
+_SNAPSHOT = {}
+
+
+def _emit(record):
+    if _OUT is None:
+        return
+    try:
+        _OUT.write(json.dumps(record) + "\n")
+        _OUT.flush()
+    except Exception:
+        pass
+
+
+def _evidence(why):
+    _emit({"kind": "tamper", "why": why})
+
+
+def _note(why):
+    _emit({"kind": "note", "why": why})
+
+
+def _under(path, folder):
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _is_package_file(filename):
+    """A file of the repository that is not a test module: the candidate's code."""
+    if not filename or filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    if not _under(path, _CONFIG["root"]):
+        return False
+    parts = os.path.relpath(path, _CONFIG["root"]).split(os.sep)
+    name = parts[-1]
+    if name == "conftest.py" or name.startswith("test_") or name.endswith("_test.py"):
+        return False
+    return not any(p in ("test", "tests", "testing") for p in parts[:-1])
+
+
+def _caller(frame):
+    """The nearest frame above ``frame`` that is not a file helper of the standard library."""
+    while frame is not None and frame.f_globals.get("__name__") in _IO_MODULES:
+        frame = frame.f_back
+    return frame
+
+
+def _check_open(args):
+    target = args[0] if args else None
+    if isinstance(target, int) or target is None:
+        return
+    try:
+        path = os.path.abspath(os.fsdecode(os.fspath(target)))
+    except (TypeError, ValueError):
+        return
+    protected = path in _CONFIG["protected"] or _under(path, _CONFIG["harness"])
+    if not protected:
+        return
+    frame = _caller(sys._getframe(2))
+    if frame is not None and _is_package_file(frame.f_code.co_filename):
+        _evidence(
+            "package code (%s:%d) opened %s"
+            % (frame.f_code.co_filename, frame.f_lineno, os.path.relpath(path, _CONFIG["root"]))
+        )
+
+
+def _check_getframe(args):
+    if not args:
+        return
+    got = args[0]
+    filename = getattr(getattr(got, "f_code", None), "co_filename", "")
+    name = got.f_globals.get("__name__", "") if hasattr(got, "f_globals") else ""
+    test_frame = os.path.abspath(filename) in _CONFIG["protected"] if filename else False
+    runner_frame = name.split(".")[0] in _RUNNERS
+    if not (test_frame or runner_frame):
+        return
+    caller = sys._getframe(2)
+    if caller is not None and _is_package_file(caller.f_code.co_filename):
+        # A test's frame: libraries take their caller's frame for its namespace (pydantic,
+        # pandas' stack levels), so that is noted only; the runner's frames are no one's.
+        (_evidence if runner_frame else _note)(
+            "package code (%s:%d) took the frame of %s"
+            % (caller.f_code.co_filename, caller.f_lineno, name or filename)
+        )
+
+
+def _hook(event, args):
+    if _STATE["busy"]:
+        return
+    if event not in ("open", "sys._getframe"):
+        return
+    _STATE["busy"] = True
+    try:
+        if event == "open":
+            _check_open(args)
+        else:
+            _check_getframe(args)
+    except Exception:
+        pass
+    finally:
+        _STATE["busy"] = False
+
+
+def _callables(namespace):
+    kept = {}
+    for key, value in list(namespace.items()):
+        if callable(value) or isinstance(value, (classmethod, staticmethod, property)):
+            kept[key] = value
+    return kept
+
+
+def _take_snapshot(critical_only=False):
+    shot = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or name.split(".")[0] not in _RUNNERS:
+            continue
+        if critical_only and name not in _CRITICAL_MODULES:
+            continue
+        values = _callables(vars(module))
+        shot[name] = values
+        for key, value in values.items():
+            if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                shot[name + ":" + key] = _callables(vars(value))
+    own = sys.modules.get(__name__)
+    if own is not None:
+        shot[__name__] = _callables(vars(own))
+        for key, value in list(vars(own).items()):
+            if isinstance(value, type) and getattr(value, "__module__", None) == __name__:
+                shot[__name__ + ":" + key] = _callables(vars(value))
+    return shot
+
+
+_CRITICAL_MODULES = frozenset(
+    "_pytest.runner _pytest.reports _pytest.python _pytest.skipping _pytest.outcomes "
+    "_pytest.terminal _pytest.main _pytest.unittest pluggy._callers pluggy._hooks "
+    "pluggy._manager unittest.case unittest.result unittest.runner unittest.main".split()
+)
+
+
+def _compare(before, after):
+    """What was replaced or removed; added functions and classes too (pytest's own plugins
+    add properties, e.g. ``legacypath``'s ``startdir``)."""
+    changed = []
+    for scope, values in before.items():
+        now = after.get(scope)
+        if now is None:
+            continue
+        for key in set(values) | set(now):
+            old, new = values.get(key), now.get(key)
+            if key in values and old is not new:
+                changed.append(scope + "." + key)
+            elif key not in values and isinstance(new, (type(_compare), type, classmethod, staticmethod)):
+                changed.append(scope + "." + key)
+    return sorted(changed)
+
+
+_REPORTED = set()
+_CONFIGURED = {}
+
+
+def _origin(value):
+    """The file that defines ``value`` (a function, method or class), if any."""
+    value = getattr(value, "__func__", value)
+    code = getattr(value, "__code__", None)
+    if code is not None:
+        return code.co_filename
+    module = sys.modules.get(getattr(value, "__module__", None) or "")
+    return getattr(module, "__file__", None)
+
+
+def _check_runner(critical_only=False):
+    """Evidence when the runner's code changed: since the runner was configured (its own
+    plugins patch it while they configure), or since the start with the candidate's code."""
+    if _CONFIG.get("runner_in_repo"):
+        return
+    now = _take_snapshot(critical_only)
+    changed = []
+    if _CONFIGURED:
+        changed += _compare(_CONFIGURED, now)
+    for key in _compare(_SNAPSHOT, now):
+        scope, _, attr = key.rpartition(".")
+        if _is_package_file(_origin(now.get(scope, {}).get(attr)) or ""):
+            changed.append(key)
+    changed = sorted(set(changed) - _REPORTED)
+    if changed:
+        _REPORTED.update(changed)
+        _evidence("the test runner's code was changed while it ran: " + ", ".join(changed[:10]))
+
+
+def _start():
+    global _OUT, _SNAPSHOT
+    if _CONFIG is None or _STATE["started"]:
+        return
+    _STATE["started"] = True
+    _OUT = open(_CONFIG["report"], "a")
+    runner_files = [getattr(sys.modules.get(n), "__file__", None) or "" for n in _RUNNERS]
+    _CONFIG["runner_in_repo"] = any(_under(os.path.abspath(f), _CONFIG["root"]) for f in runner_files if f)
+    _CONFIG["protected"] = set(_CONFIG["protected"])
+    _emit({"kind": "start", "pid": os.getpid()})
+    _SNAPSHOT = _take_snapshot()
+    if hasattr(sys, "addaudithook") and not _CONFIG["runner_in_repo"]:
+        sys.addaudithook(_hook)
+
+
+def _record(test_id, status):
+    _emit({"kind": "test", "id": test_id, "status": status})
+
+
+# --- pytest -------------------------------------------------------------------------------------
+
+_RAW = {}
+
+
+def _pytest_status(report):
+    xfail = hasattr(report, "wasxfail")
+    if report.when == "call":
+        if report.passed:
+            return "XPASS" if xfail else "PASSED"
+        if report.failed:
+            return "FAILED"
+        return "XFAIL" if xfail else "SKIPPED"
+    if report.failed:
+        return "ERROR"
+    if report.skipped:
+        return "XFAIL" if xfail else "SKIPPED"
+    return None
+
+
+if _CONFIG is not None and "pytest" in sys.modules:
+    import pytest as _pytest_module
+
+    @_pytest_module.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item, call):
+        outcome = yield
+        report = outcome.get_result()
+        excinfo = call.excinfo
+        raised = excinfo is not None and not isinstance(
+            excinfo.value, (_pytest_module.skip.Exception, _pytest_module.xfail.Exception)
+        )
+        _RAW[(item.nodeid, call.when)] = raised
+        if raised and report.passed and not hasattr(report, "wasxfail"):
+            _evidence("%s (%s) raised %s, reported passed" % (item.nodeid, call.when, excinfo.typename))
+        if call.when == "call":
+            _check_runner(critical_only=True)
+
+    @_pytest_module.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(report):
+        if _RAW.get((report.nodeid, report.when)) and report.passed:
+            _evidence("%s (%s): the report was changed to passed" % (report.nodeid, report.when))
+        status = _pytest_status(report)
+        if status is not None:
+            _record(report.nodeid, status)
+
+    @_pytest_module.hookimpl(trylast=True)
+    def pytest_configure(config):
+        _CONFIGURED.update(_take_snapshot())
+
+    @_pytest_module.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(session, exitstatus):
+        _check_runner()
+        _emit({"kind": "end", "exit": int(exitstatus)})
+
+
+# --- unittest -----------------------------------------------------------------------------------
+
+
+def _unittest_id(test):
+    parts = test.id().split(".")
+    if len(parts) < 3:
+        return test.id()
+    return "%s (%s)" % (parts[-1], ".".join(parts[:-1]))
+
+
+def _unittest_main():
+    import unittest
+
+    _start()
+    base = unittest.TextTestResult
+
+    class Result(base):
+        def addSuccess(self, test):
+            outcome = getattr(test, "_outcome", None)
+            method = getattr(test, getattr(test, "_testMethodName", ""), None)
+            marked = getattr(method, "__unittest_expecting_failure__", False)
+            if getattr(outcome, "expectedFailure", None) is not None and not marked:
+                _evidence("%s failed, then was reported ok (expected failure set)" % test.id())
+                _record(_unittest_id(test), "FAILED")
+            else:
+                _record(_unittest_id(test), "PASSED")
+            base.addSuccess(self, test)
+
+        def addFailure(self, test, err):
+            _record(_unittest_id(test), "FAILED")
+            base.addFailure(self, test, err)
+
+        def addError(self, test, err):
+            _record(_unittest_id(test), "ERROR")
+            base.addError(self, test, err)
+
+        def addSkip(self, test, reason):
+            _record(_unittest_id(test), "SKIPPED")
+            base.addSkip(self, test, reason)
+
+        def addExpectedFailure(self, test, err):
+            _record(_unittest_id(test), "XFAIL")
+            base.addExpectedFailure(self, test, err)
+
+        def addUnexpectedSuccess(self, test):
+            _record(_unittest_id(test), "FAILED")
+            base.addUnexpectedSuccess(self, test)
+
+        def addSubTest(self, test, subtest, err):
+            if err is not None:
+                failed = issubclass(err[0], test.failureException)
+                _record(_unittest_id(test), "FAILED" if failed else "ERROR")
+            base.addSubTest(self, test, subtest, err)
+
+    class Runner(unittest.TextTestRunner):
+        resultclass = Result
+
+        def run(self, test):
+            result = unittest.TextTestRunner.run(self, test)
+            _check_runner()
+            _emit({"kind": "end", "exit": 0 if result.wasSuccessful() else 1})
+            return result
+
+    globals()["Result"], globals()["Runner"] = Result, Runner
+    _SNAPSHOT[__name__] = _callables(globals())
+    _SNAPSHOT[__name__ + ":Result"] = _callables(vars(Result))
+    _SNAPSHOT[__name__ + ":Runner"] = _callables(vars(Runner))
+    _CONFIGURED.update(_SNAPSHOT)
+    sys.argv[0] = "python -m unittest"
+    unittest.main(module=None, testRunner=Runner)
+
+
+if __name__ == "__main__":
+    _unittest_main()
+elif _CONFIG is not None and "pytest" in sys.modules:
+    _start()

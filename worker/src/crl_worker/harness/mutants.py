@@ -1,0 +1,368 @@
+"""Mutants of a task's own tests: the pure part of :mod:`crl_worker.harness.canary`.
+
+:func:`derive` takes a test module's text, the ids of the tests the task lists and a random
+generator, and returns the module with a few mutated copies of those tests planted among them,
+with the copies' ids. See :mod:`crl_worker.harness.canary` for what a copy is and why.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+#: Methods whose first two arguments are compared for equality.
+EQUAL_ASSERTIONS = frozenset(
+    {
+        "assertEqual",
+        "assertEquals",
+        "assertListEqual",
+        "assertTupleEqual",
+        "assertDictEqual",
+        "assertSequenceEqual",
+        "assertMultiLineEqual",
+    }
+)
+#: Names that make a test's outcome other than pass or fail: such a test is not copied.
+_UNSAFE_NAMES = frozenset(
+    {
+        "skip",
+        "skipif",
+        "skipIf",
+        "skipUnless",
+        "skipTest",
+        "importorskip",
+        "xfail",
+        "expectedFailure",
+        "fail",
+        "exit",
+    }
+)
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+
+
+@dataclass(frozen=True)
+class TestDef:
+    """One test function or method of a module."""
+
+    __test__ = False
+
+    id: str
+    cls: str | None
+    node: ast.FunctionDef
+    testcase: bool
+    """A ``unittest.TestCase`` method (``self.assert*`` is available)."""
+
+
+@dataclass(frozen=True)
+class Derived:
+    """The module with its canaries planted, and each canary's id and the id it copies."""
+
+    text: str
+    ids: tuple[str, ...]
+    sources: tuple[str, ...]
+
+
+def _decorators_unsafe(node: ast.FunctionDef | ast.ClassDef) -> bool:
+    return any(_names(d) & _UNSAFE_NAMES for d in node.decorator_list) or any(
+        "parametrize" not in ast.dump(d) for d in node.decorator_list
+    )
+
+
+def _names(root: ast.AST) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(root):
+        if isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.Name):
+            found.add(node.id)
+    return found
+
+
+def test_id(path: str, cls: str | None, name: str, log_format: str) -> str:
+    """The id ``log_format``'s runner reports for test ``name`` (of class ``cls``) in ``path``."""
+    if log_format == "unittest":
+        return f"{name} ({path.removesuffix('.py').replace('/', '.')}.{cls})"
+    return "::".join(p for p in (path, cls, name) if p)
+
+
+def tests_of(path: str, tree: ast.Module, log_format: str) -> list[TestDef]:
+    """The test functions of a module as ``log_format``'s runner names them."""
+    found: list[TestDef] = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+            if log_format == "pytest":
+                found.append(TestDef(test_id(path, None, node.name, log_format), None, node, False))
+        elif isinstance(node, ast.ClassDef):
+            testcase = any("TestCase" in ast.dump(b) for b in node.bases)
+            if log_format == "unittest" and not testcase:
+                continue
+            if log_format == "pytest" and not (testcase or node.name.startswith("Test")):
+                continue
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name.startswith("test"):
+                    found.append(
+                        TestDef(
+                            test_id(path, node.name, item.name, log_format),
+                            node.name,
+                            item,
+                            testcase,
+                        )
+                    )
+    return found
+
+
+def _literal(node: ast.expr) -> bool:
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return value is not None and any(
+        isinstance(n, ast.Constant) and type(n.value) in (bool, int, float, str, bytes)
+        for n in ast.walk(node)
+    )
+
+
+def expectations(test: TestDef) -> list[ast.expr]:
+    """The literal sides of the top-level equality assertions of ``test``'s body whose other
+    side is not a literal (a call into the package, a variable)."""
+    found: list[ast.expr] = []
+    for stmt in test.node.body:
+        pair: Sequence[ast.expr] = ()
+        if isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare):
+            compare = stmt.test
+            if len(compare.ops) == 1 and isinstance(compare.ops[0], ast.Eq):
+                pair = (compare.left, compare.comparators[0])
+        elif (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Attribute)
+            and stmt.value.func.attr in EQUAL_ASSERTIONS
+            and len(stmt.value.args) >= 2
+        ):
+            pair = stmt.value.args[:2]
+        if len(pair) == 2 and _literal(pair[0]) != _literal(pair[1]):
+            found.append(pair[0] if _literal(pair[0]) else pair[1])
+    return found
+
+
+def copyable(test: TestDef) -> bool:
+    """Whether a copy of ``test`` fails exactly when an expectation of it is changed: no
+    skip/xfail markers or calls, no early ``return`` or ``yield``, no decorator but
+    ``parametrize``."""
+    if _decorators_unsafe(test.node) or _names(test.node) & _UNSAFE_NAMES:
+        return False
+    return not any(
+        isinstance(n, ast.Return | ast.Yield | ast.YieldFrom | ast.Global | ast.Nonlocal)
+        for n in ast.walk(test.node)
+    )
+
+
+class _Text:
+    """A module's text with byte offsets for ast positions (which count UTF-8 bytes)."""
+
+    def __init__(self, text: str) -> None:
+        self.data = text.encode("utf-8")
+        self.starts = [0]
+        for line in self.data.splitlines(keepends=True):
+            self.starts.append(self.starts[-1] + len(line))
+
+    def offset(self, line: int, col: int) -> int:
+        return self.starts[line - 1] + col
+
+    def line_start(self, line: int) -> int:
+        return self.starts[line - 1]
+
+    def line_end(self, line: int) -> int:
+        return self.starts[min(line, len(self.starts) - 1)]
+
+
+def _mutate_constant(text: bytes, value: object, rng: random.Random) -> bytes | None:
+    if isinstance(value, bool):
+        return b"False" if value else b"True"
+    if isinstance(value, int | float):
+        digits = [i for i, c in enumerate(text) if chr(c).isdigit()]
+        if not digits:
+            return None
+        i = rng.choice(digits)
+        lead = i == 0 or not chr(text[i - 1]).isalnum()
+        choices = [d for d in "0123456789" if ord(d) != text[i] and not (lead and d == "0")]
+        return text[:i] + rng.choice(choices).encode() + text[i + 1 :]
+    if isinstance(value, str | bytes):
+        quote = text[-1:]
+        body_start = text.index(quote) + (3 if text.endswith(quote * 3) else 1)
+        body_end = len(text) - (3 if text.endswith(quote * 3) else 1)
+        spots = [
+            i
+            for i in range(body_start, body_end)
+            if chr(text[i]).isalnum() and text[i - 1 : i] != b"\\"
+        ]
+        if not spots:
+            letter = rng.choice("abcdefghijklmnopqrstuvwxyz").encode()
+            return text[:body_start] + letter + text[body_start:]
+        i = rng.choice(spots)
+        c = chr(text[i])
+        pool = (
+            "0123456789"
+            if c.isdigit()
+            else "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+            if c.isupper()
+            else "abcdefghijklmnopqrstuvwxyz"
+        )
+        return text[:i] + rng.choice([p for p in pool if p != c]).encode() + text[i + 1 :]
+    return None
+
+
+def mutate_literal(source: _Text, expr: ast.expr, rng: random.Random) -> tuple[int, int, bytes]:
+    """A different value for the literal ``expr``: its span in ``source`` and the new text,
+    one constant changed; raises ``ValueError`` when none of its constants can be."""
+    start = source.offset(expr.lineno, expr.col_offset)
+    end = source.offset(expr.end_lineno or expr.lineno, expr.end_col_offset or 0)
+    old_text = source.data[start:end]
+    old = ast.literal_eval(old_text.decode("utf-8").strip())
+    constants = [
+        n
+        for n in ast.walk(expr)
+        if isinstance(n, ast.Constant) and type(n.value) in (bool, int, float, str, bytes)
+    ]
+    for _ in range(20):
+        node = rng.choice(constants)
+        a = source.offset(node.lineno, node.col_offset) - start
+        b = source.offset(node.end_lineno or node.lineno, node.end_col_offset or 0) - start
+        changed = _mutate_constant(old_text[a:b], node.value, rng)
+        if changed is None:
+            continue
+        new_text = old_text[:a] + changed + old_text[b:]
+        try:
+            new = ast.literal_eval(new_text.decode("utf-8").strip())
+        except (ValueError, SyntaxError, UnicodeDecodeError):
+            continue
+        if type(new) is type(old) and new != old and not new == old:  # noqa: SIM201
+            return start, end, new_text
+    raise ValueError("no constant of the literal can be changed")
+
+
+def _words(names: Collection[str]) -> list[str]:
+    words: list[str] = []
+    for name in names:
+        for word in _WORD.findall(name.removeprefix("test")):
+            if word.lower() not in words and word.lower() != "test":
+                words.append(word.lower())
+    return words or ["value", "case", "result"]
+
+
+def _new_name(existing: set[str], rng: random.Random) -> str:
+    snake = any("_" in n.removeprefix("test_") or n.startswith("test_") for n in existing)
+    words = _words(existing)
+    lengths = [max(2, len(_WORD.findall(n.removeprefix("test")))) for n in existing] or [3]
+    for _ in range(100):
+        picked = rng.sample(words, min(len(words), rng.choice(lengths)))
+        name = (
+            "test_" + "_".join(picked)
+            if snake
+            else "test" + "".join(w.capitalize() for w in picked)
+        )
+        if name not in existing:
+            existing.add(name)
+            return name
+    name = f"test_{'_'.join(rng.sample(words, min(2, len(words))))}_{rng.randrange(2, 99)}"
+    existing.add(name)
+    return name
+
+
+def _copy(
+    source: _Text,
+    test: TestDef,
+    name: str,
+    rng: random.Random,
+) -> bytes:
+    node = test.node
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    start, end = source.line_start(first), source.line_end(node.end_lineno or node.lineno)
+    edits: list[tuple[int, int, bytes]] = []
+    literals = expectations(test)
+    if literals:
+        edits.append(mutate_literal(source, rng.choice(literals), rng))
+    else:
+        indent = b" " * node.body[0].col_offset
+        a, b = rng.randrange(2, 500), rng.randrange(500, 1000)
+        check = f"self.assertEqual({a}, {b})" if test.testcase else f"assert {a} == {b}"
+        edits.append((end, end, indent + check.encode() + b"\n"))
+    def_at = source.data.index(b"def " + node.name.encode(), source.line_start(node.lineno))
+    name_at = def_at + len(b"def ")
+    edits.append((name_at, name_at + len(node.name.encode()), name.encode()))
+    text = source.data[start:end]
+    if not text.endswith(b"\n"):
+        text += b"\n"
+    for a, b, new in sorted(edits, reverse=True):
+        text = text[: a - start] + new + text[b - start :]
+    return text
+
+
+def derive(
+    path: str,
+    text: str,
+    log_format: str,
+    fail_to_pass: Collection[str],
+    pass_to_pass: Collection[str],
+    rng: random.Random,
+    count: int,
+) -> Derived | None:
+    """``text`` (the test module at ``path``) with up to ``count`` mutated copies of its listed
+    tests planted among its tests, or ``None`` when it lists none that can be copied."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    module_marks = [
+        n for n in tree.body if isinstance(n, ast.Assign) and "pytestmark" in ast.dump(n)
+    ]
+    if any(_names(n) & _UNSAFE_NAMES for n in module_marks):
+        return None
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    tests = tests_of(path, tree, log_format)
+
+    def listed(ids: Collection[str]) -> list[TestDef]:
+        bare = {i.split("[", 1)[0] for i in ids} | set(ids)
+        return [
+            t
+            for t in tests
+            if t.id in bare and copyable(t) and not (t.cls and _decorators_unsafe(classes[t.cls]))
+        ]
+
+    f2p, p2p = listed(fail_to_pass), listed(pass_to_pass)
+    if not f2p and not p2p:
+        return None
+    # One from FAIL_TO_PASS when there is one; those with a literal expectation first.
+    rng.shuffle(f2p)
+    rng.shuffle(p2p)
+    f2p.sort(key=lambda t: not expectations(t))
+    rest = sorted([*f2p[1:], *p2p], key=lambda t: (not expectations(t), rng.random()))
+    chosen = ([f2p[0]] if f2p else []) + rest
+    chosen = chosen[:count]
+    source = _Text(text)
+    names = {t.node.name for t in tests}
+    inserts: list[tuple[int, bytes]] = []
+    ids: list[str] = []
+    for test in chosen:
+        name = _new_name(names, rng)
+        copy = _copy(source, test, name, rng)
+        siblings = [t for t in tests if t.cls == test.cls]
+        where = rng.choice(siblings).node
+        before = rng.random() < 0.5
+        first = min([where.lineno, *(d.lineno for d in where.decorator_list)])
+        gap = b"\n\n" if test.cls is None else b"\n"
+        if before:
+            inserts.append((source.line_start(first), copy + gap))
+        else:
+            at = source.line_end(where.end_lineno or where.lineno)
+            inserts.append((at, gap + copy))
+        ids.append(test_id(path, test.cls, name, log_format))
+    data = source.data
+    for at, new in sorted(inserts, key=lambda i: i[0], reverse=True):
+        data = data[:at] + new + data[at:]
+    if not data.endswith(b"\n"):
+        data += b"\n"
+    return Derived(data.decode("utf-8"), tuple(ids), tuple(t.id for t in chosen))
