@@ -586,7 +586,8 @@ def test_source_diff_keeps_source_and_strips_test_infrastructure() -> None:
     )
     source, stripped = integrity.source_diff(diff, test_patch)
     assert integrity.touched_files(source) == ["intervals/ops.py", "django/test/runner.py"]
-    assert "tests/test_ops.py" in stripped and "conftest.py" in stripped
+    assert "tests/test_ops.py (a file of the test patch)" in stripped
+    assert "conftest.py (test infrastructure)" in stripped
     assert len(stripped) == 13
     # A rename into test infrastructure counts by both names.
     rename = (
@@ -599,7 +600,7 @@ def test_source_diff_keeps_source_and_strips_test_infrastructure() -> None:
     # (the repository's own) is not.
     new = "diff --git a/unittest/__main__.py b/unittest/__main__.py\nnew file mode 100644\n"
     new += "--- /dev/null\n+++ b/unittest/__main__.py\n@@ -0,0 +1 @@\n+x\n"
-    assert integrity.source_diff(new) == ("", ["unittest/__main__.py"])
+    assert integrity.source_diff(new) == ("", ["unittest/__main__.py (shadows a module)"])
     assert integrity.source_diff(_block("json/decoder.py"))[1] == []
 
 
