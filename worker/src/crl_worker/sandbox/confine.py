@@ -134,7 +134,7 @@ def _mount_point(path: str, like_directory: bool) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
 
 
-def _listening_sockets() -> list[str]:
+def listening_sockets() -> list[str]:
     """Paths of the unix sockets bound on this machine (``/proc/net/unix``)."""
     found = []
     try:
@@ -202,7 +202,9 @@ def confine(plan: dict[str, Any]) -> None:
             mount("crl-hidden", folder, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
 
     keep = [bind["target"] for _, bind, _ in staged]
-    for path in _listening_sockets():
+    # In a network namespace of its own, /proc/net/unix lists only the namespace's sockets, yet
+    # the host's are still reachable through their files: the worker lists them in the plan.
+    for path in dict.fromkeys([*plan.get("sockets", []), *listening_sockets()]):
         if _inside(path, keep):
             continue
         try:

@@ -224,6 +224,11 @@ class Plan:
             "binds": [b.__dict__ for b in binds],
             "loopback": self.loopback,
         }
+        if self.loopback:
+            # The host's sockets, listed in the host's network namespace (see confine.py).
+            from crl_worker.sandbox.confine import listening_sockets
+
+            data["sockets"] = listening_sockets()
         return json.dumps(data)
 
 
