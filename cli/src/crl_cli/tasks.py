@@ -85,7 +85,7 @@ def _detect_format(file: Path) -> str:
 def _table(results: list[InstanceCheck]) -> Table:
     table = Table(title="Task check", show_lines=False)
     table.add_column("instance", no_wrap=True)
-    table.add_column("gold")
+    table.add_column(results[0].patch_label if results else "gold")
     table.add_column("no patch")
     table.add_column("flaky", overflow="fold")
     table.add_column("problems", overflow="fold")
@@ -200,8 +200,18 @@ def check(
     output: Annotated[
         Output, typer.Option("--output", "-o", help="text (a table) or json (one object per line).")
     ] = Output.text,
+    patch: Annotated[
+        Path | None,
+        typer.Option(
+            "--patch",
+            help="A candidate patch (a diff file) to grade instead of each gold patch, as an "
+            "episode's resolved verdict is confirmed: a pristine sandbox per run, only its "
+            "source changes, canary tests (docs/security.md).",
+        ),
+    ] = None,
 ) -> None:
     """Run each instance with its gold patch (must resolve) and without (must not)."""
+    candidate = _read_patch(patch)
     loaded = _load(file, format, instance, limit)
     try:
         # Once, before any instance: a bad config is the command line's mistake, not a
@@ -224,6 +234,7 @@ def check(
             sandbox_config=config,
             timeout=timeout,
             progress=progress,
+            candidate=candidate,
         )
     )
     # Records that could not be read, and ids asked for that the file lacks, are failures too.
@@ -243,6 +254,111 @@ def check(
     if not everything:
         err.print("[yellow]warning:[/] no instance selected", highlight=False)
     if any(not r.ok for r in everything):
+        raise typer.Exit(INVALID)
+
+
+def _read_patch(path: Path | None) -> str | None:
+    """The text of ``--patch`` (``None`` when not given); exits when it cannot be read."""
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError as exc:
+        err.print(f"[red]error:[/] --patch: {escape(str(exc))}", highlight=False)
+        raise typer.Exit(USAGE) from exc
+
+
+@app.command()
+def grade(
+    file: Annotated[Path, typer.Argument(help="Task file: .json, .jsonl or .parquet.")],
+    predictions: Annotated[
+        Path,
+        typer.Argument(
+            help="Predictions: JSONL (or a JSON list) of {instance_id, model_name_or_path, "
+            "model_patch}, as SWE-bench's harness reads them."
+        ),
+    ],
+    format: Annotated[
+        str, typer.Option("--format", "-f", help="Record format of FILE (default: detected).")
+    ] = "",
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Predictions at a time.")] = 1,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", min=1, help="Seconds per test run (default: each task's)."),
+    ] = None,
+    sandbox: Annotated[
+        str | None,
+        typer.Option(
+            "--sandbox",
+            help='Sandbox config as JSON or a JSON file (default: {"type": "local"}).',
+        ),
+    ] = None,
+    output: Annotated[
+        Output, typer.Option("--output", "-o", help="text (a table) or json (one object per line).")
+    ] = Output.text,
+) -> None:
+    """Grade other agents' predictions, each in a pristine sandbox with only its source changes
+    and canary tests (the integrity path of every episode). Exits 0 when every prediction was
+    graded, resolved or not."""
+    from crl_worker.harness.predictions import (
+        GradedPrediction,
+        PredictionsError,
+        grade_predictions,
+        load_predictions,
+    )
+
+    try:
+        wanted = load_predictions(predictions)
+    except PredictionsError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(USAGE) from exc
+    ids = list(dict.fromkeys(p.instance_id for p in wanted))
+    loaded = _load(file, format, ids or None, None)
+    try:
+        config = parse_config(sandbox_config(sandbox))
+    except SandboxError as exc:
+        err.print(f"[red]error:[/] --sandbox: {escape(str(exc))}", highlight=False)
+        raise typer.Exit(USAGE) from exc
+
+    def progress(found: GradedPrediction) -> None:
+        if output is Output.text:
+            mark = "[green]resolved[/]" if found.resolved else "[yellow]unresolved[/]"
+            err.print(f"{escape(found.instance_id)}: {mark}", highlight=False)
+
+    results = _run_until_sigterm(
+        grade_predictions(
+            loaded.tasks,
+            wanted,
+            jobs=jobs,
+            sandbox_config=config,
+            timeout=timeout,
+            progress=progress,
+        )
+    )
+    if output is Output.json:
+        for r in results:
+            out.print(json.dumps(r.to_dict()), highlight=False, soft_wrap=True, markup=False)
+    else:
+        table = Table(title="Predictions", show_lines=False)
+        for column in ("instance", "model", "verdict", "left out / problem"):
+            table.add_column(column, overflow="fold")
+        for r in results:
+            verdict = "resolved" if r.resolved else "unresolved"
+            if r.result is not None and r.result.tampered:
+                verdict = "tampered"
+            elif r.result is not None and r.result.infrastructure_error:
+                verdict = "error"
+            notes = r.problem or ", ".join(r.result.stripped if r.result else [])
+            table.add_row(
+                escape(r.instance_id),
+                escape(r.model_name_or_path),
+                f"[{_VERDICT_STYLE.get(verdict, 'red')}]{verdict}[/]",
+                escape(notes) or "-",
+            )
+        out.print(table)
+        resolved = sum(r.resolved for r in results)
+        out.print(f"{resolved} of {len(results)} predictions resolved", highlight=False)
+    if any(r.problem is not None for r in results):
         raise typer.Exit(INVALID)
 
 

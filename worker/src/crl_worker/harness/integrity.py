@@ -60,6 +60,7 @@ __all__ = [
     "base_tree",
     "confirm",
     "confirmation_enabled",
+    "grade_candidate",
     "is_test_infrastructure",
     "needs_confirmation",
     "runner_files",
@@ -206,6 +207,37 @@ async def split_in(sandbox: Sandbox, task: Task, diff: str) -> Split:
     tree = await base_tree(sandbox, task)
     return split_diff(
         diff, test_patch=task.test_patch, tree=tree, runner_files=runner_files(task, tree)
+    )
+
+
+async def grade_candidate(
+    sandbox: Sandbox, task: Task, diff: str, *, timeout: float | None = None
+) -> EvalResult:
+    """Grade ``diff`` (a candidate's patch: a prediction, ``crl tasks check --patch``) in
+    ``sandbox``, a pristine, started sandbox of the task, the way :func:`confirm` grades an
+    episode's diff: only its source changes
+    (:func:`~crl_worker.harness.diffsplit.split_diff`), canary tests in the run. A diff with no
+    source change left (or refused) is unresolved without running anything. ``confirmed`` is
+    the verdict (``None`` without one). Never raises for a failed evaluation."""
+    empty = EvalResult(instance_id=task.instance_id, resolved=False)
+    try:
+        split = await split_in(sandbox, task, diff)
+    except (InfrastructureError, OSError) as exc:
+        error = f"the integrity check could not read the base: {exc}"
+        return empty.model_copy(update={"infrastructure_error": error})
+    if split.refused is not None or not split.source.strip():
+        return _no_source_change(empty, split.stripped, split.refused)
+    result = await evaluate(sandbox, task, model_patch=split.source, timeout=timeout, canary=True)
+    confirmed = None if result.infrastructure_error is not None else result.resolved
+    header = (
+        f">>> graded in a pristine sandbox (stripped: {', '.join(split.stripped) or 'nothing'})"
+    )
+    return result.model_copy(
+        update={
+            "confirmed": confirmed,
+            "stripped": split.stripped,
+            "log": cap_log(f"{header}\n{result.log}"),
+        }
     )
 
 
