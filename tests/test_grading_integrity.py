@@ -11,7 +11,9 @@ Backends: ``local`` always; ``docker`` when ``tests/fixtures/docker.py`` is ther
 engine: the ``docker_engine`` and ``docker_base`` fixtures of tests/conftest.py), skipped with
 the reason otherwise. The two attacked instances get task images built from the Debian base
 (:class:`~crl_worker.sandbox.images.TaskImageBuilder`), run without network; another backend is
-one more entry in :data:`BACKENDS` and one branch in :func:`sandbox_config`.
+one more entry in ``BACKENDS`` and one branch in ``make_backend`` (tests/fixtures/redteam.py,
+the machinery this module shares with the other red-team modules:
+tests/test_grading_attacks_diff.py for the split and the network).
 
 All attacks of a backend run once, concurrently (a few at a time), in one module fixture; each
 attack's test reads its outcome. The gold patches resolve through the same episode path

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 from crl_worker.agent.client import Policy
 from crl_worker.agent.episode import run_episode, to_the_end
 from crl_worker.agent.gold import gold_patch_failure
+from crl_worker.agent.pristine import PristineSpares
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec
 from crl_worker.bench.compare import instance_attempts
@@ -52,6 +53,7 @@ from crl_worker.bench.summary import (
     progress_report,
     report_pass_at_k,
 )
+from crl_worker.harness.integrity import confirmation_enabled
 from crl_worker.rewards import tests_score
 from crl_worker.rollout.results import AttemptResult, ResultsError, ResultsStore, read_results
 from crl_worker.sandbox.base import Sandbox
@@ -184,6 +186,12 @@ class BenchmarkRunner:
         self._latest: dict[tuple[str, int], AttemptResult] = {}
         self._pass_at_k: list[dict[str, Any]] | None = None
         self._pass_at_k_at = 0.0
+        # Pristine sandboxes for the integrity check, started with each task's episode.
+        self._spares = (
+            PristineSpares(sandbox_factory, limit=2 * parallelism)
+            if confirmation_enabled()
+            else None
+        )
 
     @property
     def total(self) -> int:
@@ -277,7 +285,11 @@ class BenchmarkRunner:
         if self._stopping:  # stopped before the workers existed
             for w in self._workers:
                 w.cancel()
-        outcomes = await asyncio.gather(*self._workers, return_exceptions=True)
+        try:
+            outcomes = await asyncio.gather(*self._workers, return_exceptions=True)
+        finally:
+            if self._spares is not None:
+                await to_the_end(self._spares.close(), "benchmark", "closing spare sandboxes")
         for outcome in outcomes:
             if isinstance(outcome, BaseException) and not isinstance(
                 outcome, asyncio.CancelledError
@@ -396,6 +408,7 @@ class BenchmarkRunner:
             self.policy_factory(task),
             self.agent,
             keep_cancelled=keep,
+            spares=self._spares,
         )
         evaluation = trajectory.evaluation
         agent_seconds = trajectory.duration if started else 0.0

@@ -24,10 +24,12 @@ integrity".
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shlex
 import sys
+from collections import OrderedDict
 from pathlib import PurePosixPath
 
 from crl_worker.api.contract import Env
@@ -101,10 +103,34 @@ _TREE_SCRIPT = (
 )
 
 
+#: Base trees already read, by task (the same for every pristine sandbox of a task).
+_TREES: OrderedDict[tuple[str, ...], Tree] = OrderedDict()
+_TREES_KEPT = 256
+
+
 async def base_tree(sandbox: Sandbox, task: Task) -> Tree:
     """The repository of ``sandbox`` (pristine: before any candidate change) as the split needs
     it: tracked files, tracked links, and the import roots (the repository's root, folders of
-    it on ``sys.path``, and the folders pytest puts there for the selected test files)."""
+    it on ``sys.path``, and the folders pytest puts there for the selected test files). Read
+    once per task and process (the same base commit, image and environment give the same)."""
+    key = (
+        task.instance_id,
+        task.base_commit,
+        task.image or "",
+        task.language,
+        hashlib.sha256(task.test_patch.encode()).hexdigest(),
+    )
+    if key in _TREES:
+        _TREES.move_to_end(key)
+        return _TREES[key]
+    tree = await _read_tree(sandbox, task)
+    _TREES[key] = tree
+    while len(_TREES) > _TREES_KEPT:
+        _TREES.popitem(last=False)
+    return tree
+
+
+async def _read_tree(sandbox: Sandbox, task: Task) -> Tree:
     script = _TREE_SCRIPT.replace("{python}", "1" if task.language == "python" else "0")
     result = await sandbox.run(
         f"cd {shlex.quote(sandbox.workdir)} && {script}",
