@@ -6,9 +6,11 @@
 ``--compare`` measures the check both ways on the same machine and tasks, one after the other:
 ``fresh`` (a sandbox started for the check once the agent's is closed, as before spares) and
 ``spares`` (:class:`crl_worker.agent.pristine.PristineSpares`: a pristine sandbox starts with
-the episode, beside the agent's, and the check takes it). Each task runs ``--group`` gold
-episodes in a row (a GRPO group, pass@k attempts: default 2). ``spares cpu`` is the spare starts'
-own time (off the episode's path: paid in machine time, not in waiting).
+the episode, beside the agent's, and the check takes it; the gold "agent" takes a fraction of a
+second, so the check often waits for the rest of the spare's start) and ``spares-ready`` (the
+same, the check timed once the spare has started, as it has after a real agent's minutes).
+Each task runs ``--group`` gold episodes in a row (a GRPO group, pass@k attempts: default 2).
+The spares' starts are paid in machine time beside the episode, not in waiting.
 
 Prints figures; asserts nothing.
 
@@ -64,7 +66,9 @@ def _factory(task: Task) -> Sandbox:
     return create_sandbox({"type": "local"}, task)
 
 
-async def measure(task: Task, spares: PristineSpares | None = None) -> dict[str, Any]:
+async def measure(
+    task: Task, spares: PristineSpares | None = None, *, ready_spares: bool = False
+) -> dict[str, Any]:
     """One gold episode of ``task`` with the integrity check, timed by phase (with ``spares``:
     the check's sandbox starts with the episode, as ``run_episode`` does with them)."""
     t0 = time.monotonic()
@@ -76,6 +80,9 @@ async def measure(task: Task, spares: PristineSpares | None = None) -> dict[str,
         agent_done = time.monotonic()
         first = await evaluate(sandbox, task)
         evaluated = time.monotonic()
+    if spares is not None and ready_spares:
+        # A real agent works for minutes, a sandbox starts in seconds: the spare is ready.
+        await spares.ready(task)
     closed = time.monotonic()
     final = await confirm_resolved(task, first, trajectory.diff, _factory, task.instance_id, spares)
     confirmed = time.monotonic()
@@ -136,13 +143,13 @@ def _summary(subset: list[dict[str, Any]]) -> dict[str, Any]:
 async def compare(tasks: list[Task], group: int) -> dict[str, Any]:
     """The check with a fresh sandbox, then with spares, ``group`` episodes per task."""
     report: dict[str, Any] = {}
-    for mode in ("fresh", "spares"):
-        spares = PristineSpares(_factory) if mode == "spares" else None
+    for mode in ("fresh", "spares", "spares-ready"):
+        spares = PristineSpares(_factory) if mode != "fresh" else None
         rows = []
         try:
             for task in tasks:
                 for _ in range(group):
-                    rows.append(await measure(task, spares))
+                    rows.append(await measure(task, spares, ready_spares=mode == "spares-ready"))
         finally:
             if spares is not None:
                 await spares.close()

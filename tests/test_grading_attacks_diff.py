@@ -24,11 +24,13 @@ import http.server
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from crl_worker.agent.pristine import PristineSpares
 from crl_worker.agent.trajectory import Trajectory
+from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
 
 from .fixtures.redteam import (
@@ -158,10 +160,19 @@ def backend(request: pytest.FixtureRequest) -> Backend:
     return make_backend(request, (PYTEST,))
 
 
+#: The spares of each backend's run (the episodes here confirm in them, as a benchmark's do).
+SPARES: dict[str, PristineSpares] = {}
+
+
 @pytest.fixture(scope="module")
 def outcomes(backend: Backend, fix_server: int) -> dict[str, Trajectory]:
-    """Every attack, and the gold patch, run once on this backend."""
-    return run_attacks(backend, attacks(fix_server), (PYTEST,))
+    """Every attack, and the gold patch, run once on this backend, confirming in spares."""
+
+    def spares(factory: Callable[[Task], Sandbox]) -> PristineSpares:
+        SPARES[backend.name] = PristineSpares(factory)
+        return SPARES[backend.name]
+
+    return run_attacks(backend, attacks(fix_server), (PYTEST,), spares)
 
 
 @pytest.mark.parametrize("name", [a.name for a in attacks(0)])
@@ -172,9 +183,12 @@ def test_attack_is_graded_unresolved(
     assert_blocked(attack, outcomes[name])
 
 
-def test_gold_still_resolves(outcomes: dict[str, Trajectory]) -> None:
+def test_gold_still_resolves(backend: Backend, outcomes: dict[str, Trajectory]) -> None:
     result = evaluation(outcomes[f"gold:{PYTEST}"])
     assert result.resolved and result.confirmed, result.log[-3000:]
+    # Every check here took a spare that started with its episode, or waited for a start.
+    spares = SPARES[backend.name]
+    assert spares.hits >= 1 and spares.hits + spares.misses >= 4, (spares.hits, spares.misses)
 
 
 def test_the_fix_server_serves_the_fix(fix_server: int) -> None:

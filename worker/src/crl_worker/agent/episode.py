@@ -186,7 +186,9 @@ async def confirm_resolved(
             )
         return await confirm(fresh, task, first, diff, timeout=task.timeouts.test)
     finally:
-        if fresh is not None:
+        if fresh is not None and spares is not None:
+            spares.dispose(fresh)  # closed off the episode's path; spares.close() waits for it
+        elif fresh is not None:
             await close_sandbox(fresh, f"{label} (integrity check)")
 
 

@@ -9,7 +9,8 @@ environment, the task's install) costs several times the evaluation itself. A
 check costs one evaluation. A spare is used once (the candidate's code runs in it), and the next
 one starts with the task's next episode; an episode that needs no check leaves the spare to the next
 episode of the same task (a GRPO group, pass@k attempts). At most ``limit`` tasks keep one (the
-least recently used goes first). The price: up to one more sandbox per task in flight, and one
+least recently used goes first). A spare reads the base tree the split needs while it waits, and
+a used one is closed in the background. The price: up to one more sandbox per task in flight, and one
 sandbox start per task that no resolved episode uses.
 """
 
@@ -22,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from crl_worker.harness.integrity import base_tree
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
 
@@ -44,11 +46,15 @@ class PristineSpares:
         """Sandboxes handed out that were started ahead of need."""
         self.misses = 0
         """Sandboxes handed out that had to start on demand."""
+        self._closing: set[asyncio.Future[None]] = set()
 
     async def _start(self, task: Task) -> Sandbox:
         sandbox = self.factory(task)
         try:
             await sandbox.start()
+            if task.task_type != "classify":
+                # The split's view of the base (read once per task), while nothing waits.
+                await base_tree(sandbox, task)
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(sandbox.close(), CLOSE_TIMEOUT)
@@ -86,11 +92,28 @@ class PristineSpares:
         self.misses += 1
         return await self._start(task)
 
+    def dispose(self, sandbox: Sandbox) -> None:
+        """Close a used sandbox in the background (off the episode's path); :meth:`close` waits
+        for it."""
+        closing = asyncio.ensure_future(_close(sandbox))
+        closing.add_done_callback(_retrieve)
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+
+    async def ready(self, task: Task) -> None:
+        """Wait until the spare of ``task`` (if any) has started (measurements)."""
+        starting = self._spares.get(task.instance_id)
+        if starting is not None:
+            await asyncio.wait({starting})
+
     async def close(self) -> None:
-        """Close every spare (those still starting are stopped)."""
+        """Close every spare (those still starting are stopped) and wait for the used sandboxes
+        still closing."""
         spares = list(self._spares.values())
         self._spares.clear()
-        await asyncio.gather(*(_discard(s) for s in spares), return_exceptions=True)
+        await asyncio.gather(
+            *(_discard(s) for s in spares), *list(self._closing), return_exceptions=True
+        )
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -107,6 +130,10 @@ async def _discard(starting: asyncio.Task[Sandbox]) -> None:
         sandbox = await starting
     except (asyncio.CancelledError, Exception):
         return
+    await _close(sandbox)
+
+
+async def _close(sandbox: Sandbox) -> None:
     try:
         await asyncio.wait_for(sandbox.close(), CLOSE_TIMEOUT)
     except Exception as exc:
