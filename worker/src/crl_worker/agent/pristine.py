@@ -64,7 +64,9 @@ class PristineSpares:
     def prefetch(self, task: Task) -> None:
         """Start a spare of ``task`` unless one is there or starting."""
         key = task.instance_id
-        if key in self._spares and not self._spares[key].cancelled():
+        found = self._spares.get(key)
+        failed = found is not None and found.done() and (found.cancelled() or found.exception())
+        if found is not None and not failed:
             self._spares.move_to_end(key)
             return
         starting = asyncio.ensure_future(self._start(task))

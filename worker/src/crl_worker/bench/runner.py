@@ -154,6 +154,7 @@ class BenchmarkRunner:
         baseline: Baseline | None = None,
         max_consecutive_errors: int | None = None,
         retries: int = 0,
+        spares: bool = False,
     ) -> None:
         ids = [t.instance_id for t in tasks]
         if len(set(ids)) != len(ids):
@@ -186,10 +187,11 @@ class BenchmarkRunner:
         self._latest: dict[tuple[str, int], AttemptResult] = {}
         self._pass_at_k: list[dict[str, Any]] | None = None
         self._pass_at_k_at = 0.0
-        # Pristine sandboxes for the integrity check, started with each task's episode.
+        # Pristine sandboxes for the integrity check, started with each task's episode (up to
+        # twice the parallelism's sandboxes at once: opt-in, as a pool's capacity may not allow).
         self._spares = (
-            PristineSpares(sandbox_factory, limit=2 * parallelism)
-            if confirmation_enabled()
+            PristineSpares(sandbox_factory, limit=parallelism)
+            if spares and confirmation_enabled()
             else None
         )
 
