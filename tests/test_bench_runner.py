@@ -402,26 +402,6 @@ async def test_an_errored_attempt_is_retried_after_the_rest_within_the_run(
     assert (outcome.summary["errored"], outcome.summary["resolved"]) == (0, 2)
 
 
-async def test_with_spares_the_check_takes_the_sandbox_started_beside_the_episode(
-    tmp_path: Path, tasks: list[Task]
-) -> None:
-    factory = Sandboxes.make(None).factory
-    order: list[str] = []
-
-    def sandbox(task: Task) -> Any:
-        order.append(task.instance_id)
-        return factory(task)
-
-    store = ResultsStore(tmp_path / "results")
-    store.open(IDENTITY)
-    runner = _runner(tasks, store, sandbox_factory=sandbox, parallelism=1, spares=True)
-    outcome = await runner.run()
-    assert outcome.summary["resolved"] == 2
-    # Each episode: its own sandbox, then the spare (which its integrity check takes: no third).
-    assert order == [t.instance_id for t in tasks for _ in range(2)]
-    assert all(r["resolved"] for r in _lines(store.results_file))
-
-
 def test_a_write_that_fails_half_way_leaves_no_torn_line_behind(tmp_path: Path) -> None:
     """A full disk in the middle of a trajectory: the file is cut back, so the next attempt's
     line does not land glued onto a torn one (which would make the folder unreadable)."""

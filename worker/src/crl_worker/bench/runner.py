@@ -196,6 +196,11 @@ class BenchmarkRunner:
         )
 
     @property
+    def spares(self) -> PristineSpares | None:
+        """The pristine sandboxes the integrity check takes (``None``: it starts fresh ones)."""
+        return self._spares
+
+    @property
     def total(self) -> int:
         """Attempts in the suite."""
         return len(self._keys)

@@ -34,20 +34,16 @@ from pathlib import PurePosixPath
 
 from crl_worker.api.contract import Env
 from crl_worker.errors import InfrastructureError
-from crl_worker.harness.diffsplit import (
+from crl_worker.harness.diffsplit import Split, Tree, split_diff, touched_files, unquote_c
+from crl_worker.harness.evaluate import STEP_TIMEOUT, cap_log, evaluate
+from crl_worker.harness.infrastructure import (
     INFRASTRUCTURE_NAMES,
     INFRASTRUCTURE_ROOTS,
     INFRASTRUCTURE_SUFFIXES,
     LINK_MODES,
     RUNNER_MODULES,
-    Split,
-    Tree,
     is_test_infrastructure,
-    split_diff,
-    touched_files,
-    unquote_c,
 )
-from crl_worker.harness.evaluate import STEP_TIMEOUT, cap_log, evaluate
 from crl_worker.harness.result import EvalResult
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
