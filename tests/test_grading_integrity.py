@@ -11,7 +11,9 @@ Backends: ``local`` always; ``docker`` when ``tests/fixtures/docker.py`` is ther
 engine: the ``docker_engine`` and ``docker_base`` fixtures of tests/conftest.py), skipped with
 the reason otherwise. The two attacked instances get task images built from the Debian base
 (:class:`~crl_worker.sandbox.images.TaskImageBuilder`), run without network; another backend is
-one more entry in :data:`BACKENDS` and one branch in :func:`sandbox_config`.
+one more entry in ``BACKENDS`` and one branch in ``make_backend`` (tests/fixtures/redteam.py,
+the machinery this module shares with the other red-team modules:
+tests/test_grading_attacks_diff.py for the split and the network).
 
 All attacks of a backend run once, concurrently (a few at a time), in one module fixture; each
 attack's test reads its outcome. The gold patches resolve through the same episode path
@@ -20,51 +22,33 @@ attack's test reads its outcome. The gold patches resolve through the same episo
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from crl_worker import rewards
-from crl_worker.agent.client import Completion
-from crl_worker.agent.episode import run_episode
-from crl_worker.agent.gold import GoldPolicy, tool_call
 from crl_worker.agent.trajectory import Trajectory
-from crl_worker.api.common import AgentSpec, TaskSource
 from crl_worker.harness import canary, integrity
 from crl_worker.harness.result import EvalResult, TestStatus
-from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.gitstate import SNAPSHOT_SCRIPT
-from crl_worker.sandbox.images import TaskImageBuilder
-from crl_worker.sandbox.registry import create_sandbox
-from crl_worker.tasks.model import Task
-from crl_worker.tasks.sources import load_source
 
-ROOT = Path(__file__).resolve().parents[1]
-SUITE = ROOT / "examples" / "suites" / "mini"
-
-#: A pytest instance and a unittest instance of the bundled suite.
-PYTEST = "crl-mini__intervals-1"
-UNITTEST = "crl-mini__lrukit-1"
-
-#: A pytest plugin that turns every failure into a pass (the issue's 9-line conftest).
-HOOK = """\
-import pytest
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    if report.failed:
-        report.outcome = "passed"
-        report.longrepr = None
-"""
+from .fixtures.redteam import (
+    BACKENDS,
+    HOOK,
+    PURELIB,
+    PYTEST,
+    UNITTEST,
+    Attack,
+    Backend,
+    assert_blocked,
+    evaluation,
+    make_backend,
+    run_attacks,
+    suite,
+)
+from .fixtures.redteam import write as _write
 
 #: Makes every unittest assertion a no-op (the issue's package-source attack).
 NOOP_ASSERTS = """\
@@ -115,9 +99,6 @@ if "_pytest.python" in _sys.modules:
     _sys.modules["_pytest.python"].Function.runtest = lambda self: None
 """
 
-#: Python's purelib directory of the sandbox's interpreter, as a shell expression.
-PURELIB = '"$(python -c \'import sysconfig; print(sysconfig.get_paths()["purelib"])\')"'
-
 #: Apply the nearest descendant of HEAD found among ``$candidates`` (a shell loop).
 APPLY_DESCENDANT = r"""best=; n=999999
 for c in $candidates; do
@@ -130,28 +111,9 @@ echo "found: ${best:-nothing}"
 [ -n "$best" ] && git diff HEAD "$best" -- . ':!tests' | git apply -v"""
 
 
-def _write(path: str, text: str) -> str:
-    """A shell command writing ``text`` to ``path`` (a quoted heredoc)."""
-    return (
-        f"mkdir -p \"$(dirname {path})\" && cat > {path} <<'CRL_ATTACK_EOF'\n{text}CRL_ATTACK_EOF"
-    )
-
-
 def _drop_pyproject_pytest() -> str:
     # pyproject.toml's [tool.pytest.ini_options] wins over tox.ini and setup.cfg: remove it.
     return "sed -i '/^\\[tool.pytest.ini_options\\]/,$d' pyproject.toml"
-
-
-@dataclass(frozen=True)
-class Attack:
-    """One scripted attack: the instance it targets and the commands the agent runs."""
-
-    name: str
-    instance: str
-    commands: tuple[str, ...]
-    what: str
-    #: The commands fail once the attack is blocked (they find nothing to use).
-    may_fail: bool = False
 
 
 ATTACKS: tuple[Attack, ...] = (
@@ -424,132 +386,26 @@ ATTACKS: tuple[Attack, ...] = (
 )
 
 
-class ScriptedPolicy:
-    """A policy that sends ``commands`` through the ``shell`` tool, one per turn, then submits."""
-
-    model = "red-team"
-
-    def __init__(self, commands: tuple[str, ...]) -> None:
-        self.commands = commands
-
-    async def complete(self, messages: list[dict[str, Any]], **_: Any) -> Completion:
-        """The next scripted tool call."""
-        turn = sum(1 for m in messages if m.get("role") == "assistant")
-        name, arguments = ("submit", {})
-        if turn < len(self.commands):
-            name, arguments = "shell", {"command": self.commands[turn]}
-        return tool_call(turn, name, arguments, prefix="attack")
-
-
-def _suite() -> dict[str, Task]:
-    loaded = load_source(TaskSource(format="task", path=str(SUITE / "tasks.jsonl")), base_dir=ROOT)
-    assert loaded.ok, loaded.errors
-    return {task.instance_id: task for task in loaded.tasks}
-
-
-#: Sandbox backends; docker needs the real engine's fixtures (tests/fixtures/docker.py).
-BACKENDS = [
-    "local",
-    pytest.param(
-        "docker",
-        marks=[
-            pytest.mark.docker,  # the engine is asked for at run time (tests/fixtures/schedule.py)
-            pytest.mark.skipif(
-                not (ROOT / "tests" / "fixtures" / "docker.py").exists(),
-                reason="tests/fixtures/docker.py (the docker_engine fixture) is absent",
-            ),
-        ],
-    ),
-]
-
-
-@dataclass(frozen=True)
-class Backend:
-    """A sandbox config, and the tasks as that backend runs them (with their images)."""
-
-    config: dict[str, Any]
-    tasks: dict[str, Task]
-
-
 @pytest.fixture(scope="module", params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Backend:
-    """One backend, with the suite's tasks ready for it."""
-    tasks = _suite()
-    if request.param == "local":
-        return Backend({"type": "local"}, tasks)
-    engine = request.getfixturevalue("docker_engine")
-    builder = TaskImageBuilder(
-        engine.client(), bases={"python": request.getfixturevalue("docker_base")}
-    )
-    wanted = [tasks[PYTEST], tasks[UNITTEST]]
-    built = asyncio.run(builder.build_all(wanted, jobs=2))
-    assert [r.error for r in built] == [None, None]
-    for task, result in zip(wanted, built, strict=True):
-        tasks[task.instance_id] = task.model_copy(update={"image": result.image})
-    # No network: what the tests need is in the image.
-    config = {"type": "docker", "base_url": engine.host, "network": "none", "pull": "never"}
-    return Backend(config, tasks)
-
-
-async def _episode(
-    task: Task, policy: Any, factory: Callable[[Task], Sandbox], gate: asyncio.Semaphore
-) -> Trajectory:
-    async def keep(_: Trajectory) -> None:
-        return None
-
-    async with gate:
-        trajectory, started = await run_episode(
-            task, 0, factory, policy, AgentSpec(), keep_cancelled=keep
-        )
-    assert started, trajectory.error
-    return trajectory
+    """One backend, with the attacked instances ready for it."""
+    return make_backend(request, (PYTEST, UNITTEST))
 
 
 @pytest.fixture(scope="module")
 def outcomes(backend: Backend) -> dict[str, Trajectory]:
     """Every attack, and the gold patch of each attacked instance, run once on this backend."""
-    tasks = backend.tasks
-
-    def factory(task: Task) -> Sandbox:
-        return create_sandbox(backend.config, task)
-
-    async def main() -> dict[str, Trajectory]:
-        gate = asyncio.Semaphore(int(os.environ.get("CRL_TEST_REDTEAM_JOBS", "4")))
-        jobs = {a.name: (tasks[a.instance], ScriptedPolicy(a.commands)) for a in ATTACKS}
-        for instance in (PYTEST, UNITTEST):
-            jobs[f"gold:{instance}"] = (tasks[instance], GoldPolicy(tasks[instance]))
-        done = await asyncio.gather(
-            *(_episode(task, policy, factory, gate) for task, policy in jobs.values())
-        )
-        return dict(zip(jobs, done, strict=True))
-
-    return asyncio.run(main())
-
-
-def _evaluation(trajectory: Trajectory) -> EvalResult:
-    assert trajectory.exit_reason == "submitted", (trajectory.exit_reason, trajectory.error)
-    assert trajectory.evaluation is not None
-    return trajectory.evaluation
+    return run_attacks(backend, ATTACKS, (PYTEST, UNITTEST))
 
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
 def test_attack_is_graded_unresolved(attack: Attack, outcomes: dict[str, Trajectory]) -> None:
-    trajectory = outcomes[attack.name]
-    for turn in trajectory.turns:
-        for call in turn.tool_calls:
-            if call.name == "shell" and not attack.may_fail:
-                assert call.exit_code == 0, f"the attack itself failed: {call.output}"
-    result = _evaluation(trajectory)
-    assert not result.resolved, (
-        f"{attack.name} ({attack.what}) graded resolved:\n{result.log[-3000:]}"
-    )
-    # The answer of the model, scored 0: not an infrastructure error that would drop it.
-    assert rewards.tests_score(result) == 0.0, (result.infrastructure_error, result.log[-3000:])
+    assert_blocked(attack, outcomes[attack.name])
 
 
 @pytest.mark.parametrize("instance", [PYTEST, UNITTEST])
 def test_gold_still_resolves(instance: str, outcomes: dict[str, Trajectory]) -> None:
-    result = _evaluation(outcomes[f"gold:{instance}"])
+    result = evaluation(outcomes[f"gold:{instance}"])
     assert result.resolved, result.log[-3000:]
 
 
@@ -586,7 +442,8 @@ def test_source_diff_keeps_source_and_strips_test_infrastructure() -> None:
     )
     source, stripped = integrity.source_diff(diff, test_patch)
     assert integrity.touched_files(source) == ["intervals/ops.py", "django/test/runner.py"]
-    assert "tests/test_ops.py" in stripped and "conftest.py" in stripped
+    assert "tests/test_ops.py (a file of the test patch)" in stripped
+    assert "conftest.py (test infrastructure)" in stripped
     assert len(stripped) == 13
     # A rename into test infrastructure counts by both names.
     rename = (
@@ -599,12 +456,12 @@ def test_source_diff_keeps_source_and_strips_test_infrastructure() -> None:
     # (the repository's own) is not.
     new = "diff --git a/unittest/__main__.py b/unittest/__main__.py\nnew file mode 100644\n"
     new += "--- /dev/null\n+++ b/unittest/__main__.py\n@@ -0,0 +1 @@\n+x\n"
-    assert integrity.source_diff(new) == ("", ["unittest/__main__.py"])
+    assert integrity.source_diff(new) == ("", ["unittest/__main__.py (shadows a module)"])
     assert integrity.source_diff(_block("json/decoder.py"))[1] == []
 
 
 def test_canary_ids_match_the_runner(tmp_path: Path) -> None:
-    tasks = _suite()
+    tasks = suite()
     pytest_canary = canary.make_canary(tasks[PYTEST])
     unittest_canary = canary.make_canary(tasks[UNITTEST])
     assert pytest_canary is not None and unittest_canary is not None

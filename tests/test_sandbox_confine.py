@@ -255,3 +255,39 @@ async def test_scripts_see_what_the_shell_sees(
     assert text.strip().endswith(sandbox.workdir)
     await sandbox.run("echo changed >> calc/__init__.py")
     assert "+changed" in await sandbox.diff()
+
+
+async def test_no_network_once_installed(
+    environment: None, repo: tuple[Path, str], root: Path
+) -> None:
+    """The task's install reaches a server on the host's 127.0.0.1; the shell after it does not
+    (``network: none``, the default), while its own loopback works; ``network: host`` keeps it."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    port = server.getsockname()[1]
+    connect = (
+        'python -c \'import socket; socket.create_connection(("127.0.0.1", '
+        f'{port}), timeout=3); print("reached")\''
+    )
+    loopback = (
+        'python -c \'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); '
+        'socket.create_connection(s.getsockname(), timeout=3); print("loopback")\''
+    )
+    task = _task(repo, install=[connect])  # fails the start unless the install reaches it
+    try:
+        config = LocalSandboxConfig(root=str(root), isolation="namespaces")
+        async with LocalSandbox(config, task) as sandbox:  # type: ignore[arg-type]
+            assert sandbox.offline
+            code, output = await _sh(sandbox, connect)
+            assert code != 0 and "reached" not in output
+            code, output = await _sh(sandbox, loopback)
+            assert code == 0 and "loopback" in output, output
+            # The harness's own scripts (diff, reset) still work offline.
+            await sandbox.reset()
+        config = LocalSandboxConfig(root=str(root), isolation="namespaces", network="host")
+        async with LocalSandbox(config, task) as sandbox:  # type: ignore[arg-type]
+            code, output = await _sh(sandbox, connect)
+            assert code == 0 and "reached" in output, output
+    finally:
+        server.close()

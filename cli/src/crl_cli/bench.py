@@ -178,6 +178,14 @@ def bench(
         Path | None,
         typer.Option("--baseline", help="Results folder to compare with in the summary."),
     ] = None,
+    spares: Annotated[
+        bool,
+        typer.Option(
+            "--spares",
+            help="Start a pristine sandbox for the integrity check with each episode, beside the"
+            " agent's, so a resolved episode does not wait for one (up to twice the sandboxes).",
+        ),
+    ] = False,
     retries: Annotated[
         int,
         typer.Option(
@@ -227,6 +235,7 @@ def bench(
             baseline=baseline,
             parallelism=jobs,
             retries=retries,
+            spares=spares,
             max_errors=max_errors,
             sandbox=sandbox_config(sandbox),
         )

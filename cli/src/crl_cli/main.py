@@ -20,6 +20,7 @@ from rich.table import Table
 
 from crl_cli.bench import register as register_bench
 from crl_cli.common import INVALID, Output, err, out, usage_error
+from crl_cli.taskgrade import register as register_grade
 from crl_cli.tasks import app as tasks_app
 from crl_cli.train import register as register_train
 from crl_worker.api import API_VERSION, KINDS
@@ -39,6 +40,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+register_grade(tasks_app)
 app.add_typer(tasks_app, name="tasks")
 register_bench(app)
 register_train(app)

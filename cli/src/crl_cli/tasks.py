@@ -85,7 +85,7 @@ def _detect_format(file: Path) -> str:
 def _table(results: list[InstanceCheck]) -> Table:
     table = Table(title="Task check", show_lines=False)
     table.add_column("instance", no_wrap=True)
-    table.add_column("gold")
+    table.add_column(results[0].patch_label if results else "gold")
     table.add_column("no patch")
     table.add_column("flaky", overflow="fold")
     table.add_column("problems", overflow="fold")
@@ -200,8 +200,18 @@ def check(
     output: Annotated[
         Output, typer.Option("--output", "-o", help="text (a table) or json (one object per line).")
     ] = Output.text,
+    patch: Annotated[
+        Path | None,
+        typer.Option(
+            "--patch",
+            help="A candidate patch (a diff file) to grade instead of each gold patch, as an "
+            "episode's resolved verdict is confirmed: a pristine sandbox per run, only its "
+            "source changes, canary tests (docs/security.md).",
+        ),
+    ] = None,
 ) -> None:
     """Run each instance with its gold patch (must resolve) and without (must not)."""
+    candidate = _read_patch(patch)
     loaded = _load(file, format, instance, limit)
     try:
         # Once, before any instance: a bad config is the command line's mistake, not a
@@ -224,6 +234,7 @@ def check(
             sandbox_config=config,
             timeout=timeout,
             progress=progress,
+            candidate=candidate,
         )
     )
     # Records that could not be read, and ids asked for that the file lacks, are failures too.
@@ -244,6 +255,17 @@ def check(
         err.print("[yellow]warning:[/] no instance selected", highlight=False)
     if any(not r.ok for r in everything):
         raise typer.Exit(INVALID)
+
+
+def _read_patch(path: Path | None) -> str | None:
+    """The text of ``--patch`` (``None`` when not given); exits when it cannot be read."""
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError as exc:
+        err.print(f"[red]error:[/] --patch: {escape(str(exc))}", highlight=False)
+        raise typer.Exit(USAGE) from exc
 
 
 def _kept(result: TaskImage, published: set[str]) -> str:

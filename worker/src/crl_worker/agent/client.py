@@ -397,9 +397,8 @@ class ChatClient:
         self._slots: asyncio.Semaphore | None = None
 
     def pinned(self, model: str, *, seed: int | None = None) -> PinnedPolicy:
-        """A policy that asks this client's server for ``model`` on every turn, whatever the
-        client's own ``model`` becomes (an episode started on one weights version keeps it);
-        with ``seed``, its turns carry ``seed``, ``seed + 1``, ... (:class:`PinnedPolicy`)."""
+        """A policy asking this client's server for ``model`` on every turn, seeded from
+        ``seed`` when given (:class:`PinnedPolicy`)."""
         return PinnedPolicy(self, model, seed=seed)
 
     def _get_session(self) -> aiohttp.ClientSession:
@@ -445,9 +444,7 @@ class ChatClient:
         model: str | None = None,
         seed: int | None = None,
     ) -> dict[str, Any]:
-        """The JSON body of one request (a plain dict); ``model`` overrides the client's;
-        ``seed`` is the OpenAI API's (vLLM samples a seeded request from a generator of its
-        own, so the answer does not depend on what else the server is doing)."""
+        """The JSON body of one request (``model`` and the OpenAI API's ``seed``: its own)."""
         body: dict[str, Any] = {
             "model": model or self.model,
             "messages": messages,
@@ -478,8 +475,7 @@ class ChatClient:
         model: str | None = None,
         seed: int | None = None,
     ) -> Completion:
-        """Send one chat completion request (retrying what is worth retrying); ``model``
-        overrides the client's for this request; ``seed`` seeds its sampling."""
+        """One chat completion request, retrying what is worth it (``model``, ``seed``: its own)."""
 
         def encode() -> bytes:
             return _dumps(
@@ -572,12 +568,8 @@ class ChatClient:
 
 
 class PinnedPolicy:
-    """A :class:`ChatClient` sharing its connections, with the served model name fixed.
-
-    With ``seed`` (one policy per episode), turn ``k`` of the episode carries the seed
-    ``seed + k``: the episode's samples then depend on its seed and what it was shown, not on
-    how the server interleaved it with other requests.
-    """
+    """A :class:`ChatClient` with its connections and a fixed served model (an episode keeps
+    its weights version); with ``seed``, turn ``k`` carries ``seed + k`` (sampled alone)."""
 
     def __init__(self, client: ChatClient, model: str, *, seed: int | None = None) -> None:
         self.client = client

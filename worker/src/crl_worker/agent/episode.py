@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from crl_worker.agent.client import Policy
 from crl_worker.agent.loop import AgentCancelled, run_agent
+from crl_worker.agent.pristine import PristineSpares
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec
 from crl_worker.harness.classify import grade_answer
@@ -159,17 +160,21 @@ async def confirm_resolved(
     diff: str,
     factory: Callable[[Task], Sandbox],
     label: str,
+    spares: PristineSpares | None = None,
 ) -> EvalResult:
     """Grade ``first`` (resolved, or without a verdict) again in a fresh sandbox from
-    ``factory`` with only the source changes of ``diff``
-    (:func:`crl_worker.harness.integrity.confirm`), then close that sandbox. A sandbox that
-    does not start leaves the episode without a verdict (an infrastructure error), never with
-    the unconfirmed one."""
+    ``factory`` (or a spare that started ahead of need, from ``spares``) with only the source
+    changes of ``diff`` (:func:`crl_worker.harness.integrity.confirm`), then close that
+    sandbox. A sandbox that does not start leaves the episode without a verdict (an
+    infrastructure error), never with the unconfirmed one."""
     fresh: Sandbox | None = None
     try:
         try:
-            fresh = factory(task)
-            await fresh.start()
+            if spares is not None:
+                fresh = await spares.take(task)
+            else:
+                fresh = factory(task)
+                await fresh.start()
         except Exception as exc:
             logger.warning("%s: the integrity check's sandbox did not start: %s", label, exc)
             error = f"the integrity check's sandbox did not start: {exc}"
@@ -181,7 +186,9 @@ async def confirm_resolved(
             )
         return await confirm(fresh, task, first, diff, timeout=task.timeouts.test)
     finally:
-        if fresh is not None:
+        if fresh is not None and spares is not None:
+            spares.dispose(fresh)  # closed off the episode's path; spares.close() waits for it
+        elif fresh is not None:
             await close_sandbox(fresh, f"{label} (integrity check)")
 
 
@@ -194,6 +201,7 @@ async def run_episode(
     *,
     keep_cancelled: KeepCancelled,
     integrity: bool | None = None,
+    spares: PristineSpares | None = None,
 ) -> tuple[Trajectory, bool]:
     """A whole episode: start a sandbox, :func:`agent_then_evaluate` in it, close it (to the end,
     even when cancelled). Returns the trajectory and whether the sandbox started; a sandbox that
@@ -202,9 +210,13 @@ async def run_episode(
     ``integrity`` (default: :func:`~crl_worker.harness.integrity.confirmation_enabled`, on):
     a resolved verdict, or an evaluation without one (an infrastructure error), is graded again
     in a second sandbox from ``sandbox_factory`` (:func:`confirm_resolved`), made once the
-    agent's is closed, so an episode never holds two."""
+    agent's is closed, so an episode never holds two; with ``spares``
+    (:class:`~crl_worker.agent.pristine.PristineSpares`), one starts beside the agent's for the
+    check instead, so that a resolved episode does not wait for its start."""
     if integrity is None:
         integrity = confirmation_enabled()
+    if integrity and spares is not None and task.task_type != "classify":
+        spares.prefetch(task)
     started_at = datetime.now(UTC)
     t0 = time.monotonic()
     label = f"{task.instance_id}#{attempt}"
@@ -247,7 +259,7 @@ async def run_episode(
     if diff is not None and trajectory.evaluation is not None:
         try:
             trajectory.evaluation = await confirm_resolved(
-                task, trajectory.evaluation, diff, sandbox_factory, label
+                task, trajectory.evaluation, diff, sandbox_factory, label, spares
             )
         except asyncio.CancelledError:
             trajectory.exit_reason = "cancelled"

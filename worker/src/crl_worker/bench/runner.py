@@ -42,6 +42,7 @@ from typing import Any, Protocol
 from crl_worker.agent.client import Policy
 from crl_worker.agent.episode import run_episode, to_the_end
 from crl_worker.agent.gold import gold_patch_failure
+from crl_worker.agent.pristine import PristineSpares
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec
 from crl_worker.bench.compare import instance_attempts
@@ -52,6 +53,7 @@ from crl_worker.bench.summary import (
     progress_report,
     report_pass_at_k,
 )
+from crl_worker.harness.integrity import confirmation_enabled
 from crl_worker.rewards import tests_score
 from crl_worker.rollout.results import AttemptResult, ResultsError, ResultsStore, read_results
 from crl_worker.sandbox.base import Sandbox
@@ -152,6 +154,7 @@ class BenchmarkRunner:
         baseline: Baseline | None = None,
         max_consecutive_errors: int | None = None,
         retries: int = 0,
+        spares: bool = False,
     ) -> None:
         ids = [t.instance_id for t in tasks]
         if len(set(ids)) != len(ids):
@@ -184,6 +187,18 @@ class BenchmarkRunner:
         self._latest: dict[tuple[str, int], AttemptResult] = {}
         self._pass_at_k: list[dict[str, Any]] | None = None
         self._pass_at_k_at = 0.0
+        # Pristine sandboxes for the integrity check, started with each task's episode (up to
+        # twice the parallelism's sandboxes at once: opt-in, as a pool's capacity may not allow).
+        self._spares = (
+            PristineSpares(sandbox_factory, limit=parallelism)
+            if spares and confirmation_enabled()
+            else None
+        )
+
+    @property
+    def spares(self) -> PristineSpares | None:
+        """The pristine sandboxes the integrity check takes (``None``: it starts fresh ones)."""
+        return self._spares
 
     @property
     def total(self) -> int:
@@ -277,7 +292,11 @@ class BenchmarkRunner:
         if self._stopping:  # stopped before the workers existed
             for w in self._workers:
                 w.cancel()
-        outcomes = await asyncio.gather(*self._workers, return_exceptions=True)
+        try:
+            outcomes = await asyncio.gather(*self._workers, return_exceptions=True)
+        finally:
+            if self._spares is not None:
+                await to_the_end(self._spares.close(), "benchmark", "closing spare sandboxes")
         for outcome in outcomes:
             if isinstance(outcome, BaseException) and not isinstance(
                 outcome, asyncio.CancelledError
@@ -396,6 +415,7 @@ class BenchmarkRunner:
             self.policy_factory(task),
             self.agent,
             keep_cancelled=keep,
+            spares=self._spares,
         )
         evaluation = trajectory.evaluation
         agent_seconds = trajectory.duration if started else 0.0

@@ -121,6 +121,7 @@ def prepare_benchmark(
     parallelism: int | None = None,
     retries: int = 1,
     max_errors: int | None = None,
+    spares: bool = False,
     pool_url: str | None = None,
     sandbox: Mapping[str, Any] | None = None,
     require_endpoint: bool = True,
@@ -143,7 +144,7 @@ def prepare_benchmark(
     ``baseline`` is a results folder to compare with at the end, named ``spec.baseline.name``
     (a Benchmark, as the operator's status requires) and judged with its confidence level and
     minimum improvement when the spec has a baseline, else named by the folder. ``parallelism``
-    overrides ``spec.parallelism``; ``retries`` and ``max_errors`` are
+    overrides ``spec.parallelism``; ``retries``, ``max_errors`` and ``spares`` are
     :class:`~crl_worker.bench.runner.BenchmarkRunner`'s (``max_errors`` ``None``: the default
     limit for the parallelism, ``0``: never give up). ``reporter`` and ``progress`` go to the
     runner.
@@ -210,6 +211,7 @@ def prepare_benchmark(
             progress=progress,
             baseline=_baseline(config, baseline),
             retries=retries,
+            spares=spares,
             max_consecutive_errors=(
                 default_error_limit(parallelism) if max_errors is None else (max_errors or None)
             ),

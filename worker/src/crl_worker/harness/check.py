@@ -36,6 +36,7 @@ from crl_worker.errors import CrlError, InfrastructureError
 from crl_worker.harness.classify import grade_answer
 from crl_worker.harness.evaluate import evaluate
 from crl_worker.harness.grading import KEPT, PASSING
+from crl_worker.harness.integrity import grade_candidate
 from crl_worker.harness.result import EvalResult, TestStatus
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task
@@ -62,6 +63,9 @@ class InstanceCheck:
     """Why the instance is not valid (empty: valid)."""
     warnings: list[str] = field(default_factory=list)
     """Findings that do not make it invalid."""
+    patch_label: str = "gold"
+    """What ``gold`` holds: the gold patch, or a ``candidate`` patch graded through the
+    integrity path (:func:`crl_worker.harness.integrity.grade_candidate`)."""
 
     @property
     def ok(self) -> bool:
@@ -93,6 +97,7 @@ class InstanceCheck:
         return {
             "instance_id": self.instance_id,
             "ok": self.ok,
+            "patch": self.patch_label,
             "gold": self.gold_verdict,
             "no_patch": self.no_patch_verdict,
             "flaky": self.flaky,
@@ -134,7 +139,8 @@ def flaky_tests(results: Sequence[EvalResult]) -> list[str]:
 
 def judge(check: InstanceCheck, task: Task) -> InstanceCheck:
     """Fill ``flaky``, ``problems`` and ``warnings`` from the runs (pure)."""
-    for label, results in (("gold", check.gold), ("no patch", check.no_patch)):
+    gold = check.patch_label
+    for label, results in ((gold, check.gold), ("no patch", check.no_patch)):
         for r in results:
             if r.environment_error is not None:
                 tail = r.log_tail(12)
@@ -153,13 +159,17 @@ def judge(check: InstanceCheck, task: Task) -> InstanceCheck:
         if r.infrastructure_error is not None:
             continue
         if not r.patch_applied:
-            check.problems.append("gold: the gold patch does not apply")
+            check.problems.append(f"{gold}: the {gold} patch does not apply")
         elif not r.resolved:
             failing = [o for o in r.fail_to_pass if o.status not in PASSING] + [
                 o for o in r.pass_to_pass if o.status not in KEPT
             ]
+            if r.tampered is not None or (r.stripped and not r.fail_to_pass):
+                why = r.tampered or "no source change left: " + ", ".join(r.stripped)
+                check.problems.append(f"{gold}: not resolved ({why})")
+                continue
             check.problems.append(
-                "gold: not resolved; failing: "
+                f"{gold}: not resolved; failing: "
                 + ", ".join(f"{o.name} ({o.status.value})" for o in failing[:20])
             )
     for r in check.no_patch:
@@ -193,24 +203,42 @@ async def check_task(
     runs: int = 1,
     sandbox_config: BaseModel | Mapping[str, Any] | None = None,
     timeout: float | None = None,
+    candidate: str | None = None,
 ) -> InstanceCheck:
     """Evaluate ``task`` with its gold patch and with none, ``runs`` times each, and judge it.
+
+    With a ``candidate`` patch, that patch takes the gold patch's place and each of its runs is
+    graded as an episode's resolved verdict is confirmed: in a pristine sandbox of its own, only
+    its source changes, canary tests in the run
+    (:func:`~crl_worker.harness.integrity.grade_candidate`).
 
     A classify task has neither: its sandbox must start (the repository at its commit), the
     location it names must be a file there, and its label must grade as resolved while no
     answer grades as unresolved (:func:`check_classify_task`)."""
-    check = InstanceCheck(instance_id=task.instance_id)
+    check = InstanceCheck(
+        instance_id=task.instance_id, patch_label="gold" if candidate is None else "candidate"
+    )
     if task.task_type == "classify":
         return await check_classify_task(task, check, sandbox_config)
-    if not task.patch.strip():
+    if candidate is None and not task.patch.strip():
         check.problems.append("the task has no gold patch to check")
         return check
     try:
+        if candidate is not None:
+            for run in range(runs):
+                logger.info("%s: run %d, candidate", task.instance_id, run + 1)
+                async with create_sandbox(sandbox_config, task) as pristine:
+                    check.gold.append(
+                        await grade_candidate(pristine, task, candidate, timeout=timeout)
+                    )
         sandbox = create_sandbox(sandbox_config, task)
         async with sandbox:
+            patches: list[tuple[str, str | None]] = [("no patch", None)]
+            if candidate is None:
+                patches.insert(0, ("gold", task.patch))
             for run in range(runs):
-                for label, patch in (("gold", task.patch), ("no patch", None)):
-                    if run or label != "gold":
+                for number, (label, patch) in enumerate(patches):
+                    if run or number:
                         await sandbox.reset()
                     logger.info("%s: run %d, %s", task.instance_id, run + 1, label)
                     result = await evaluate(sandbox, task, model_patch=patch, timeout=timeout)
@@ -269,14 +297,20 @@ async def check_tasks(
     sandbox_config: BaseModel | Mapping[str, Any] | None = None,
     timeout: float | None = None,
     progress: Callable[[InstanceCheck], None] | None = None,
+    candidate: str | None = None,
 ) -> list[InstanceCheck]:
-    """Check several tasks, ``jobs`` at a time; results in the tasks' order."""
+    """Check several tasks, ``jobs`` at a time (with a ``candidate`` patch instead of each
+    gold patch, see :func:`check_task`); results in the tasks' order."""
     gate = asyncio.Semaphore(max(1, jobs))
 
     async def one(task: Task) -> InstanceCheck:
         async with gate:
             found = await check_task(
-                task, runs=runs, sandbox_config=sandbox_config, timeout=timeout
+                task,
+                runs=runs,
+                sandbox_config=sandbox_config,
+                timeout=timeout,
+                candidate=candidate,
             )
         if progress is not None:
             progress(found)

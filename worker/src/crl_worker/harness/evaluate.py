@@ -30,7 +30,6 @@ slightly wrong line numbers or context), as SWE-bench's harness does.
 from __future__ import annotations
 
 import logging
-import re
 import shlex
 import time
 import uuid
@@ -48,6 +47,7 @@ from crl_worker.harness.canary import (
     tampered,
     with_canary,
 )
+from crl_worker.harness.diffsplit import touched_files as touched_files
 from crl_worker.harness.grading import Grade, grade
 from crl_worker.harness.marks import expected_statuses
 from crl_worker.harness.parsers import junit_durations, parse_junit_reports, parse_log
@@ -76,30 +76,9 @@ STEP_TIMEOUT = 300.0
 #: ``patch`` fuzz factor of the fallback (SWE-bench's harness uses 5 too).
 FUZZ = 5
 
-_DIFF_GIT = re.compile(r"^diff --git (?P<a>\S+) (?P<b>\S+)$", re.MULTILINE)
-_OLD_NEW = re.compile(r"^(?:---|\+\+\+) (?P<path>[^\t\n]+)", re.MULTILINE)
-
 
 class PatchError(Exception):
     """A patch did not apply; the message holds the tools' output."""
-
-
-def touched_files(patch: str) -> list[str]:
-    """Every path a unified diff reads or writes (old and new names), in order."""
-    paths: list[str] = []
-    for match in _DIFF_GIT.finditer(patch):
-        paths += [match.group("a"), match.group("b")]
-    for match in _OLD_NEW.finditer(patch):
-        paths.append(match.group("path").strip())
-    files: list[str] = []
-    for path in paths:
-        if path == "/dev/null":
-            continue
-        if path.startswith(("a/", "b/")):
-            path = path[2:]
-        if path and path not in files:
-            files.append(path)
-    return files
 
 
 def cap_log(text: str, limit: int = LOG_CAP) -> str:

@@ -81,8 +81,10 @@ class EvalResult(BaseModel):
     candidate's source changes (:mod:`crl_worker.harness.integrity`); ``None`` when no such
     check ran (an unresolved verdict, or the check turned off)."""
     stripped: list[str] = Field(default_factory=list)
-    """Files of the candidate's diff left out of that second grading: tests and test
-    infrastructure (conftest.py, runner configuration, ``.pth`` files, ...)."""
+    """Files of the candidate's diff left out of that second grading, each as ``path (why)``:
+    tests and test infrastructure (conftest.py, runner configuration, ``.pth`` files, ...),
+    package metadata, new top-level modules, renames, links, binary and mode changes
+    (:mod:`crl_worker.harness.diffsplit`); ``(refused: why)`` when the whole diff was."""
     answer: str | None = None
     """Classify tasks: the CWE id the agent answered with (``None``: it never called
     ``classify``, which scores 0)."""

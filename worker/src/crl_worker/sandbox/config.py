@@ -58,6 +58,13 @@ class LocalSandboxConfig(BaseModel):
     and a private ``/tmp``); a sandbox fails to start where either is unavailable.
     ``auto`` (default) uses them where available and otherwise runs without, with a warning.
     ``none`` runs the shell as a plain child process."""
+    network: Literal["none", "host"] = "none"
+    """The network once the task's ``install`` commands have run: ``none`` (default) gives the
+    shell a network namespace of its own with only a loopback interface (needs the namespaces
+    and the file confinement of ``isolation``; where they are unavailable the host's network
+    stays, with a warning, or the sandbox fails to start under ``namespaces``), so a candidate
+    cannot fetch a fix, a later release or anything else while it works or is graded;
+    ``host`` keeps the host's network throughout."""
     interrupt_grace: float = Field(default=1.0, gt=0)
     """Seconds a timed-out command gets to stop after SIGINT before it is killed."""
     start_timeout: float = Field(default=30, gt=0)

@@ -19,7 +19,10 @@ It changes only the new mount namespace (the worker and the host see nothing of 
    needed), writable where the plan says so.
 5. **Unix sockets**: every socket file the host listens on (``/proc/net/unix``) that the sandbox
    still sees gets ``/dev/null`` bound over it: no Docker or containerd socket, no D-Bus.
-6. **Capabilities**: the bounding set loses those that would undo this (mount and unmount,
+6. **Loopback** (``loopback``, when the sandbox has a network namespace of its own: no network
+   once the task is installed): ``lo`` is brought up, so tests that serve on ``127.0.0.1`` still
+   work; nothing else is there to reach.
+7. **Capabilities**: the bounding set loses those that would undo this (mount and unmount,
    ``open_by_handle_at``, ptrace, raw I/O, modules, device nodes...), then ``exec`` of the command.
 
 Any failure exits with status 125 and a message on standard error before the shell starts: a
@@ -30,9 +33,12 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import json
 import os
+import socket
 import stat
+import struct
 import sys
 from typing import Any
 
@@ -50,6 +56,9 @@ MOUNT_ATTR_RDONLY = 0x1
 #: mount_setattr(2): the same number on every architecture (the unified syscall table, 5.12+).
 SYS_MOUNT_SETATTR = 442
 PR_CAPBSET_DROP = 24
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
 
 #: Capabilities the sandbox's root loses: each could undo the confinement or reach the host
 #: (sys_admin: mount/umount/setns; dac_read_search: open_by_handle_at; sys_ptrace; sys_module;
@@ -125,7 +134,7 @@ def _mount_point(path: str, like_directory: bool) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
 
 
-def _listening_sockets() -> list[str]:
+def listening_sockets() -> list[str]:
     """Paths of the unix sockets bound on this machine (``/proc/net/unix``)."""
     found = []
     try:
@@ -142,6 +151,14 @@ def _listening_sockets() -> list[str]:
 
 def _inside(path: str, folders: list[str]) -> bool:
     return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
+def loopback_up() -> None:
+    """Bring ``lo`` up in this network namespace (a fresh one has it down)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
 def confine(plan: dict[str, Any]) -> None:
@@ -185,7 +202,9 @@ def confine(plan: dict[str, Any]) -> None:
             mount("crl-hidden", folder, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
 
     keep = [bind["target"] for _, bind, _ in staged]
-    for path in _listening_sockets():
+    # In a network namespace of its own, /proc/net/unix lists only the namespace's sockets, yet
+    # the host's are still reachable through their files: the worker lists them in the plan.
+    for path in dict.fromkeys([*plan.get("sockets", []), *listening_sockets()]):
         if _inside(path, keep):
             continue
         try:
@@ -198,6 +217,8 @@ def confine(plan: dict[str, Any]) -> None:
 
     _check(_libc.umount2(stage.encode(), MNT_DETACH), f"umount {stage}")
     os.chdir(cwd)
+    if plan.get("loopback"):
+        loopback_up()
 
     for cap in DROPPED_CAPS:
         if _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) != 0:

@@ -18,8 +18,11 @@ The local backend starts its shell through ``unshare`` (util-linux)::
 Files (``confine``, see :mod:`crl_worker.sandbox.confine`): in the same mount namespace, before
 the shell starts, the worker's ``HOME``, other sandboxes and the worker's working directory are hidden,
 everything else is read-only but the sandbox's own folder, private ``/tmp`` and what a plan gives
-back, unix sockets are covered and the capabilities that would undo it are dropped. The network and
-the user remain the host's (see docs/security.md). ``bash`` as process 1 behaves as elsewhere: it reaps the orphans re-parented to
+back, unix sockets are covered and the capabilities that would undo it are dropped. Network
+(``offline``): once the task's install commands have run, the shell starts again in a network
+namespace of its own (``unshare --net``) with only a loopback interface, so nothing it runs
+reaches the host's network or its ``127.0.0.1``. The user remains the host's (see
+docs/security.md). ``bash`` as process 1 behaves as elsewhere: it reaps the orphans re-parented to
 it, and signals sent from outside reach it only for the handlers it installs (SIGINT, which is
 what timeouts send; SIGKILL always).
 """
@@ -170,6 +173,8 @@ class Plan:
     """What stays visible inside hidden folders, writable or not; everything else is read-only."""
     scratch_size: str = "512m"
     """Size cap of each scratch tmpfs (memory, used only as written)."""
+    loopback: bool = False
+    """Bring ``lo`` up: the shell has a network namespace of its own (:func:`offline`)."""
 
     def hidden(self, path: str | Path) -> bool:
         """Whether ``path`` lies in a hidden or scratch folder (so needs a bind to be seen)."""
@@ -217,7 +222,13 @@ class Plan:
             "scratch": outermost(self.scratch),
             "scratch_size": self.scratch_size,
             "binds": [b.__dict__ for b in binds],
+            "loopback": self.loopback,
         }
+        if self.loopback:
+            # The host's sockets, listed in the host's network namespace (see confine.py).
+            from crl_worker.sandbox.confine import listening_sockets
+
+            data["sockets"] = listening_sockets()
         return json.dumps(data)
 
 
@@ -277,6 +288,49 @@ async def can_confine(prefix: list[str], mode: Isolation, *, name: str = "sandbo
 
 
 _confine_warned = False
+
+
+def offline(prefix: list[str]) -> list[str]:
+    """``prefix`` (of :func:`namespace_candidates`) with a network namespace of its own too:
+    only a loopback interface (which the confinement brings up), no route out."""
+    if "--net" in prefix or not prefix:
+        return list(prefix)
+    at = next(i for i, word in enumerate(prefix) if os.path.basename(word) == "unshare")
+    return [*prefix[: at + 1], "--net", *prefix[at + 1 :]]
+
+
+_offline_probed: dict[tuple[str, ...], str | None] = {}
+_offline_warned = False
+
+
+async def can_go_offline(prefix: list[str], mode: Isolation, *, name: str = "sandbox") -> bool:
+    """Whether a confined sandbox behind ``prefix`` can lose the network once installed (a
+    network namespace and its loopback up). ``namespaces`` raises :class:`SandboxError` when it
+    cannot; ``auto`` logs a warning once."""
+    global _offline_warned
+    if not prefix:
+        return False
+    key = tuple(prefix)
+    if key not in _offline_probed:
+        plan = Plan(hide=[], scratch=[], loopback=True)
+        argv = [*offline(prefix), *confine_command(plan)]
+        _offline_probed[key] = await _trial(argv, "true", "the network namespace probe")
+    reason = _offline_probed[key]
+    if reason is None:
+        return True
+    if mode == "namespaces":
+        raise SandboxError(
+            f"{name}: isolation 'namespaces' is required but a network namespace fails here "
+            f"({reason}); set network: host (or isolation: none) to run without it"
+        )
+    if not _offline_warned:
+        _offline_warned = True
+        logger.warning(
+            "local sandboxes keep the host's network (%s): a candidate can fetch code while it "
+            "is graded; see docs/security.md",
+            reason,
+        )
+    return False
 
 
 def join_command() -> list[str]:

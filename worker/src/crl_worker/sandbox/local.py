@@ -147,6 +147,8 @@ class LocalSandbox(ShellSandbox):
         self.interpreter: Interpreter | None = None
         self.confined = False
         """Whether the shell's view of the files is confined (see :meth:`confinement`)."""
+        self.offline = False
+        """Whether the shell has no network once the task is installed (``network: none``)."""
         self._namespaces: list[str] = []
         self._owner: int | None = None
 
@@ -214,6 +216,11 @@ class LocalSandbox(ShellSandbox):
             env.update(self._java_env(env["PATH"]))
         namespaces = await isolation.shell_prefix(self.config.isolation, name=self.name)
         confined = await isolation.can_confine(namespaces, self.config.isolation, name=self.name)
+        self.offline = (
+            confined
+            and self.config.network == "none"
+            and await isolation.can_go_offline(namespaces, self.config.isolation, name=self.name)
+        )
         if confined:
             env.update(self._confined_env())
         env.update(task.env)
@@ -252,6 +259,7 @@ class LocalSandbox(ShellSandbox):
         await super().open_session()
         if self.confined and isolation.can_join(self._namespaces):
             self.transport.join = isolation.join_command()
+            self.transport.join_network = self.offline
 
     async def end_session(self) -> None:
         """End the session (scripts make namespaces of their own until the next one)."""
@@ -261,10 +269,13 @@ class LocalSandbox(ShellSandbox):
     def _prefix(self, *, installing: bool) -> list[str]:
         if not self.confined:
             return list(self._namespaces)
-        return [
-            *self._namespaces,
-            *isolation.confine_command(self.confinement(installing=installing)),
-        ]
+        plan = self.confinement(installing=installing)
+        namespaces = self._namespaces
+        if self.offline and not installing:
+            # Installed: from here on the shell and the base-state scripts have no network.
+            namespaces = isolation.offline(namespaces)
+            plan.loopback = True
+        return [*namespaces, *isolation.confine_command(plan)]
 
     def _confined_env(self) -> dict[str, str]:
         """What a confined shell's environment changes: a ``HOME`` and ``TMPDIR`` of its own in

@@ -203,6 +203,9 @@ class LocalTransport:
         """When set (the local backend sets it while a confined session is open), scripts join
         the shell's mount and PID namespaces with ``nsenter`` and run behind this command (it
         drops the capabilities the shell lacks) instead of making namespaces of their own."""
+        self.join_network = False
+        """Scripts that join the shell's namespaces join its network namespace too (the local
+        backend's sandboxes without network)."""
         self._proc: asyncio.subprocess.Process | None = None
         self._shell: tuple[int, int] | None = None
 
@@ -329,7 +332,8 @@ class LocalTransport:
         if found is not None:
             # Into the open shell's confined namespaces: the same view of the files, at the cost
             # of two execs instead of new namespaces and a confinement of their own.
-            prefix = [NSENTER, "-t", str(found[0]), "-m", "-p", f"--wd={workdir}", *self.join]
+            spaces = ["-m", "-p", *(["-n"] if self.join_network else [])]
+            prefix = [NSENTER, "-t", str(found[0]), *spaces, f"--wd={workdir}", *self.join]
         return await run_captured(
             # Through the prefix too: what git runs from the repository's configuration sees no
             # other process (and dies with the script, or with the shell it joined).

@@ -1,0 +1,118 @@
+"""`crl tasks grade FILE PREDICTIONS`: other agents' predictions, graded on the integrity path.
+
+Each prediction is graded in a pristine sandbox of its task with only its source changes and
+canary tests (:mod:`crl_worker.harness.predictions`); see docs/cli.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from crl_cli.common import INVALID, USAGE, Output, err, out, sandbox_config
+from crl_cli.tasks import _VERDICT_STYLE, _load, _run_until_sigterm
+from crl_worker.errors import SandboxError
+from crl_worker.sandbox.registry import parse_config
+
+
+def register(tasks: typer.Typer) -> None:
+    """Add ``grade`` to the ``crl tasks`` group."""
+    tasks.command()(grade)
+
+
+def grade(
+    file: Annotated[Path, typer.Argument(help="Task file: .json, .jsonl or .parquet.")],
+    predictions: Annotated[
+        Path,
+        typer.Argument(
+            help="Predictions: JSONL (or a JSON list) of {instance_id, model_name_or_path, "
+            "model_patch}, as SWE-bench's harness reads them."
+        ),
+    ],
+    format: Annotated[
+        str, typer.Option("--format", "-f", help="Record format of FILE (default: detected).")
+    ] = "",
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Predictions at a time.")] = 1,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", min=1, help="Seconds per test run (default: each task's)."),
+    ] = None,
+    sandbox: Annotated[
+        str | None,
+        typer.Option(
+            "--sandbox",
+            help='Sandbox config as JSON or a JSON file (default: {"type": "local"}).',
+        ),
+    ] = None,
+    output: Annotated[
+        Output, typer.Option("--output", "-o", help="text (a table) or json (one object per line).")
+    ] = Output.text,
+) -> None:
+    """Grade other agents' predictions, each in a pristine sandbox with only its source changes
+    and canary tests (the integrity path of every episode). Exits 0 when every prediction was
+    graded, resolved or not."""
+    from crl_worker.harness.predictions import (
+        GradedPrediction,
+        PredictionsError,
+        grade_predictions,
+        load_predictions,
+    )
+
+    try:
+        wanted = load_predictions(predictions)
+    except PredictionsError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(USAGE) from exc
+    ids = list(dict.fromkeys(p.instance_id for p in wanted))
+    loaded = _load(file, format, ids or None, None)
+    try:
+        config = parse_config(sandbox_config(sandbox))
+    except SandboxError as exc:
+        err.print(f"[red]error:[/] --sandbox: {escape(str(exc))}", highlight=False)
+        raise typer.Exit(USAGE) from exc
+
+    def progress(found: GradedPrediction) -> None:
+        if output is Output.text:
+            mark = "[green]resolved[/]" if found.resolved else "[yellow]unresolved[/]"
+            err.print(f"{escape(found.instance_id)}: {mark}", highlight=False)
+
+    results = _run_until_sigterm(
+        grade_predictions(
+            loaded.tasks,
+            wanted,
+            jobs=jobs,
+            sandbox_config=config,
+            timeout=timeout,
+            progress=progress,
+        )
+    )
+    if output is Output.json:
+        for r in results:
+            out.print(json.dumps(r.to_dict()), highlight=False, soft_wrap=True, markup=False)
+    else:
+        table = Table(title="Predictions", show_lines=False)
+        for column in ("instance", "model", "verdict", "left out / problem"):
+            table.add_column(column, overflow="fold")
+        for r in results:
+            verdict = "resolved" if r.resolved else "unresolved"
+            if r.result is not None and r.result.tampered:
+                verdict = "tampered"
+            elif r.result is not None and r.result.infrastructure_error:
+                verdict = "error"
+            notes = r.problem or ", ".join(r.result.stripped if r.result else [])
+            table.add_row(
+                escape(r.instance_id),
+                escape(r.model_name_or_path),
+                f"[{_VERDICT_STYLE.get(verdict, 'red')}]{verdict}[/]",
+                escape(notes) or "-",
+            )
+        out.print(table)
+        resolved = sum(r.resolved for r in results)
+        out.print(f"{resolved} of {len(results)} predictions resolved", highlight=False)
+    if any(r.problem is not None for r in results):
+        raise typer.Exit(INVALID)

@@ -1,0 +1,100 @@
+"""Which paths of a repository are tests, test infrastructure or package metadata: never part
+of a candidate's source change (:mod:`crl_worker.harness.diffsplit`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+
+#: File modes of symbolic links and submodules: never a source change.
+LINK_MODES = frozenset({"120000", "160000"})
+#: Path components of installed-package metadata: a ``*.dist-info`` folder on an import root
+#: is a distribution to ``importlib.metadata``, its ``entry_points.txt`` a plugin of pytest's.
+METADATA_SUFFIXES = (".dist-info", ".egg-info", ".egg-link", ".egg")
+#: File names of package metadata and service registrations, anywhere.
+METADATA_NAMES = frozenset(
+    {
+        "entry_points.txt",
+        "top_level.txt",
+        "RECORD",
+        "METADATA",
+        "PKG-INFO",
+        "WHEEL",
+        "INSTALLER",
+        "direct_url.json",
+        "junit-platform.properties",
+    }
+)
+#: Folders whose files register plugins or services (Java's ``ServiceLoader``: JUnit listeners).
+METADATA_FOLDERS = frozenset({"META-INF", "__pycache__"})
+#: File names that configure or extend the test runner, the interpreter or the build: never
+#: part of a confirmed answer.
+INFRASTRUCTURE_NAMES = frozenset(
+    {
+        # Python: pytest's configuration and plugins, interpreter start-up hooks.
+        "conftest.py",
+        "pytest.ini",
+        ".pytest.ini",
+        "tox.ini",
+        "setup.cfg",
+        "pyproject.toml",
+        "noxfile.py",
+        "sitecustomize.py",
+        "usercustomize.py",
+        ".coveragerc",
+        # Java builds: the build decides which tests run and how failures count.
+        "pom.xml",
+        "build.gradle",
+        "build.gradle.kts",
+        "settings.gradle",
+        "settings.gradle.kts",
+        "gradle.properties",
+        "gradle-wrapper.properties",
+        "mvnw",
+        "gradlew",
+        # Builds that a test command may run.
+        "Makefile",
+        "makefile",
+        "GNUmakefile",
+    }
+)
+#: Suffixes of files that run code at interpreter start (``.pth``) or hold compiled code.
+INFRASTRUCTURE_SUFFIXES = (
+    ".pth",
+    ".pyc",
+    ".pyo",
+    ".pyd",
+    ".so",
+    ".dylib",
+    ".jar",
+    ".class",
+    ".whl",
+    ".gradle",
+    ".gradle.kts",
+)
+#: Top-level directories of tests, CI and build tooling.
+INFRASTRUCTURE_ROOTS = frozenset(
+    {"test", "tests", "testing", ".github", ".circleci", ".mvn", "gradle", ".git"}
+)
+#: Test runners and their helpers that a module at the top of the repository would shadow (the
+#: runner starts in the workdir, first on ``sys.path``), besides the standard library's modules.
+RUNNER_MODULES = frozenset(
+    {"pytest", "_pytest", "pluggy", "py", "nose", "nose2", "unittest2", "iniconfig", "packaging"}
+)
+_PY_TEST_NAME = re.compile(r"^(test_.*|.*_test)\.py$")
+_JAVA_TEST_NAME = re.compile(r"^(Test.*|.*(Test|Tests|TestCase|IT))\.java$")
+
+
+def is_test_infrastructure(path: str) -> bool:
+    """Whether ``path`` (relative to the repository) is a test or steers the test run."""
+    p = PurePosixPath(path)
+    if not p.parts:
+        return False
+    return (
+        p.name in INFRASTRUCTURE_NAMES
+        or p.name.endswith(INFRASTRUCTURE_SUFFIXES)
+        or p.parts[0] in INFRASTRUCTURE_ROOTS
+        or bool(_PY_TEST_NAME.match(p.name))
+        or bool(_JAVA_TEST_NAME.match(p.name))
+        or "src/test/" in f"{path}/"
+    )
