@@ -470,6 +470,13 @@ def test_lora_training_pushes_each_step_adapter(serve: Any, suite: Path, tmp_pat
     out = tmp_path / "out"
     # keep = maxStaleness + 1 = 1; a checkpoint every step to compare the pushed adapters with.
     config = write_run(tmp_path, Path(server.model_dir), suite, max_staleness=0, checkpoint_every=1)
+    # Sampling is seeded per rollout: seed 3's first two steps each hold a resolved and a
+    # failed rollout (rewards .5, .5), so both updates move the adapter (a step whose rollouts
+    # all score alike has no advantage, and the adapter would stay the base model; seed 2's
+    # first step is all 0).
+    manifest = yaml.safe_load(config.read_text())
+    manifest["spec"]["algorithm"]["seed"] = 3
+    config.write_text(yaml.safe_dump(manifest, sort_keys=False))
     train(config, out, server)
     log = read_request_log(tmp_path / "requests.jsonl")
 

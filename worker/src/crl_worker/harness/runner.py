@@ -27,6 +27,7 @@ JUnit) run as the task says.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
@@ -45,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 #: The reporter's source (Python 3.6 syntax, standard library only).
 PROBE_SOURCE = Path(__file__).with_name("inprocess") / "probe.pyt"
+#: The most of the reporter's report read back (bytes; a line a test, so a very large suite).
+REPORT_LIMIT = 64 << 20
 #: Log formats whose runner the harness replaces.
 HARDENED_FORMATS = frozenset({"pytest", "unittest"})
 _BOUNDARY = r"(?:^|(?<=[\s;&|(]))"
@@ -152,19 +155,32 @@ async def install(sandbox: Sandbox, protected: Iterable[str]) -> Probe:
         "harness": folder,
         "protected": sorted({f"{root}/{p}" for p in protected}),
     }
-    await sandbox.write_file(f"{folder}/{module}.py", PROBE_SOURCE.read_bytes())
-    await sandbox.write_file(f"{folder}/{module}.json", json.dumps(config).encode("utf-8"))
+    await _write(sandbox, f"{folder}/{module}.py", PROBE_SOURCE.read_bytes())
+    await _write(sandbox, f"{folder}/{module}.json", json.dumps(config).encode("utf-8"))
     return probe
 
 
+async def _write(sandbox: Sandbox, path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through the shell: the reporter's folder lies outside the
+    working tree, which a sandbox's file API (the pool gateway's) does not reach."""
+    encoded = base64.b64encode(data).decode("ascii")  # [A-Za-z0-9+/=]: safe unquoted
+    result = await sandbox.run(f"printf %s {encoded} | base64 -d > {shlex.quote(path)}", timeout=60)
+    if result.exit_code != 0:
+        raise InfrastructureError(f"could not write the reporter: {result.output[-500:]}")
+
+
 async def collect(sandbox: Sandbox, probe: Probe) -> ProbeReport:
-    """Read what the reporter wrote, then remove its folder."""
-    try:
-        data = await sandbox.read_file(probe.report)
-    except (FileNotFoundError, OSError):
-        data = b""
-    await sandbox.run(f"rm -rf {shlex.quote(probe.folder)}", timeout=60)
-    return parse_report(data.decode("utf-8", errors="replace"))
+    """Read what the reporter wrote (through the shell, as :func:`_write`), then remove its
+    folder."""
+    result = await sandbox.run(
+        f"cat {shlex.quote(probe.report)} 2>/dev/null; rm -rf {shlex.quote(probe.folder)}",
+        timeout=60,
+        max_output=REPORT_LIMIT,
+    )
+    report = parse_report(result.output)
+    if result.truncated:
+        report.evidence.append(f"the report is larger than {REPORT_LIMIT} bytes")
+    return report
 
 
 def parse_report(text: str) -> ProbeReport:
