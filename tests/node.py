@@ -56,6 +56,7 @@ from typing import IO, Any
 
 from .cluster import Cluster, ClusterError, free_port
 from .clusterdns import ClusterDNS
+from .fixtures.processes import processes_using
 from .paths import ROOT
 
 log = logging.getLogger(__name__)
@@ -182,22 +183,6 @@ def mounts_under(directory: Path) -> list[str]:
             if point == prefix or point.startswith(prefix + "/"):
                 points.append(point)
     return sorted(points, key=lambda p: (p.count("/"), len(p)), reverse=True)
-
-
-def processes_mentioning(needle: str) -> list[tuple[int, str]]:
-    """(pid, command line) of every live process whose command line contains ``needle``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in cmdline and state != "Z":
-            found.append((int(entry.name), cmdline.strip()))
-    return found
 
 
 def _cgroup_hierarchies() -> list[Path]:
@@ -395,8 +380,8 @@ class RealNode:
 
     def leftovers(self) -> Leftovers:
         """Processes, mounts and network links of this node that still exist."""
-        processes = processes_mentioning(str(self._run_dir))
-        processes += [p for p in processes_mentioning(str(self.workdir)) if p not in processes]
+        processes = processes_using(str(self._run_dir))
+        processes += [p for p in processes_using(str(self.workdir)) if p not in processes]
         processes += [(pid, _cmdline(pid)) for pid in self._cgroup_pids()
                       if pid not in {p for p, _ in processes}]  # fmt: skip
         mounts = mounts_under(self.workdir)
@@ -845,11 +830,11 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
 
     def _kill_shims(self) -> None:
         """SIGKILL shims still serving this containerd; tini (their subreaper) reaps them."""
-        for pid, _ in processes_mentioning(str(self.containerd_socket)):
+        for pid, _ in processes_using(str(self.containerd_socket)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while processes_mentioning(str(self.containerd_socket)) and time.monotonic() < deadline:
+        while processes_using(str(self.containerd_socket)) and time.monotonic() < deadline:
             time.sleep(0.1)
 
     def _make_cgroup_root(self) -> None:
