@@ -160,9 +160,11 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     differences, and one that kills it restarts it."""
     op = Operator(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
     op.proc.start()
+    Operator.running = op
     try:
         yield op
     finally:
+        Operator.running = None
         op.proc.stop()
 
 

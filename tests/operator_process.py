@@ -7,6 +7,7 @@ its health endpoint, read its Prometheus metrics, stop it politely or kill it (S
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -14,8 +15,9 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import ClassVar
 
 from .cluster import Cluster, free_port
 from .paths import ROOT
@@ -166,6 +168,10 @@ OTHER_REGISTRY = "registry.example.com/crl"
 class Operator:
     """An operator subprocess watching every namespace; restartable (a killed one is replaced)."""
 
+    #: The session's operator while it runs (set by the ``operator`` fixture), so that a test
+    #: that installs another operator can pause it (:func:`session_operator_paused`).
+    running: ClassVar[Operator | None] = None
+
     def __init__(self, cluster: Cluster, log_path: Path) -> None:
         self.cluster = cluster
         self.log_path = log_path
@@ -185,7 +191,32 @@ class Operator:
         self.proc.stop()
         self.proc = self._new().start()
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stopped for the block, started again (new ports) after it."""
+        self.proc.stop()
+        try:
+            yield
+        finally:
+            self.proc = self._new().start()
+
     def reconciles(self, kind: str, result: str | None = None) -> float:
         """crl_operator_reconciles_total for `kind` (and `result`)."""
         labels = {"kind": kind, **({"result": result} if result else {})}
         return metric_sum(self.proc.metrics(), "crl_operator_reconciles_total", **labels)
+
+
+@contextlib.contextmanager
+def session_operator_paused() -> Iterator[None]:
+    """The session's operator, if one runs, stopped for the block.
+
+    It watches every namespace: beside another operator (the chart's, installed in the cluster)
+    both reconcile the same objects, each writing its own children (its images named under
+    another registry), so a pool's gateway Deployment rolls back and forth and never serves.
+    """
+    running = Operator.running
+    if running is None:
+        yield
+        return
+    with running.paused():
+        yield

@@ -75,6 +75,7 @@ from .node import (
     image_reference,
     mounts_under,
 )
+from .operator_process import session_operator_paused
 from .paths import ROOT
 
 SUITE = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"
@@ -429,13 +430,15 @@ def operator_release(
     (images/build.sh) on the real node; uninstalled afterwards."""
     real_node.load_image(docker_engine.env(), build_image(docker_engine, docker_base, "operator"))
     namespace = cluster.namespace("crl-system")
-    try:
-        yield Release(namespace, install_operator(cluster, real_node, namespace))
-    finally:
-        uninstall_operator(cluster, namespace)
-        cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--grace-period=1",
-                        "--timeout=60s", check=False, timeout=90)  # fmt: skip
-        cluster.delete_namespace(namespace)
+    # One operator at a time: the session's would reconcile the release's objects too.
+    with session_operator_paused():
+        try:
+            yield Release(namespace, install_operator(cluster, real_node, namespace))
+        finally:
+            uninstall_operator(cluster, namespace)
+            cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--grace-period=1",
+                            "--timeout=60s", check=False, timeout=90)  # fmt: skip
+            cluster.delete_namespace(namespace)
 
 
 def test_the_operator_runs_as_the_charts_pod(
