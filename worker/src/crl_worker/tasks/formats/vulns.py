@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from crl_worker.tasks.cwe import UnknownCweError, normalise
+from crl_worker.tasks.formats.common import image_for
 from crl_worker.tasks.model import Classification, Language, Task
 from crl_worker.tasks.records import ConvertOptions, Record, RecordRef, string_list, text
 
@@ -153,17 +154,7 @@ def _classify_task(
             classification=Classification(cwe=cwe, location=location, cve=cve),
             problem_statement=_statement(code, where),
             language=_language(path),
-            image=(
-                options.image_template.format(
-                    instance_id=instance_id,
-                    repo=repo,
-                    owner=repo.split("/")[0],
-                    name=repo.split("/")[1],
-                    version="",
-                )
-                if options.image_template
-                else None
-            ),
+            image=image_for(options, None, instance_id=instance_id, repo=repo, version=None),
             metadata=metadata,
         )
     except (ValidationError, KeyError, ValueError) as exc:
