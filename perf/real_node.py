@@ -10,7 +10,7 @@ Docker engine only to make the Debian sandbox base image (bash, git, python3) an
 the node's containerd, then:
 
 - **cold pod → Ready**: ``--cold`` sandbox pods, one after another, each created through the API
-  (the gateway's own manifest, :func:`crl_worker.sandbox.kubernetes.build_pod`, hardened, on the
+  (the gateway's own manifest, :func:`crl_worker.sandbox.pods.build_pod`, hardened, on the
   node through its label and toleration) and timed until a watch sees the Ready condition.
   "Cold" here means a new pod, sandbox and container, with the image already on the node (no
   registry is reachable, so no pull is ever part of it).
@@ -120,12 +120,8 @@ sys.path.insert(0, str(ROOT))
 
 from crl_worker.api.common import SandboxSpec  # noqa: E402
 from crl_worker.sandbox.images import TaskImageBuilder  # noqa: E402
-from crl_worker.sandbox.kubernetes import (  # noqa: E402
-    KubernetesSandbox,
-    KubernetesSandboxConfig,
-    build_pod,
-    pod_ready,
-)
+from crl_worker.sandbox.kubernetes import KubernetesSandbox  # noqa: E402
+from crl_worker.sandbox.pods import KubernetesSandboxConfig, build_pod, pod_ready  # noqa: E402
 from crl_worker.tasks.loaders import load_tasks  # noqa: E402
 from crl_worker.tasks.model import Task, TestSpec  # noqa: E402
 from tests.cluster import Cluster  # noqa: E402

@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from crl_worker.sandbox.images import TaskImageBuilder
-from crl_worker.sandbox.kubernetes import pod_ready
+from crl_worker.sandbox.pods import pod_ready
 from crl_worker.tasks.loaders import load_tasks
 from crl_worker.tasks.model import Task
 

@@ -25,7 +25,8 @@ import yaml
 from crl_operator.apply import KindInfo, Kube, KubeError, load_api_client
 from crl_worker.api.common import SandboxSpec
 from crl_worker.errors import SandboxError
-from crl_worker.sandbox.kubernetes import KubeApi, KubernetesSandboxConfig, build_pod, kueue_gated
+from crl_worker.sandbox.kubeapi import KubeApi
+from crl_worker.sandbox.pods import KubernetesSandboxConfig, build_pod, kueue_gated
 from crl_worker.tasks.model import Task, TestSpec
 
 from .cluster import Cluster, ClusterError

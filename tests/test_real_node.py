@@ -32,12 +32,8 @@ import pytest
 
 from crl_worker.api.common import SandboxSpec
 from crl_worker.sandbox.images import TaskImageBuilder
-from crl_worker.sandbox.kubernetes import (
-    KubernetesSandbox,
-    KubernetesSandboxConfig,
-    build_pod,
-    pod_ready,
-)
+from crl_worker.sandbox.kubernetes import KubernetesSandbox
+from crl_worker.sandbox.pods import KubernetesSandboxConfig, build_pod, pod_ready
 from crl_worker.tasks.loaders import load_tasks
 from crl_worker.tasks.model import Task, TestSpec
 from crl_worker.train import toy

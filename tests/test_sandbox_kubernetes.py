@@ -25,12 +25,12 @@ import pytest
 from crl_worker.api.common import SandboxSpec
 from crl_worker.errors import SandboxError
 from crl_worker.pool import GatewayClient
-from crl_worker.sandbox.kubernetes import (
+from crl_worker.sandbox.kubeapi import KubeApi
+from crl_worker.sandbox.pods import (
     KUEUE_ADMISSION_GATE,
     KUEUE_PRIORITY_LABEL,
     KUEUE_QUEUE_LABEL,
     LABEL_STATE,
-    KubeApi,
     KubernetesSandboxConfig,
     build_pod,
     exit_code_of,
@@ -212,7 +212,7 @@ async def test_waiting_for_a_pod_kueue_holds_back_names_the_quota(
 
     api = KubeApi.__new__(KubeApi)  # no client: only read_pod is called
     api.read_pod = read_pod  # type: ignore[method-assign]
-    caplog.set_level("INFO", logger="crl_worker.sandbox.kubernetes")
+    caplog.set_level("INFO", logger="crl_worker.sandbox.kubeapi")
     with pytest.raises(SandboxError, match=r"still gated by Kueue.*queue team-a had no free quota"):
         await api.wait_ready("team-a", "swe-pool-sbx-1", timeout=0.3)
     assert len(reads) >= 2  # it polled, then gave up at the deadline

@@ -48,7 +48,9 @@ async def make_factory(config: GatewayConfig) -> tuple[SandboxFactory, Cleanup]:
         return local_sandbox, _nothing
 
     # Only here: the local mode never imports the Kubernetes client.
-    from crl_worker.sandbox.kubernetes import KubeApi, KubernetesBackend, KubernetesSandboxConfig
+    from crl_worker.sandbox.kubeapi import KubeApi
+    from crl_worker.sandbox.kubernetes import KubernetesBackend
+    from crl_worker.sandbox.pods import KubernetesSandboxConfig
 
     queue_name, priority_class = config.sandbox_queue()
     if queue_name:

@@ -7,8 +7,8 @@ Backends (``type`` → module, sandbox class, config class):
 
 - ``local``: :mod:`crl_worker.sandbox.local` (the default)
 - ``docker``: :mod:`crl_worker.sandbox.docker`
-- ``kubernetes``: ``crl_worker.sandbox.kubernetes`` (``KubernetesSandbox``,
-  ``KubernetesSandboxConfig``, both defined in that module)
+- ``kubernetes``: ``crl_worker.sandbox.kubernetes`` (``KubernetesSandbox``;
+  its ``KubernetesSandboxConfig`` is in ``crl_worker.sandbox.pods``)
 
 Every sandbox class is constructed as ``cls(config, task)``.
 """
@@ -53,7 +53,7 @@ BACKENDS: dict[str, Backend] = {
     "kubernetes": Backend(
         "crl_worker.sandbox.kubernetes",
         "KubernetesSandbox",
-        "crl_worker.sandbox.kubernetes",
+        "crl_worker.sandbox.pods",
         "KubernetesSandboxConfig",
     ),
 }
