@@ -18,17 +18,15 @@ from crl_operator import conditions as c
 from crl_operator.apply import contains, kind_info, to_prune
 from crl_operator.builders import RenderState, render
 from crl_operator.cache import Cache
+from crl_operator.children import deployment_state, job_state
+from crl_operator.patches import merge_diff, status_patch
 from crl_operator.settings import parse_args
 from crl_operator.status import (
     Observed,
     Problem,
     benchmark_status,
-    deployment_state,
-    job_state,
-    merge_diff,
     rolloutpool_status,
     sandbox_state,
-    status_patch,
     trainingrun_status,
 )
 from crl_operator.workqueue import WorkQueue

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from crl_operator.apply import Kube
-from crl_operator.status import Observed, status_patch, trainingrun_status
+from crl_operator.patches import status_patch
+from crl_operator.status import Observed, trainingrun_status
 from crl_worker.api import TrainingRun
 from crl_worker.api.progress import TrainingProgress
 from crl_worker.train.report import training_reporter_from_env

@@ -31,10 +31,11 @@ import kopf
 from crl_operator.apply import CHILD_KINDS, KINDS, Kube, KubeError, child_key
 from crl_operator.builders.meta import LABEL_MANAGED_BY, MANAGED_BY
 from crl_operator.cache import Cache, Key
+from crl_operator.children import deployment_state, job_state
 from crl_operator.metrics import CHILDREN
 from crl_operator.reconcile import Reconciler
 from crl_operator.settings import Settings, configure_kopf
-from crl_operator.status import POOL_LABEL, deployment_state, job_state
+from crl_operator.status import POOL_LABEL
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,15 @@ from pydantic import ValidationError
 
 from crl_operator import builders
 from crl_operator import conditions as c
+from crl_operator.admission import (
+    WL_ADMITTED,
+    WL_EVICTED,
+    WL_PODS_READY,
+    WL_QUOTA_RESERVED,
+    Admission,
+    pods_ready_condition,
+    workload_admission,
+)
 from crl_operator.apply import (
     Kube,
     KubeError,
@@ -36,6 +45,7 @@ from crl_operator.apply import (
 )
 from crl_operator.builders import BuildError, RenderState, ResolvedCheckpoint, relocate_images
 from crl_operator.cache import Cache, Key
+from crl_operator.children import component_of, deployment_state, job_state
 from crl_operator.conditions import merge_conditions
 from crl_operator.events import transition_events
 from crl_operator.metrics import (
@@ -48,24 +58,14 @@ from crl_operator.metrics import (
     record_benchmark,
     record_conditions,
 )
+from crl_operator.patches import status_patch
 from crl_operator.status import (
-    WL_ADMITTED,
-    WL_EVICTED,
-    WL_PODS_READY,
-    WL_QUOTA_RESERVED,
-    Admission,
     Observed,
     Problem,
     benchmark_status,
-    component_of,
-    deployment_state,
-    job_state,
-    pods_ready_condition,
     rolloutpool_status,
     served_by_operator,
-    status_patch,
     trainingrun_status,
-    workload_admission,
 )
 from crl_worker.api import KINDS, AnyResource, Benchmark, RolloutPool, TrainingRun
 from crl_worker.api.contract import PROGRESS_KEY, Annotation, Env

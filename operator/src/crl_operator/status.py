@@ -3,7 +3,8 @@
 The reconcile gathers the live children and the worker's progress report from its cache into
 an :class:`Observed`, and these functions turn that into the status fields the operator owns.
 Fields written by others (the pool gateway's latency figures) are not touched here:
-:func:`status_patch` only sets or removes the keys in :data:`OWNED_KEYS`. A report that is
+:func:`~crl_operator.patches.status_patch` only sets or removes the keys in
+:data:`~crl_operator.patches.OWNED_KEYS`. A report that is
 missing or malformed changes nothing it would have said: the status keeps what it recorded.
 """
 
@@ -15,63 +16,23 @@ from datetime import datetime
 from typing import Any
 
 from crl_operator import conditions as c
+from crl_operator.admission import Admission
+from crl_operator.children import JobState, Obj, component_of, deployment_state, job_state, name_of
 from crl_operator.conditions import Cond, cond, merge_conditions, timestamp
+from crl_operator.reports import (
+    benchmark_progress,
+    benchmark_results,
+    trainer_says,
+    training_progress,
+    weight_sync_condition,
+)
 from crl_worker.api import Benchmark, RolloutPool, TrainingRun
 from crl_worker.api.contract import Label, SandboxState
-
-Obj = Mapping[str, Any]
 
 #: Label the pool gateway puts on each sandbox pod: which pool it belongs to.
 POOL_LABEL = Label.POOL
 #: Label the gateway sets on each sandbox pod: a SandboxState (crl_worker.api.contract).
 SANDBOX_STATE_KEY = Label.STATE
-
-#: Status keys each kind's reconcile owns; the rest belongs to other writers.
-OWNED_KEYS: dict[str, frozenset[str]] = {
-    "TrainingRun": frozenset(
-        {
-            "observedGeneration",
-            "conditions",
-            "startTime",
-            "completionTime",
-            "step",
-            "totalSteps",
-            "policyVersion",
-            "lastCheckpoint",
-            "metrics",
-            "children",
-            "queue",
-        }
-    ),
-    "RolloutPool": frozenset(
-        {
-            "observedGeneration",
-            "conditions",
-            "replicas",
-            "desired",
-            "ready",
-            "leased",
-            "coldStarting",
-            "selector",
-            "gatewayUrl",
-        }
-    ),
-    "Benchmark": frozenset(
-        {
-            "observedGeneration",
-            "conditions",
-            "startTime",
-            "completionTime",
-            "progress",
-            "resolveRate",
-            "passAtK",
-            "comparison",
-            "resultsPath",
-            "children",
-            "queue",
-        }
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -80,151 +41,6 @@ class Problem:
 
     reason: str
     message: str
-
-
-#: Kueue's Workload condition types the operator reads.
-WL_QUOTA_RESERVED = "QuotaReserved"
-WL_ADMITTED = "Admitted"
-WL_EVICTED = "Evicted"
-WL_PODS_READY = "PodsReady"
-#: The part of Kueue's flavor-assigner message that says a pod set can never fit.
-_NEVER_FITS = "> maximum capacity"
-
-
-@dataclass(frozen=True)
-class Admission:
-    """How Kueue sees a TrainingRun or Benchmark that names a queue (docs/scheduling.md)."""
-
-    state: str
-    """`Queued`, `Admitted`, `Preempted`, `Evicted` (another eviction reason) or `Unqueued`
-    (Kueue is not installed): `status.queue.state`, a printer column."""
-    reason: str
-    """The Admitted condition's reason: Kueue's (`Pending`, `Inadmissible`, `Preempted`,
-    `PodsReadyTimeout`, ...) or the operator's (`Admitted`, `ExceedsQuota`, `KueueAbsent`,
-    `WorkloadMissing`)."""
-    message: str
-    queue: str
-    """The LocalQueue (`scheduling.queueName`)."""
-    cluster_queue: str | None = None
-    """The ClusterQueue that reserved quota, while it holds it."""
-    reserved: bool = False
-    """Kueue has reserved quota for the Workload (`status.admission` is set)."""
-
-    @property
-    def admitted(self) -> bool:
-        """The children may run: quota is reserved and the Workload was not evicted."""
-        return self.state in ("Admitted", "Unqueued")
-
-    def condition(self) -> Cond:
-        """The resource's `Admitted` condition."""
-        return cond(c.ADMITTED, self.admitted, self.reason, self.message)
-
-    def status(self) -> dict[str, Any]:
-        """`status.queue`."""
-        out = {"name": self.queue, "state": self.state, "clusterQueue": self.cluster_queue}
-        return {k: v for k, v in out.items() if v is not None}
-
-
-def workload_admission(queue: str, workload: Obj | None, *, kueue: bool) -> Admission:
-    """The admission of a resource queued in `queue`, from its Kueue Workload (or its absence).
-
-    `kueue`: whether Kueue is installed; without it the resource runs unqueued and says so.
-    """
-    if not kueue:
-        return Admission(
-            "Unqueued",
-            c.KUEUE_ABSENT,
-            f"scheduling.queueName is {queue!r} but Kueue is not installed (no"
-            " kueue.x-k8s.io/v1beta2 API): running without queueing or quota",
-            queue,
-        )
-    if workload is None:
-        return Admission("Queued", c.WORKLOAD_MISSING, "the Kueue Workload is being created", queue)
-    status = workload.get("status") or {}
-    conds = status.get("conditions")
-    admission = status.get("admission") or {}
-    cq = admission.get("clusterQueue") if admission else None
-    reserved = bool(admission)
-    evicted = c.find(conds, WL_EVICTED)
-    if evicted is not None and evicted.get("status") == "True":
-        reason = str(evicted.get("reason") or "Evicted")
-        again = (
-            "stopping its pods (the trainer checkpoints) before the quota is released"
-            if reserved
-            else "requeued; it resumes from its last checkpoint when admitted again"
-        )
-        return Admission(
-            "Preempted" if reason == "Preempted" else "Evicted",
-            reason,
-            f"{evicted.get('message') or reason}; {again}",
-            queue,
-            cq,
-            reserved,
-        )
-    if c.is_true(conds, WL_ADMITTED) and reserved:
-        return Admission(
-            "Admitted",
-            c.KUEUE_ADMITTED,
-            f"admitted by ClusterQueue {cq} (LocalQueue {queue})",
-            queue,
-            cq,
-            True,
-        )
-    pending = c.find(conds, WL_QUOTA_RESERVED)
-    if pending is None or pending.get("status") == "True":
-        # Reserved but admission checks not ready, or Kueue has not looked at it yet.
-        return Admission("Queued", c.QUEUED, f"waiting in LocalQueue {queue}", queue, cq, reserved)
-    message = str(pending.get("message") or "")
-    reason = str(pending.get("reason") or c.QUEUED)
-    if _NEVER_FITS in message:
-        reason = c.EXCEEDS_QUOTA
-        message = f"larger than the quota it can ever get, it will not be admitted: {message}"
-    return Admission("Queued", reason, f"queued in LocalQueue {queue}: {message}", queue, cq)
-
-
-_PODS_NOT_READY = "Not all pods are ready or succeeded"
-_PODS_RECOVERING = "At least one pod has failed, waiting for recovery"
-_PODS_READY = "All pods reached readiness and the workload is running"
-
-
-def _pod_set_ready(name: str, children: Iterable[Obj]) -> bool:
-    """Whether the child that runs pod set `name` has all its pods ready (or succeeded)."""
-    for child in children:
-        if component_of(child) != name:
-            continue
-        if child.get("kind") == "Deployment":
-            return deployment_state(child).ready
-        if child.get("kind") == "Job":
-            return job_state(child).phase in ("running", "succeeded")
-    return False
-
-
-def pods_ready_condition(workload: Obj, children: Iterable[Obj]) -> tuple[str, str, str]:
-    """The `PodsReady` condition (status, reason, message) an admitted Workload should carry.
-
-    What Kueue's job integrations write for the jobs they manage (Kueue computes it for no
-    other Workload), so that its `waitForPodsReady` timeout measures this run's pods: every pod
-    set's child (the vLLM Deployment, the trainer or runner Job) has all its pods ready:
-    `Started` (or `Recovered` after a recovery); otherwise `WaitForStart`, or
-    `WaitForRecovery` once they had all been ready.
-    """
-    status = workload.get("status") or {}
-    conds = status.get("conditions")
-    current = c.find(conds, WL_PODS_READY)
-    admitted = c.is_true(conds, WL_ADMITTED) and bool(status.get("admission"))
-    kids = list(children)
-    names = [str(p.get("name")) for p in (workload.get("spec") or {}).get("podSets") or ()]
-    if admitted and names and all(_pod_set_ready(n, kids) for n in names):
-        recovering = current is not None and current.get("reason") in (
-            "WaitForRecovery",
-            "Recovered",
-        )
-        return "True", "Recovered" if recovering else "Started", _PODS_READY
-    if not admitted or current is None:
-        return "False", "WaitForStart", _PODS_NOT_READY
-    if current.get("status") == "True" or current.get("reason") == "WaitForRecovery":
-        return "False", "WaitForRecovery", _PODS_RECOVERING
-    return "False", "WaitForStart", _PODS_NOT_READY
 
 
 @dataclass(frozen=True)
@@ -257,90 +73,8 @@ class Observed:
         return None
 
 
-def component_of(obj: Obj) -> str:
-    """The child's `app.kubernetes.io/component` label."""
-    return str(
-        ((obj.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component", "")
-    )
-
-
-def name_of(obj: Obj | None) -> str | None:
-    """`metadata.name`, or None for a missing object."""
-    if obj is None:
-        return None
-    return str((obj.get("metadata") or {}).get("name", "")) or None
-
-
-# --- children ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DeploymentState:
-    """Replica counts of a Deployment and whether it is fully available."""
-
-    desired: int
-    available: int
-    current: bool
-    """The Deployment controller has seen the latest spec (observedGeneration)."""
-
-    @property
-    def ready(self) -> bool:
-        """All desired replicas are available for the current spec (and at least one is wanted)."""
-        return self.current and self.desired > 0 and self.available >= self.desired
-
-
-def deployment_state(dep: Obj) -> DeploymentState:
-    """Read a Deployment's replica counts."""
-    spec = dep.get("spec") or {}
-    st = dep.get("status") or {}
-    generation = int((dep.get("metadata") or {}).get("generation") or 0)
-    desired = int(spec.get("replicas", 1) if spec.get("replicas") is not None else 1)
-    available = int(st.get("availableReplicas") or 0)
-    updated = int(st.get("updatedReplicas") or 0)
-    current = int(st.get("observedGeneration") or 0) >= generation and updated >= desired
-    return DeploymentState(desired, available, current)
-
-
-@dataclass(frozen=True)
-class JobState:
-    """Phase of a Job, from its conditions and counts."""
-
-    phase: str
-    """`suspended`, `pending`, `running`, `succeeded` or `failed`."""
-    message: str
-    completion_time: str | None = None
-    start_time: str | None = None
-
-
-def _job_condition(job: Obj, type_: str) -> Obj | None:
-    for jc in (job.get("status") or {}).get("conditions") or ():
-        if jc.get("type") == type_ and jc.get("status") == "True":
-            return dict(jc)
-    return None
-
-
-def job_state(job: Obj) -> JobState:
-    """Classify a Job: finished (Complete/Failed), suspended (e.g. by Kueue), or how far its pods are."""
-    spec = job.get("spec") or {}
-    st = job.get("status") or {}
-    done = _job_condition(job, "Complete") or _job_condition(job, "SuccessCriteriaMet")
-    if done is not None:
-        return JobState(
-            "succeeded", "the Job completed", st.get("completionTime"), st.get("startTime")
-        )
-    failed = _job_condition(job, "Failed") or _job_condition(job, "FailureTarget")
-    if failed is not None:
-        why = failed.get("message") or failed.get("reason") or "the Job failed"
-        return JobState("failed", str(why), failed.get("lastTransitionTime"), st.get("startTime"))
-    if spec.get("suspend") or _job_condition(job, "Suspended") is not None:
-        return JobState("suspended", "the Job is suspended (waiting for admission, e.g. by Kueue)")
-    want = int(spec.get("parallelism") or 1)
-    if spec.get("completions") is not None:
-        want = min(want, int(spec["completions"]))
-    ready = int(st.get("ready") or 0)
-    if want > 0 and ready >= want:
-        return JobState("running", f"{ready}/{want} pods ready", None, st.get("startTime"))
-    return JobState("pending", f"{ready}/{want} pods ready", None, st.get("startTime"))
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
 
 
 def pool_ready(pool: Obj | None) -> Cond:
@@ -396,6 +130,40 @@ def _verdict(js: JobState | None) -> tuple[Cond, Cond]:
             c.FAILED, failed, c.JOB_FAILED if failed else c.IN_PROGRESS, message if failed else ""
         ),
     )
+
+
+#: The reason a worker Job's phase gives the condition that follows it (Training, Running).
+_PHASE_REASONS = {
+    "running": c.JOB_RUNNING,
+    "succeeded": c.JOB_SUCCEEDED,
+    "failed": c.JOB_FAILED,
+    "suspended": c.JOB_SUSPENDED,
+}
+
+
+def _job_phase(
+    type_: str,
+    js: JobState | None,
+    *,
+    inference_up: bool,
+    who: str,
+    running: str | None = None,
+    finished: str | None = None,
+) -> Cond:
+    """The condition ``type_`` that follows the ``who`` Job's phase: true while its pods run
+    (``running`` replaces the Job's message then); before the Job exists, waiting for inference
+    or for the Job; ``finished`` replaces the reason of both ends when given."""
+    if js is None:
+        if inference_up:
+            return cond(type_, False, c.JOB_MISSING, f"the {who} Job is being created")
+        return cond(
+            type_, False, c.WAITING_FOR_INFERENCE, f"the {who} starts once inference is ready"
+        )
+    reason = _PHASE_REASONS.get(js.phase, c.WAITING_FOR_PODS)
+    if finished is not None and js.phase in ("succeeded", "failed"):
+        reason = finished
+    message = running if js.phase == "running" and running else js.message
+    return cond(type_, js.phase == "running", reason, message)
 
 
 def _completion_time(prev: Mapping[str, Any], js: JobState | None, now: datetime) -> str | None:
@@ -454,29 +222,15 @@ def trainingrun_conditions(run: TrainingRun, seen: Observed) -> list[Cond]:
 
     if suspended:
         training = cond(c.TRAINING, False, c.SUSPENDED_BY_USER, "spec.suspend is true")
-    elif js is None:
-        if inference.true:
-            training = cond(c.TRAINING, False, c.JOB_MISSING, "the trainer Job is being created")
-        else:
-            training = cond(
-                c.TRAINING,
-                False,
-                c.WAITING_FOR_INFERENCE,
-                "the trainer starts once inference is ready",
-            )
-    elif js.phase == "running":
-        said = trainer_says(seen.report)
-        training = cond(
-            c.TRAINING, True, c.JOB_RUNNING, f"{js.message}; {said}" if said else js.message
-        )
-    elif js.phase == "succeeded":
-        training = cond(c.TRAINING, False, c.JOB_SUCCEEDED, js.message)
-    elif js.phase == "failed":
-        training = cond(c.TRAINING, False, c.JOB_FAILED, js.message)
-    elif js.phase == "suspended":
-        training = cond(c.TRAINING, False, c.JOB_SUSPENDED, js.message)
     else:
-        training = cond(c.TRAINING, False, c.WAITING_FOR_PODS, js.message)
+        said = trainer_says(seen.report) if js is not None else ""
+        training = _job_phase(
+            c.TRAINING,
+            js,
+            inference_up=inference.true,
+            who="trainer",
+            running=f"{js.message}; {said}" if js is not None and said else None,
+        )
 
     succeeded, failed = _finished_as(js)
     out = [
@@ -506,70 +260,6 @@ def trainingrun_conditions(run: TrainingRun, seen: Observed) -> list[Cond]:
             "inference, sandboxes and trainer are up",
         )
     return [ready, *out]
-
-
-def weight_sync_condition(report: Obj | None, previous: Mapping[str, Any]) -> Cond | None:
-    """The `WeightSync` condition from the trainer's report (its watchdog's last finding); the
-    recorded one while no report says anything of it; none before the first."""
-    found = (report or {}).get("weightSync")
-    if isinstance(found, Mapping):
-        return cond(
-            c.WEIGHT_SYNC, bool(found["ok"]), str(found["reason"]), str(found.get("message", ""))
-        )
-    for entry in previous.get("conditions") or ():
-        if entry.get("type") == c.WEIGHT_SYNC:
-            return Cond.stored(entry)
-    return None
-
-
-def trainer_says(report: Obj | None) -> str:
-    """The trainer's report in a few words for the Training condition: `step 12/200,
-    checkpointing: <message>` ("" without a report)."""
-    if report is None:
-        return ""
-    out = f"step {report['step']}/{report['totalSteps']}"
-    if report.get("phase"):
-        out += f", {report['phase']}"
-    if report.get("message"):
-        out += f": {report['message']}"
-    return out
-
-
-def significant(value: float, digits: int = 6) -> float:
-    """`value` rounded to `digits` significant digits (a reward of 0.123456789 reads 0.123457,
-    a KL of 1.23456789e-05 keeps its magnitude)."""
-    return float(f"{value:.{digits}g}")
-
-
-def training_progress(report: Obj | None, previous: Mapping[str, Any]) -> dict[str, Any]:
-    """`step`, `policyVersion`, `lastCheckpoint` and `metrics` from the trainer's report.
-
-    Without a report (not written yet, malformed, or gone) what was recorded stays; a report
-    that says nothing of a checkpoint, a policy version or metrics (none yet) keeps the recorded
-    ones too, so a restarted trainer's first report does not blank them.
-    """
-    keys = ("step", "policyVersion", "lastCheckpoint", "metrics")
-    out = {k: previous[k] for k in keys if previous.get(k) is not None}
-    if report is None:
-        return out
-    out["step"] = int(report["step"])
-    if report.get("policyVersion") is not None:
-        out["policyVersion"] = int(report["policyVersion"])
-    checkpoint = report.get("lastCheckpoint")
-    if checkpoint:
-        ref: dict[str, Any] = {"step": int(checkpoint["step"]), "path": str(checkpoint["path"])}
-        if checkpoint.get("time"):
-            when = datetime.fromisoformat(str(checkpoint["time"]).replace("Z", "+00:00"))
-            ref["time"] = timestamp(when)
-        out["lastCheckpoint"] = ref
-    metrics = report.get("metrics")
-    if metrics:
-        out["metrics"] = {
-            k: significant(v) if isinstance(v, float) else v
-            for k, v in metrics.items()
-            if v is not None
-        }
-    return out
 
 
 def _total_steps(run: TrainingRun, report: Obj | None, prev: Mapping[str, Any]) -> int:
@@ -739,23 +429,9 @@ def benchmark_conditions(bench: Benchmark, seen: Observed, finished_cleanup: boo
     else:
         inference = _inference(seen.of_kind("Deployment"), served=served, suspended=False)
     sandboxes = pool_ready(seen.pool)
-    if js is None:
-        running = cond(
-            c.RUNNING,
-            False,
-            c.WAITING_FOR_INFERENCE if not inference.true else c.JOB_MISSING,
-            "the runner starts once inference is ready"
-            if not inference.true
-            else "the runner Job is being created",
-        )
-    elif js.phase == "running":
-        running = cond(c.RUNNING, True, c.JOB_RUNNING, js.message)
-    elif js.phase in ("succeeded", "failed"):
-        running = cond(c.RUNNING, False, c.FINISHED, js.message)
-    elif js.phase == "suspended":
-        running = cond(c.RUNNING, False, c.JOB_SUSPENDED, js.message)
-    else:
-        running = cond(c.RUNNING, False, c.WAITING_FOR_PODS, js.message)
+    running = _job_phase(
+        c.RUNNING, js, inference_up=inference.true, who="runner", finished=c.FINISHED
+    )
     succeeded, failed = _finished_as(js)
     out = [
         inference,
@@ -814,7 +490,7 @@ def benchmark_status(
         )
         else None
     )
-    progress = _progress(seen.report, prev.get("progress"), total)
+    progress = benchmark_progress(seen.report, prev.get("progress"), total)
     out: dict[str, Any] = {
         "observedGeneration": generation,
         "conditions": merge_conditions(
@@ -839,102 +515,8 @@ def benchmark_status(
     }
     if bench.spec.pool_ref is not None and seen.pool is not None:
         out["children"]["rolloutPool"] = name_of(seen.pool)
-    out.update(_results(seen.report, progress, prev))
+    out.update(benchmark_results(seen.report, progress, prev))
     if seen.admission is not None:
         out["queue"] = seen.admission.status()
     out["completionTime"] = _completion_time(prev, js, now)
     return _drop_none(out)
-
-
-def _results(report: Obj | None, progress: Obj | None, prev: Obj) -> dict[str, Any]:
-    """`resolveRate`, `passAtK` and `comparison`: the runner's report says them exactly; without
-    one (not written yet, malformed, or gone) what was recorded stays."""
-    if report is None:
-        return {k: prev[k] for k in ("resolveRate", "passAtK", "comparison") if k in prev}
-    out: dict[str, Any] = {}
-    rate = report.get("resolveRate")
-    if rate is None and progress is not None:
-        # Resolved over finished attempts; an infrastructure failure is not a wrong answer.
-        finished = progress["done"] - progress["errored"]
-        if finished > 0:
-            rate = progress["resolved"] / finished
-    if rate is not None:
-        out["resolveRate"] = round(float(rate), 6)
-    if report.get("passAtK"):
-        out["passAtK"] = [
-            {"k": int(p["k"]), "value": round(float(p["value"]), 6)}
-            for p in sorted(report["passAtK"], key=lambda p: int(p["k"]))
-        ]
-    if report.get("comparison"):
-        out["comparison"] = dict(report["comparison"])
-    return out
-
-
-def _progress(report: Obj | None, previous: Obj | None, total: int | None) -> dict[str, Any] | None:
-    """Progress from the runner's report, else what was recorded, else the known total."""
-    if report is not None:
-        done = int(report.get("done", 0))
-        tot = int(report.get("total", total or 0))
-        return {
-            "total": tot,
-            "done": done,
-            "resolved": int(report.get("resolved", 0)),
-            "errored": int(report.get("errored", 0)),
-            "summary": f"{done}/{tot}",
-        }
-    if previous is not None:
-        return dict(previous)
-    if total is not None:
-        return {"total": total, "done": 0, "resolved": 0, "errored": 0, "summary": f"0/{total}"}
-    return None
-
-
-# --- patches ------------------------------------------------------------------------------
-
-
-def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if v is not None}
-
-
-def status_patch(
-    kind: str, current: Mapping[str, Any] | None, computed: Mapping[str, Any]
-) -> dict[str, Any]:
-    """A JSON merge patch (RFC 7386) taking `current` status to `computed` on the owned keys.
-
-    Owned keys that `computed` no longer has are removed (set to null); keys owned by other
-    writers are left alone. An empty patch means nothing changed: no request is needed.
-    """
-    cur = dict(current or {})
-    patch: dict[str, Any] = {}
-    for key in OWNED_KEYS[kind]:
-        if key in computed:
-            diff = merge_diff(cur.get(key), computed[key])
-            if diff is not _SAME:
-                patch[key] = diff
-        elif cur.get(key) is not None:
-            patch[key] = None
-    return patch
-
-
-class _Same:
-    """Marker: no difference."""
-
-
-_SAME: Any = _Same()
-
-
-def merge_diff(old: Any, new: Any) -> Any:
-    """The merge-patch value that turns `old` into `new`, or the marker `_SAME`."""
-    if isinstance(old, Mapping) and isinstance(new, Mapping):
-        out: dict[str, Any] = {}
-        for k, v in new.items():
-            d = merge_diff(old.get(k), v)
-            if d is not _SAME:
-                out[k] = d
-        for k in old:
-            if k not in new and old[k] is not None:
-                out[k] = None
-        return out if out else _SAME
-    if old == new:
-        return _SAME
-    return new

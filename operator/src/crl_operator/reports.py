@@ -1,0 +1,138 @@
+"""Status fields read off the workers' progress reports (pure): a TrainingRun's step, policy
+version, checkpoint, metrics and weight-sync finding from its trainer's report, a Benchmark's
+progress and results from its runner's. A report that is missing or malformed changes nothing:
+what was recorded stays."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from crl_operator import conditions as c
+from crl_operator.children import Obj
+from crl_operator.conditions import Cond, cond, timestamp
+
+# --- TrainingRun ----------------------------------------------------------------------------
+
+
+def weight_sync_condition(report: Obj | None, previous: Mapping[str, Any]) -> Cond | None:
+    """The `WeightSync` condition from the trainer's report (its watchdog's last finding); the
+    recorded one while no report says anything of it; none before the first."""
+    found = (report or {}).get("weightSync")
+    if isinstance(found, Mapping):
+        return cond(
+            c.WEIGHT_SYNC, bool(found["ok"]), str(found["reason"]), str(found.get("message", ""))
+        )
+    for entry in previous.get("conditions") or ():
+        if entry.get("type") == c.WEIGHT_SYNC:
+            return Cond.stored(entry)
+    return None
+
+
+def trainer_says(report: Obj | None) -> str:
+    """The trainer's report in a few words for the Training condition: `step 12/200,
+    checkpointing: <message>` ("" without a report)."""
+    if report is None:
+        return ""
+    out = f"step {report['step']}/{report['totalSteps']}"
+    if report.get("phase"):
+        out += f", {report['phase']}"
+    if report.get("message"):
+        out += f": {report['message']}"
+    return out
+
+
+def significant(value: float, digits: int = 6) -> float:
+    """`value` rounded to `digits` significant digits (a reward of 0.123456789 reads 0.123457,
+    a KL of 1.23456789e-05 keeps its magnitude)."""
+    return float(f"{value:.{digits}g}")
+
+
+def training_progress(report: Obj | None, previous: Mapping[str, Any]) -> dict[str, Any]:
+    """`step`, `policyVersion`, `lastCheckpoint` and `metrics` from the trainer's report.
+
+    Without a report (not written yet, malformed, or gone) what was recorded stays; a report
+    that says nothing of a checkpoint, a policy version or metrics (none yet) keeps the recorded
+    ones too, so a restarted trainer's first report does not blank them.
+    """
+    keys = ("step", "policyVersion", "lastCheckpoint", "metrics")
+    out = {k: previous[k] for k in keys if previous.get(k) is not None}
+    if report is None:
+        return out
+    out["step"] = int(report["step"])
+    if report.get("policyVersion") is not None:
+        out["policyVersion"] = int(report["policyVersion"])
+    checkpoint = report.get("lastCheckpoint")
+    if checkpoint:
+        ref: dict[str, Any] = {"step": int(checkpoint["step"]), "path": str(checkpoint["path"])}
+        if checkpoint.get("time"):
+            when = datetime.fromisoformat(str(checkpoint["time"]).replace("Z", "+00:00"))
+            ref["time"] = timestamp(when)
+        out["lastCheckpoint"] = ref
+    metrics = report.get("metrics")
+    if metrics:
+        out["metrics"] = {
+            k: significant(v) if isinstance(v, float) else v
+            for k, v in metrics.items()
+            if v is not None
+        }
+    return out
+
+
+# --- Benchmark ------------------------------------------------------------------------------
+
+
+def benchmark_results(report: Obj | None, progress: Obj | None, prev: Obj) -> dict[str, Any]:
+    """`resolveRate`, `passAtK` and `comparison`: the runner's report says them exactly; without
+    one (not written yet, malformed, or gone) what was recorded stays."""
+    if report is None:
+        return {k: prev[k] for k in ("resolveRate", "passAtK", "comparison") if k in prev}
+    out: dict[str, Any] = {}
+    rate = report.get("resolveRate")
+    if rate is None and progress is not None:
+        # Resolved over finished attempts; an infrastructure failure is not a wrong answer.
+        finished = progress["done"] - progress["errored"]
+        if finished > 0:
+            rate = progress["resolved"] / finished
+    if rate is not None:
+        out["resolveRate"] = round(float(rate), 6)
+    if report.get("passAtK"):
+        out["passAtK"] = [
+            {"k": int(p["k"]), "value": round(float(p["value"]), 6)}
+            for p in sorted(report["passAtK"], key=lambda p: int(p["k"]))
+        ]
+    if report.get("comparison"):
+        out["comparison"] = dict(report["comparison"])
+    return out
+
+
+def benchmark_progress(
+    report: Obj | None, previous: Obj | None, total: int | None
+) -> dict[str, Any] | None:
+    """Progress from the runner's report, else what was recorded, else the known total."""
+    if report is not None:
+        done = int(report.get("done", 0))
+        tot = int(report.get("total", total or 0))
+        return {
+            "total": tot,
+            "done": done,
+            "resolved": int(report.get("resolved", 0)),
+            "errored": int(report.get("errored", 0)),
+            "summary": f"{done}/{tot}",
+        }
+    if previous is not None:
+        return dict(previous)
+    if total is not None:
+        return {"total": total, "done": 0, "resolved": 0, "errored": 0, "summary": f"0/{total}"}
+    return None
+
+
+__all__ = [
+    "benchmark_progress",
+    "benchmark_results",
+    "significant",
+    "trainer_says",
+    "training_progress",
+    "weight_sync_condition",
+]
