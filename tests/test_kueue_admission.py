@@ -17,7 +17,8 @@ from crl_operator.apply import Kube, fingerprint
 from crl_operator.builders import RenderState, render, resolve_checkpoint
 from crl_operator.builders.meta import KUEUE_QUEUE_LABEL
 from crl_operator.cache import Cache
-from crl_operator.reconcile import Reconciler, with_fingerprint
+from crl_operator.reconcile import Reconciler
+from crl_operator.writes import with_fingerprint
 from crl_worker.api import Benchmark, TrainingRun
 from crl_worker.api.validation import load_resources
 

@@ -12,7 +12,8 @@ import yaml
 from crl_operator.apply import Kube, load_api_client
 from crl_operator.builders import RenderState, render
 from crl_operator.cache import Cache
-from crl_operator.reconcile import WORKLOAD_KINDS, Reconciler
+from crl_operator.reconcile import Reconciler
+from crl_operator.writes import WORKLOAD_KINDS
 from crl_worker.api import TrainingRun
 
 from .cluster import Cluster

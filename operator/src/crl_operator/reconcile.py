@@ -11,11 +11,9 @@ nothing, which is what keeps the timer and the child events cheap.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -25,22 +23,13 @@ from pydantic import ValidationError
 from crl_operator import builders
 from crl_operator import conditions as c
 from crl_operator.admission import (
-    WL_ADMITTED,
-    WL_EVICTED,
-    WL_PODS_READY,
-    WL_QUOTA_RESERVED,
     Admission,
-    pods_ready_condition,
-    workload_admission,
 )
 from crl_operator.apply import (
     Kube,
     KubeError,
     child_key,
-    contains,
     controller_uid,
-    fingerprint,
-    kind_info,
     to_prune,
 )
 from crl_operator.builders import BuildError, RenderState, ResolvedCheckpoint, relocate_images
@@ -48,8 +37,8 @@ from crl_operator.cache import Cache, Key
 from crl_operator.children import component_of, deployment_state, job_state
 from crl_operator.conditions import merge_conditions
 from crl_operator.events import transition_events
+from crl_operator.kueue import KueueWorkloads
 from crl_operator.metrics import (
-    APPLIES_SKIPPED,
     ERRORS,
     LATENCY,
     RECONCILES,
@@ -67,26 +56,15 @@ from crl_operator.status import (
     served_by_operator,
     trainingrun_status,
 )
+from crl_operator.writes import ChildWrites
 from crl_worker.api import KINDS, AnyResource, Benchmark, RolloutPool, TrainingRun
-from crl_worker.api.contract import PROGRESS_KEY, Annotation, Env
+from crl_worker.api.contract import PROGRESS_KEY, Env
 from crl_worker.api.progress import ProgressReport, TrainingProgress, WireReport
 
 log = logging.getLogger(__name__)
 
-#: Annotation on every child: the fingerprint of the manifest last applied. A render that
-#: drops a field changes it, which a comparison of fields alone would miss.
-APPLIED_ANNOTATION = Annotation.APPLIED
-
 #: Ready's reason while a Benchmark waits for the TrainingRun checkpoint it serves.
 CHECKPOINT_UNAVAILABLE = "CheckpointUnavailable"
-
-#: Children that run pods (or make them, as a RolloutPool does): applied in the second wave,
-#: after the ConfigMaps, RBAC and Services they refer to.
-WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "Job", "Pod", "RolloutPool"})
-
-#: Kueue's API: its presence says whether Kueue is installed (checked at most this often).
-KUEUE_API = "/apis/kueue.x-k8s.io/v1beta2"
-KUEUE_CHECK_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -130,35 +108,24 @@ class Reconciler:
         self.cache = cache
         self.image_registry = image_registry
         self.now = now or (lambda: datetime.now(UTC))
-        # (kind, ns, name) -> (fingerprint of the manifest we applied, resourceVersion returned)
-        self._applied: dict[Key, tuple[str, str]] = {}
         # resourceVersion our last status patch produced, per resource: its watch echo is ours.
         self.status_versions: dict[Key, str] = {}
         # resourceVersion of the progress ConfigMap whose malformed report was logged, per
         # Benchmark or TrainingRun: a bad report is logged once, not at every resync.
         self._bad_reports: dict[Key, str] = {}
-        # RolloutPools (key -> uid) whose token Secret is known to exist: created at most once
-        # per pool and operator process, never re-created with a new value.
-        self._tokens: dict[Key, str] = {}
         # Condition types exported per resource (crl_operator_resource_condition), to drop them.
         self._condition_types: dict[Key, set[str]] = {}
-        # Whether Kueue's API is served, and when that was last checked (monotonic seconds).
-        self._kueue: tuple[bool, float] | None = None
-        # WorkloadPriorityClass name -> (value or None when missing, when it was read).
-        self._priorities: dict[str, tuple[int | None, float]] = {}
+        self.kueue = KueueWorkloads(kube, cache, self.now)
+        self.writes = ChildWrites(kube, cache, apply_threads)
         self._lock = threading.Lock()
-        self._apply_pool = (
-            ThreadPoolExecutor(apply_threads, thread_name_prefix="apply") if apply_threads else None
-        )
 
     def forget(self, key: Key) -> None:
         """Drop what was remembered about an object that was deleted (keeps memory bounded)."""
         with self._lock:
-            self._applied.pop(key, None)
             self.status_versions.pop(key, None)
             self._bad_reports.pop(key, None)
-            self._tokens.pop(key, None)
             types = self._condition_types.pop(key, set())
+        self.writes.forget(key)
         for type_ in types:
             forget_condition(*key, type_)
         if key[0] == "Benchmark":
@@ -196,7 +163,7 @@ class Reconciler:
 
         uid = str(body["metadata"]["uid"])
         report = self._report(resource, uid)
-        admission = self._admission(resource, uid)
+        admission = self.kueue.admission(resource, uid)
         # `problem`: a Benchmark whose checkpoint cannot be resolved yet (it still renders).
         state, problem = self._render_state(resource, body, previous, report, admission)
         try:
@@ -207,7 +174,7 @@ class Reconciler:
         if isinstance(resource, RolloutPool):
             try:
                 # Before the gateway Deployment: its pods read the token from the Secret.
-                self._ensure_token(key, resource, ns, uid)
+                self.writes.ensure_token(key, resource, ns, uid)
             except KubeError as err:
                 if err.namespace_terminating:
                     return Outcome("gone")
@@ -217,7 +184,7 @@ class Reconciler:
                 )
                 problem = problem or Problem(c.APPLY_FAILED, f"token Secret: {err.message}")
 
-        for obj, failure in self._ensure_all(desired):
+        for obj, failure in self.writes.ensure_all(desired):
             if failure.namespace_terminating:
                 # The namespace is going away with the resource in it: nothing to repair.
                 return Outcome("gone")
@@ -234,7 +201,7 @@ class Reconciler:
             if failure.invalid and obj["kind"] == "Job":
                 # A Job's pod template is immutable: replace the Job (the trainer resumes
                 # from its last checkpoint); the next reconcile creates the new one.
-                self._replace_job(obj)
+                self.writes.replace_job(obj)
             problem = problem or Problem(
                 c.APPLY_FAILED, f"{obj['kind']} {obj['metadata']['name']}: {failure.message}"
             )
@@ -260,14 +227,14 @@ class Reconciler:
         ):
             # Evicted (preempted, or its pods were not ready in time): the render stopped the
             # children; once they are gone, hand the quota back as Kueue's job integrations do.
-            problem = problem or self._release_quota(resource, uid)
+            problem = problem or self.kueue.release_quota(resource, uid)
         elif (
             admission is not None
             and admission.state == "Admitted"
             and not isinstance(resource, RolloutPool)
         ):
             # Kueue's waitForPodsReady reads PodsReady, which only a job integration writes.
-            problem = problem or self._report_pods_ready(resource, uid)
+            problem = problem or self.kueue.report_pods_ready(resource, uid)
         seen = self._observed(resource, uid, problem, report, admission)
         now = self.now()
         if isinstance(resource, TrainingRun):
@@ -317,199 +284,6 @@ class Reconciler:
             problem=problem,
             admission=admission,
         )
-
-    # --- Kueue --------------------------------------------------------------------------------
-
-    def kueue_installed(self) -> bool:
-        """Whether the API server serves Kueue's API (rechecked every 30 s).
-
-        Without Kueue, a resource that names a queue runs unqueued and says so in its
-        `Admitted` condition. An error other than 404 keeps the last answer.
-        """
-        now = time.monotonic()
-        with self._lock:
-            known = self._kueue
-        if known is not None and now - known[1] < KUEUE_CHECK_SECONDS:
-            return known[0]
-        try:
-            self.kube.request("GET", "APIResourceList", KUEUE_API)
-            present = True
-        except KubeError as err:
-            if not err.not_found and known is not None:
-                return known[0]
-            present = False
-        except Exception:  # no answer at all: assume the last state (or absent)
-            return known[0] if known is not None else False
-        with self._lock:
-            if known is None or known[0] != present:
-                log.info("Kueue is %s", "installed" if present else "not installed")
-            self._kueue = (present, now)
-        return present
-
-    def workload_priority(self, name: str) -> int | None:
-        """The value of WorkloadPriorityClass `name` (None when it does not exist); read at
-        most every 30 s per class (the value is copied into the Workload when created)."""
-        now = time.monotonic()
-        with self._lock:
-            known = self._priorities.get(name)
-        if known is not None and now - known[1] < KUEUE_CHECK_SECONDS:
-            return known[0]
-        try:
-            body = self.kube.request(
-                "GET", "WorkloadPriorityClass", f"{KUEUE_API}/workloadpriorityclasses/{name}"
-            )
-            value: int | None = int(body.get("value") or 0)
-        except KubeError as err:
-            if not err.not_found:
-                raise
-            value = None
-        with self._lock:
-            self._priorities[name] = (value, now)
-        return value
-
-    def _admission(self, resource: AnyResource, uid: str) -> Admission | None:
-        """Kueue's admission of a TrainingRun or Benchmark that names a queue, else None."""
-        if isinstance(resource, RolloutPool):
-            return None
-        queue = resource.spec.scheduling.queue_name
-        if not queue:
-            return None
-        if not self.kueue_installed():
-            return workload_admission(queue, None, kueue=False)
-        ns = resource.metadata.namespace or "default"
-        live = self.cache.get("Workload", ns, builders.workload_name(resource))
-        if live is not None and controller_uid(live) != uid:
-            live = None
-        return workload_admission(queue, live, kueue=True)
-
-    def _stopped(self, uid: str) -> bool:
-        """No pod-running child of the resource is left (after an eviction, the render drops
-        the trainer or runner Job, the vLLM Deployment and the inline pool)."""
-        return not any(
-            child.get("kind") in ("Job", "Deployment", "RolloutPool")
-            for child in self.cache.owned(uid)
-        )
-
-    def _release_quota(self, resource: TrainingRun | Benchmark, uid: str) -> Problem | None:
-        """Clear the evicted Workload's quota reservation once its children stopped.
-
-        What Kueue's job integrations do for the Jobs they manage: `Requeued` (True after a
-        preemption, so Kueue queues it again at once), `QuotaReserved=False` (`Pending`),
-        `Admitted=False` and no `status.admission`. The patch carries the Workload's
-        resourceVersion: a concurrent change by Kueue makes it fail, and the next reconcile
-        (which that change triggers) tries again.
-        """
-        if not self._stopped(uid):
-            return None
-        ns = resource.metadata.namespace or "default"
-        name = builders.workload_name(resource)
-        live = self.cache.get("Workload", ns, name)
-        if live is None:
-            return None
-        conds = list((live.get("status") or {}).get("conditions") or ())
-        evicted = c.find(conds, WL_EVICTED) or {}
-        reason = str(evicted.get("reason") or "Evicted")
-        message = str(evicted.get("message") or reason)
-        generation = live["metadata"].get("generation")
-        stamp = c.timestamp(self.now())
-
-        def entry(type_: str, status: str, why: str, text: str) -> dict[str, Any]:
-            old = c.find(conds, type_)
-            changed = old is None or old.get("status") != status
-            return {
-                "type": type_,
-                "status": status,
-                "reason": why,
-                "message": text[:32768],
-                "observedGeneration": generation,
-                "lastTransitionTime": stamp
-                if old is None or changed
-                else old.get("lastTransitionTime"),
-            }
-
-        requeued = reason in ("Preempted", "NodeFailures")
-        replaced = {"Requeued", WL_QUOTA_RESERVED, WL_ADMITTED, WL_PODS_READY}
-        new = [x for x in conds if x.get("type") not in replaced] + [
-            entry("Requeued", "True" if requeued else "False", reason, message),
-            entry(WL_QUOTA_RESERVED, "False", "Pending", message),
-            entry(WL_ADMITTED, "False", "NoReservation", "The workload has no reservation"),
-            # The next admission's pods start from scratch (and Kueue's timeout with them).
-            entry(WL_PODS_READY, "False", "WaitForStart", "Not all pods are ready or succeeded"),
-        ]
-        problem, patched = self._patch_workload_status(
-            ns, name, live, {"admission": None, "conditions": new}, "releasing its quota"
-        )
-        if patched:
-            log.info(
-                "released the quota of Workload %s/%s after its eviction (%s)", ns, name, reason
-            )
-        return problem
-
-    def _patch_workload_status(
-        self, ns: str, name: str, live: dict[str, Any], status: dict[str, Any], doing: str
-    ) -> tuple[Problem | None, bool]:
-        """Merge-patch a Workload's status with its resourceVersion as a precondition.
-
-        Returns (problem, patched): a Workload gone or changed meanwhile is neither (the
-        change's event reconciles again); another failure is an `ApplyFailed` problem that
-        names ``doing``. The patched object goes into the cache.
-        """
-        body = {
-            "metadata": {"resourceVersion": live["metadata"]["resourceVersion"]},
-            "status": status,
-        }
-        try:
-            result = self.kube.request(
-                "PATCH",
-                "Workload/status",
-                kind_info("Workload").path(ns, name) + "/status",
-                body=body,
-                content_type="application/merge-patch+json",
-            )
-        except KubeError as err:
-            if err.status in (404, 409):
-                return None, False
-            return Problem(c.APPLY_FAILED, f"Workload {name}: {doing}: {err.message}"), False
-        result.setdefault("kind", "Workload")
-        result.setdefault("apiVersion", kind_info("Workload").api_version)
-        self.cache.upsert(result)
-        return None, True
-
-    def _report_pods_ready(self, resource: TrainingRun | Benchmark, uid: str) -> Problem | None:
-        """Write the admitted Workload's `PodsReady` condition when it changes.
-
-        Kueue computes it only for the jobs of its own integrations; without it, its
-        `waitForPodsReady` timeout would evict every admitted run, pods up or not. A merge patch
-        of the conditions with the Workload's resourceVersion as a precondition, as
-        :meth:`_release_quota`: a concurrent change by Kueue wins and triggers a new reconcile.
-        """
-        ns = resource.metadata.namespace or "default"
-        name = builders.workload_name(resource)
-        live = self.cache.get("Workload", ns, name)
-        if live is None:
-            return None
-        status, reason, message = pods_ready_condition(live, self.cache.owned(uid))
-        conds = list((live.get("status") or {}).get("conditions") or ())
-        old = c.find(conds, WL_PODS_READY)
-        if old is not None and (old.get("status"), old.get("reason")) == (status, reason):
-            return None
-        entry = {
-            "type": WL_PODS_READY,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "observedGeneration": live["metadata"].get("generation"),
-            "lastTransitionTime": c.timestamp(self.now())
-            if old is None or old.get("status") != status
-            else old.get("lastTransitionTime"),
-        }
-        conditions = [x for x in conds if x.get("type") != WL_PODS_READY] + [entry]
-        problem, patched = self._patch_workload_status(
-            ns, name, live, {"conditions": conditions}, "reporting PodsReady"
-        )
-        if patched:
-            log.info("Workload %s/%s: PodsReady %s (%s)", ns, name, status, reason)
-        return problem
 
     def _report(self, resource: AnyResource, uid: str) -> dict[str, Any] | None:
         """The worker's progress report from its ConfigMap (watched like every child): the
@@ -600,7 +374,7 @@ class Reconciler:
         priority = None
         klass = None if isinstance(resource, RolloutPool) else resource.spec.scheduling
         if queued and klass is not None and klass.workload_priority_class_name:
-            priority = self.workload_priority(klass.workload_priority_class_name)
+            priority = self.kueue.workload_priority(klass.workload_priority_class_name)
             if priority is None:
                 problem = Problem(
                     c.APPLY_FAILED,
@@ -718,106 +492,6 @@ class Reconciler:
                 return remaining + 1.0
         return None
 
-    # --- writing ----------------------------------------------------------------------------
-
-    def _ensure_all(
-        self, desired: Sequence[Mapping[str, Any]]
-    ) -> list[tuple[Mapping[str, Any], KubeError]]:
-        """Apply `desired` in two waves; returns the failures in `desired`'s order.
-
-        First what the workloads refer to (ConfigMaps, RBAC, Services, Secrets), then the
-        workloads, so a pod never starts before its ServiceAccount or ConfigMap exists. The
-        children of one wave are independent and go to the API server at once: a reconcile
-        costs two round trips instead of one per child, which is what bounds the operator at
-        a thousand TrainingRuns (perf/operator_scale.py). A namespace that is terminating
-        stops before the second wave.
-        """
-        failed: list[tuple[Mapping[str, Any], KubeError]] = []
-        waves = (
-            [o for o in desired if o["kind"] not in WORKLOAD_KINDS],
-            [o for o in desired if o["kind"] in WORKLOAD_KINDS],
-        )
-        for wave in waves:
-            if self._apply_pool is None or len(wave) < 2:
-                errors = [self._try_ensure(o) for o in wave]
-            else:
-                errors = list(self._apply_pool.map(self._try_ensure, wave))
-            failed.extend((o, e) for o, e in zip(wave, errors, strict=True) if e is not None)
-            if any(e.namespace_terminating for _, e in failed):
-                break
-        return failed
-
-    def _try_ensure(self, obj: Mapping[str, Any]) -> KubeError | None:
-        try:
-            self._ensure(obj)
-        except KubeError as err:
-            return err
-        return None
-
-    def _ensure(self, obj: Mapping[str, Any]) -> None:
-        """Apply `obj` unless the live child is already what it would become.
-
-        Skipped when the live child carries the fingerprint of this exact manifest (so no field
-        was dropped from what we apply) and still holds every field we set (nobody edited one),
-        or when nothing changed since our own last apply of it (covers values the server
-        normalizes, such as quantities).
-        """
-        key = child_key(obj)
-        live = self.cache.get(*key)
-        fp = fingerprint(obj)
-        desired = with_fingerprint(obj, fp)
-        if live is not None:
-            theirs, mine = controller_uid(live), controller_uid(obj)
-            if theirs and mine and theirs != mine:
-                # Most often what a deleted resource of the same name left for the garbage
-                # collector. Applying would adopt it (our field manager owns the old owner
-                # reference, so the apply swaps it) with its state: a finished Job, the old
-                # runner's progress report. Wait for the collector instead.
-                raise KubeError(
-                    409,
-                    "Conflict",
-                    f"{key[0]} {key[2]} already exists, controlled by another owner (uid"
-                    f" {theirs}): left by a deleted resource of the same name, it goes with the"
-                    " garbage collector; otherwise delete or rename it",
-                )
-            rv = str(live["metadata"].get("resourceVersion"))
-            stamped = (live["metadata"].get("annotations") or {}).get(APPLIED_ANNOTATION) == fp[:16]
-            if self._applied.get(key) == (fp, rv) or (stamped and contains(live, desired)):
-                APPLIES_SKIPPED.labels(kind=key[0]).inc()
-                return
-        result = self.kube.apply(desired)
-        result.setdefault("kind", obj["kind"])
-        result.setdefault("apiVersion", obj["apiVersion"])
-        self.cache.upsert(result)
-        with self._lock:
-            self._applied[key] = (fp, str(result["metadata"].get("resourceVersion")))
-
-    def _ensure_token(self, key: Key, pool: RolloutPool, namespace: str, uid: str) -> None:
-        """Create the pool's token Secret unless it exists: a create that the API server
-        refuses with 409 when it does (the operator never reads Secrets). Never applied: a
-        server-side apply of a freshly drawn value would rotate the token at every reconcile
-        and cut off every client holding the old one."""
-        if self._tokens.get(key) == uid:
-            return
-        secret = builders.token_secret(pool, namespace, secrets.token_urlsafe(32))
-        try:
-            self.kube.request("POST", "Secret", kind_info("Secret").path(namespace), body=secret)
-            log.info("created the token Secret %s/%s", namespace, secret["metadata"]["name"])
-        except KubeError as err:
-            if err.status != 409:
-                raise
-        with self._lock:
-            self._tokens[key] = uid
-
-    def _replace_job(self, obj: Mapping[str, Any]) -> None:
-        kind, ns, name = child_key(obj)
-        live = self.cache.get(kind, ns, name)
-        uid = live["metadata"].get("uid") if live else None
-        try:
-            self.kube.delete(kind, ns, name, uid=uid, propagation="Background")
-        except KubeError as err:
-            log.warning("could not replace Job %s/%s: %s", ns, name, err)
-
     def _patch_status(
         self,
         key: Key,
@@ -899,10 +573,3 @@ class Reconciler:
         }
         self._patch_status(key, body, previous, computed)
         return Outcome("invalid", None)
-
-
-def with_fingerprint(obj: Mapping[str, Any], fp: str) -> dict[str, Any]:
-    """`obj` with its fingerprint annotation added (a shallow copy; `obj` is not changed)."""
-    meta = dict(obj["metadata"])
-    meta["annotations"] = {**(meta.get("annotations") or {}), APPLIED_ANNOTATION: fp[:16]}
-    return {**obj, "metadata": meta}
