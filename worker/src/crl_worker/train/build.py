@@ -282,7 +282,7 @@ class _WeightsPushedElsewhere:
     """Stands in for TRL's vLLM backend: our job pushes the weights before each batch."""
 
     def sync_weights(self) -> None:
-        """Nothing to do here (see :meth:`TrainingJob._ensure_server_weights`)."""
+        """Nothing to do here (see :meth:`crl_worker.train.pushes.WeightPushes.ensure_current`)."""
 
 
 def correct_for_sampling(trainer: Any) -> None:

@@ -29,46 +29,37 @@ rank agrees on stopping through an all-reduce, so the collective save never dead
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import json
 import logging
 import os
-import queue
-import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from crl_worker.api.contract import Env
 from crl_worker.tasks.model import Task
+from crl_worker.train.batches import BATCH_ATTEMPTS, Batches, Preempted
 from crl_worker.train.errors import TrainConfigError
 from crl_worker.train.events import (
-    PROGRESS_INTERVAL,
-    PROGRESS_INTERVAL_ENV,
     RESUME_EVENT,
-    ROLLOUTS_EVENT,
     STEP_EVENT,
 )
 from crl_worker.train.monitor import Monitor, RolloutStats, merge_stats, read_status
 from crl_worker.train.overlap import Producer, install_plan
-from crl_worker.train.rollouts import Rollout, RolloutRunner
-from crl_worker.train.samples import trajectory_sample
+from crl_worker.train.pushes import WeightPushes
+from crl_worker.train.rollouts import RolloutRunner
 from crl_worker.train.settings import TrainSettings
 from crl_worker.train.watchdog import (
-    LOGPROB_GAP,
-    PUSH_FAILED,
-    PUSH_TIMED_OUT,
-    WRONG_VERSION,
     Watchdog,
     WeightSyncStopped,
 )
 
 if TYPE_CHECKING:
-    from crl_worker.agent.client import ChatClient, Policy
+    from crl_worker.agent.client import ChatClient
     from crl_worker.pool.gateway import Gateway
     from crl_worker.rollout.setup import Sandboxes
     from crl_worker.train.weights import AnyWeightSync
@@ -79,16 +70,6 @@ T = TypeVar("T")
 
 #: Exit status after a stop by SIGTERM / SIGINT (128 + the signal's number).
 PREEMPTED_EXIT = {signal.SIGTERM: 143, signal.SIGINT: 130}
-#: Tries of a weight push before the run gives up (the Job restarts it from a checkpoint).
-PUSH_ATTEMPTS = 3
-#: Tries of a batch whose every rollout failed for infrastructure reasons.
-BATCH_ATTEMPTS = 3
-#: Name of the extra column carrying each rollout's reward to the reward function.
-REWARD_COLUMN = "crl_reward"
-
-
-class Preempted(Exception):
-    """Every rank agreed to stop (SIGTERM or SIGINT)."""
 
 
 class StopFlag:
@@ -172,23 +153,16 @@ class TrainingJob:
         self.policy_version = 0
         self.watchdog = Watchdog(speaks=self.rank == 0)
         """The weight-sync watchdog (deadlines, version checks, the logprob gap)."""
-        self._push_timed_out = False
-        self._rollouts_ended: float | None = None
-        """When this rank's last batch of rollouts finished."""
-        self._idle: float | None = None
-        """Seconds between that and the start of this step's rollouts."""
-        self._step_stats: RolloutStats | None = None
-        self._step_started = time.monotonic()
-        self._attempts = 0
-        self._stopping = False
+        self.step_started = time.monotonic()
+        self.stopping = False
         """Every rank agreed to stop (a signal reached at least one of them)."""
-        self._discarded_failures = 0
-        """Rollouts of batches run again because all of them failed (this step)."""
         self.producer: Producer | None = None
         """Starts the next steps' batches while this one trains (``maxStaleness`` > 0 with an
         inference server; :mod:`crl_worker.train.overlap`)."""
-        self._off_policy = False
-        """This rank's batch of the step in training came from older weights."""
+        self.pushes = WeightPushes(self)
+        """Keeps the inference server on the trained weights (:mod:`crl_worker.train.pushes`)."""
+        self.batches = Batches(self)
+        """Runs each step's rollouts into samples (:mod:`crl_worker.train.batches`)."""
 
     # --- setup ------------------------------------------------------------------------------
 
@@ -280,7 +254,7 @@ class TrainingJob:
 
     # --- distributed agreement ----------------------------------------------------------------
 
-    def _any_rank(self, flag: bool) -> bool:
+    def any_rank(self, flag: bool) -> bool:
         """Whether ``flag`` holds on any rank (an all-reduce; every rank must call it)."""
         if self.world == 1 or self.trainer is None:
             return flag
@@ -298,7 +272,7 @@ class TrainingJob:
 
         return list(gather_object([value]))
 
-    def _broadcast(self, value: T) -> T:
+    def broadcast(self, value: T) -> T:
         """Rank 0's ``value`` on every rank."""
         if self.world == 1:
             return value
@@ -306,492 +280,12 @@ class TrainingJob:
 
         return broadcast_object_list([value], from_process=0)[0]  # type: ignore[no-any-return]
 
-    # --- weights --------------------------------------------------------------------------------
-
-    async def _within_deadline(self, push: Coroutine[Any, Any, None]) -> None:
-        """``push``, cancelled once the watchdog's deadline passes (then a TimeoutError that
-        says so)."""
-        self._push_timed_out = False
-        deadline = self.watchdog.push_deadline
-        try:
-            await asyncio.wait_for(push, deadline)
-        except TimeoutError:
-            self._push_timed_out = True
-            raise TimeoutError(f"the push did not finish within {deadline:g} s") from None
-
-    def _push_weights(self, version: int) -> bool:
-        """Bring the inference server to ``version`` and check that it serves it; whether it
-        worked (every rank takes part in the gathering and learns the outcome)."""
-        error: str | None
-        started = time.monotonic()
-        if self.settings.weight_sync == "lora-adapter":
-            error = self._push_adapter(version)
-        else:
-            error = self._push_full(version)
-        if error is None and self.rank == 0:
-            error = self._check_served(version)
-        elif error is not None:
-            reason = PUSH_TIMED_OUT if self._push_timed_out else PUSH_FAILED
-            error = f"{reason}|pushing version {version} failed: {error}"
-        error = self._broadcast(error)
-        self.monitor.weight_push(time.monotonic() - started, ok=error is None)
-        if error is not None:
-            reason, _, message = error.partition("|")
-            self._weight_sync_problem(reason, message)
-            return False
-        self.policy_version = version
-        if self.sync is not None:
-            self.sync.version = version
-        self.watchdog.in_sync(version)
-        return True
-
-    def _check_served(self, version: int) -> str | None:
-        """Rank 0, right after a push: does the server serve ``version``? A server that lost
-        it is refilled by the sync where it can be (an adapter) and checked again; ``None``
-        when it serves it, else ``"Reason|message"``."""
-        assert self.sync is not None  # pushes happen only with a server to push to
-        try:
-            lost = bool(self.engine.call(self.sync.ensure_loaded()))
-        except Exception as exc:
-            return f"{PUSH_FAILED}|checking the server after pushing version {version}: {exc}"
-        if not lost:
-            return None
-        self._weight_sync_problem(
-            WRONG_VERSION,
-            f"the server did not serve version {version} right after its push; loading it again",
-        )
-        try:
-            lost = bool(self.engine.call(self.sync.ensure_loaded()))
-        except Exception as exc:
-            return f"{WRONG_VERSION}|checking the server again: {exc}"
-        if lost or self.sync.version != version:
-            return f"{WRONG_VERSION}|the server still does not serve version {version}"
-        return None
-
-    def _weight_sync_problem(self, reason: str, message: str) -> None:
-        """Record a watchdog finding (the WeightSync condition, a metric) and publish it."""
-        self.watchdog.problem(reason, message)
-        self.monitor.weight_sync_problem(reason)
-        if self.trainer is not None:
-            self.publish(int(self.trainer.state.global_step), phase="Training", message=message)
-
-    def _push_adapter(self, version: int) -> str | None:
-        """Save the adapter (only its own weights gathered) and load it into the server."""
-        trainer = self.trainer
-        model = trainer.accelerator.unwrap_model(trainer.model_wrapped)
-        trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-        state: dict[str, Any] = {}
-        if self._zero3(model):
-            import deepspeed
-
-            with deepspeed.zero.GatheredParameters([p for _, p in trained]):
-                if self.rank == 0:
-                    state = {n: p.data.detach().cpu().clone() for n, p in trained}
-        elif self.rank == 0:
-            state = {n: p.data.detach().cpu().clone() for n, p in trained}
-        if self.rank != 0:
-            return None
-        from crl_worker.train.weights import AdapterUpdate, push_update
-
-        directory = self.settings.adapters_dir / f"v{version}"
-        try:
-            assert self.sync is not None  # pushes happen only with a server to push to
-            model.save_pretrained(str(directory), state_dict=state)
-            self.engine.call(
-                self._within_deadline(push_update(self.sync, AdapterUpdate(version, directory)))
-            )
-        except Exception as exc:
-            return str(exc)
-        self._prune_adapters(version)
-        return None
-
-    def _prune_adapters(self, version: int) -> None:
-        """Delete adapter folders the server no longer holds (it keeps the newest ``keep``)."""
-        keep = self.spec.algorithm.max_staleness + 1
-        for path in self.settings.adapters_dir.glob("v*"):
-            try:
-                old = int(path.name[1:])
-            except ValueError:
-                continue
-            if old <= version - keep:
-                shutil.rmtree(path, ignore_errors=True)
-
-    def _push_full(self, version: int) -> str | None:
-        """Stream every parameter to the server. All ranks gather in lockstep in this thread;
-        rank 0 hands copies to the transport through a small queue and, if the transport fails,
-        keeps gathering (and discarding) to the end so no rank is left in a collective."""
-        model = self.trainer.accelerator.unwrap_model(self.trainer.model_wrapped)
-        zero3 = self._zero3(model)
-        if self.rank != 0:
-            for _ in self._gathered(model, zero3):
-                pass
-            return None
-        handoff: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=2)
-
-        def stream() -> Iterator[tuple[str, Any]]:
-            while (item := handoff.get()) is not None:
-                yield item
-
-        from crl_worker.train.weights import TensorUpdate, push_update
-
-        assert self.sync is not None  # pushes happen only with a server to push to
-        future = asyncio.run_coroutine_threadsafe(
-            self._within_deadline(push_update(self.sync, TensorUpdate(version, stream()))),
-            self.engine.loop,
-        )
-        for item in self._gathered(model, zero3):
-            while not future.done():
-                try:
-                    handoff.put(item, timeout=0.5)
-                    break
-                except queue.Full:
-                    continue
-        while not future.done():
-            try:
-                handoff.put(None, timeout=0.5)
-                break
-            except queue.Full:
-                continue
-        try:
-            future.result()
-        except Exception as exc:
-            return str(exc)
-        return None
-
-    def _zero3(self, model: Any) -> bool:
-        return bool(self.trainer.is_deepspeed_enabled) and any(
-            hasattr(p, "ds_id") for p in model.parameters()
-        )
-
-    def _gathered(self, model: Any, zero3: bool) -> Iterator[tuple[str, Any]]:
-        """Each parameter whole, one at a time (ZeRO-3 shards gathered on every rank); copies,
-        because the transport reads them after the gathered storage is freed."""
-        for name, param in model.named_parameters():
-            if zero3:
-                import deepspeed
-
-                with deepspeed.zero.GatheredParameters([param]):
-                    yield name, param.data.detach().clone()
-            else:
-                yield name, param.data
-
-    def _ensure_server_weights(self, step: int) -> None:
-        """Before a batch: the server must hold the current weights (pushed again after a
-        restart). A push that keeps failing ends the run (the Job restarts from the last
-        checkpoint): rolling out from weights older than ``maxStaleness`` versions, or from a
-        server a failed full-weight transfer left paused, would train on the wrong policy."""
-        if self.sync is None:
-            self.policy_version = step
-            return
-        lost = False
-        if self.rank == 0:
-            try:
-                lost = bool(self.engine.call(self.sync.ensure_loaded()))
-            except Exception as exc:
-                logger.warning("checking the server's weights failed: %s", exc)
-        lost = self._broadcast(lost)
-        full_weights = self.settings.weight_sync == "nccl"
-        if lost:
-            logger.warning("the inference server had lost its weights (restarted?)")
-        repush = self.watchdog.repush and step > 0
-        if step == 0 or (
-            self.policy_version == step and not (lost and full_weights) and not repush
-        ):
-            # Up to date; a lost adapter was loaded again by ensure_loaded itself (full
-            # weights cannot be: every rank has to gather them, so they are pushed here).
-            return
-        self.watchdog.repush = False
-        for attempt in range(PUSH_ATTEMPTS):
-            if self._push_weights(step):
-                return
-            if self.watchdog.exhausted():
-                raise WeightSyncStopped(
-                    f"weight sync failed {self.watchdog.problems} times in a row, last: "
-                    f"{self.watchdog.state.message if self.watchdog.state else '?'}"
-                )
-            lag = step - self.policy_version
-            if not full_weights and lag <= self.spec.algorithm.max_staleness and not repush:
-                return  # the adapter of an earlier version is still served: use it
-            time.sleep(min(30.0, 2.0 * 2**attempt))
-        from crl_worker.errors import InfrastructureError
-
-        raise InfrastructureError(
-            f"pushing weights version {step} to the inference server failed {PUSH_ATTEMPTS} "
-            f"times; it holds version {self.policy_version} (spec.algorithm.maxStaleness is "
-            f"{self.spec.algorithm.max_staleness})"
-        )
-
-    # --- rollouts -------------------------------------------------------------------------------
-
-    def _start_batch(
-        self, tasks: list[Task], policy: Policy | Callable[[int], Policy], version: int
-    ) -> concurrent.futures.Future[list[Rollout]]:
-        """Start a batch's episodes on the engine's loop (they run while the caller goes on)."""
-        assert self.runner is not None
-        first = self._attempts
-        self._attempts += len(tasks)
-        return asyncio.run_coroutine_threadsafe(
-            self.runner.run(tasks, policy, version=version, first_attempt=first),
-            self.engine.loop,
-        )
-
-    def _seed_base(self, step: int) -> int:
-        """The first sampling seed of step ``step``'s rollouts on this rank (rollout ``i``
-        starts at ``base + i``): one per spec seed, step, rank and rollout."""
-        return ((self.spec.algorithm.seed * 1_000_003 + step) * 1_009 + self.rank) * 65_537
-
-    def _served(self, model: str, step: int) -> Callable[[int], Policy]:
-        """The policy of each rollout of step ``step``'s batch on the server: ``model`` on every
-        turn, and seeds of its own (turn ``k`` of rollout ``i`` carries ``base + 4099 i + k``),
-        so a run is the same however the server interleaves its episodes."""
-        assert self.client is not None
-        client, base = self.client, self._seed_base(step)
-        return lambda index: client.pinned(model, seed=base + index * 4_099)
-
-    def _start_ahead(
-        self, prompts: list[str], version: int, step: int
-    ) -> concurrent.futures.Future[list[Rollout]]:
-        """Step ``step``'s batch, started ahead on the weights the server holds now
-        (``version``): every turn of its episodes names that version's model, so they finish
-        on the weights they began."""
-        assert self.client is not None and self.sync is not None
-        tasks = [self.tasks[p] for p in prompts]
-        return self._start_batch(tasks, self._served(self.sync.model_name(), step), version)
-
-    async def _rollouts_until_stopped(
-        self, batch: concurrent.futures.Future[list[Rollout]], total: int
-    ) -> list[Rollout] | None:
-        """The batch's rollouts, or ``None`` when a stop came first (they are cancelled)."""
-        assert self.runner is not None
-        work = asyncio.wrap_future(batch)
-        started = self.runner.finished
-        interval = _progress_interval()
-        said = time.monotonic()
-        while not work.done():
-            await asyncio.wait({work}, timeout=min(0.5, interval))
-            if self.rank == 0 and not work.done() and time.monotonic() - said >= interval:
-                said = time.monotonic()
-                # Overlapped batches finish episodes too: the count is capped at the batch.
-                done = min(total, self.runner.finished - started)
-                current = self._current_step()
-                logger.info(
-                    "step %d: %d of %d rollouts done, %d running",
-                    current,
-                    done,
-                    total,
-                    self.runner.in_flight,
-                    extra={
-                        "event": ROLLOUTS_EVENT,
-                        "step": current,
-                        "done": done,
-                        "total": total,
-                        "in_flight": self.runner.in_flight,
-                    },
-                )
-            if self.stop.set and not work.done():
-                batch.cancel()
-                with contextlib.suppress(asyncio.CancelledError, concurrent.futures.CancelledError):
-                    await work
-                return None
-        return work.result()
-
-    def _current_step(self) -> int:
-        """The step being rolled out (1-based)."""
-        return int(self.trainer.state.global_step) + 1 if self.trainer is not None else 0
+    # --- TRL's hooks ----------------------------------------------------------------------------
 
     def rollout_func(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        """TRL's rollout function: one whole episode per prompt (an instance id).
-
-        A batch in which no rollout of any rank got a reward (the infrastructure is down) is
-        run again, up to :data:`BATCH_ATTEMPTS` times, then the run fails: handing TRL a batch
-        with nothing to learn would still move the weights (the optimizer's momentum) and
-        advance the schedule.
-        """
-        self.trainer = trainer
-        step = int(trainer.state.global_step)
-        tasks = [self.tasks[str(p)] for p in prompts]
-        for attempt in range(BATCH_ATTEMPTS):
-            if self._any_rank(self.stop.set):
-                self._stopping = True
-                raise Preempted
-            self._step_started = time.monotonic()
-            self._ensure_server_weights(step)
-            if self.client is not None:
-                assert self.sync is not None  # a policy client comes with its server's sync
-                self.client.model = self.sync.model_name()
-                ahead = None
-                if self.producer is not None and attempt == 0:
-                    ahead = self.producer.take([str(p) for p in prompts], step)
-                if ahead is None:
-                    started = time.monotonic()
-                    batch = self._start_batch(
-                        tasks, self._served(self.client.model, step), self.policy_version
-                    )
-                else:
-                    started, batch = ahead.started, ahead.future
-                if self.producer is not None and not self.stop.set:
-                    # The next steps' episodes run while this step waits, trains and pushes.
-                    self.producer.fill(step, self.policy_version, self.settings.total_steps)
-                if attempt == 0 and self._rollouts_ended is not None:
-                    self._idle = max(0.0, started - self._rollouts_ended)
-                rollouts = self.engine.call(self._rollouts_until_stopped(batch, len(tasks)))
-            else:
-                if attempt == 0 and self._rollouts_ended is not None:
-                    self._idle = time.monotonic() - self._rollouts_ended
-                rollouts = self._rollouts_in_process(tasks, step)
-            self._rollouts_ended = time.monotonic()
-            if rollouts is None and self.producer is not None:
-                self.producer.cancel_all()
-            self._write_cancelled()
-            if self._any_rank(rollouts is None):
-                self._stopping = True
-                if self.producer is not None:
-                    self.producer.cancel_all()
-                raise Preempted
-            assert rollouts is not None
-            if self._any_rank(any(r.reward is not None for r in rollouts)):
-                return self._batch(rollouts, step)
-            self._write_trajectories(step + 1, rollouts, attempt=attempt)
-            # Counted with the step that finally trains (metrics, status), not lost with it.
-            self._discarded_failures += len(rollouts)
-            logger.warning(
-                "step %d: every rollout failed for infrastructure reasons (try %d of %d)",
-                step + 1,
-                attempt + 1,
-                BATCH_ATTEMPTS,
-            )
-        from crl_worker.errors import InfrastructureError
-
-        raise InfrastructureError(
-            f"step {step + 1}: every rollout failed for infrastructure reasons "
-            f"{BATCH_ATTEMPTS} times in a row (see the trajectories' errors)"
-        )
-
-    def _rollouts_in_process(self, tasks: list[Task], step: int) -> list[Rollout] | None:
-        """Generate with the model being trained (gathered whole for the batch)."""
-        from trl.models.utils import unwrap_model_for_generation
-
-        from crl_worker.train.local_policy import TransformersPolicy
-
-        trainer = self.trainer
-        with unwrap_model_for_generation(
-            trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=True
-        ) as model:
-            was_training = model.training
-            model.eval()
-            lock = asyncio.Lock()  # one generation at a time on the shared model
-            policies: list[TransformersPolicy] = []
-            base = self._seed_base(step)
-
-            def policy_of(index: int) -> TransformersPolicy:
-                # A sampler per rollout: the same seed gives the same rollouts, however the
-                # episodes interleave.
-                made = TransformersPolicy(
-                    model, self.tokenizer, name=self.settings.name, seed=base + index, lock=lock
-                )
-                policies.append(made)
-                return made
-
-            try:
-                return self.engine.call(
-                    self._rollouts_until_stopped(
-                        self._start_batch(tasks, policy_of, step), len(tasks)
-                    )
-                )
-            finally:
-                # A cancelled generation finishes its current token on its thread: wait for it
-                # before the ZeRO-3 shards are taken back.
-                for made in policies:
-                    made.wait_idle()
-                model.train(was_training)
-
-    def _batch(self, rollouts: list[Rollout], step: int) -> dict[str, list[Any]]:
-        """The samples TRL trains on, and this step's statistics and trajectory log."""
-        pad_id = self.tokenizer.pad_token_id
-        if pad_id is None:
-            pad_id = self.tokenizer.eos_token_id
-        max_length = self.spec.rollout.agent.max_total_tokens
-        stats = RolloutStats(
-            rollouts=self._discarded_failures,
-            infrastructure_failures=self._discarded_failures,
-            idle_seconds=[self._idle] if self._idle is not None else [],
-        )
-        self._idle = None
-        self._discarded_failures = 0
-        if self.producer is not None:
-            stats.dropped_stale, self.producer.dropped_stale = self.producer.dropped_stale, 0
-            stats.dropped_unplanned = self.producer.dropped_unplanned
-            self.producer.dropped_unplanned = 0
-        self._off_policy = any(step != r.policy_version for r in rollouts)
-        out: dict[str, list[Any]] = {
-            "prompt_ids": [],
-            "completion_ids": [],
-            "logprobs": [],
-            "env_mask": [],
-            REWARD_COLUMN: [],
-        }
-        for rollout in rollouts:
-            sample = trajectory_sample(rollout.trajectory, pad_id=pad_id, max_length=max_length)
-            reward = rollout.reward
-            stats.rollouts += 1
-            stats.rollout_seconds.append(rollout.seconds)
-            stats.staleness.append(step - rollout.policy_version)
-            stats.turns_left_out += sample.turns_left_out
-            if reward is None:
-                stats.infrastructure_failures += 1
-            else:
-                stats.scored += 1
-                stats.reward_sum += reward
-                stats.reward_sq_sum += reward * reward
-                stats.resolved += bool(rollout.resolved)
-            stats.tokens += len(sample.prompt_ids) + len(sample.completion_ids)
-            stats.trained_tokens += sample.trained_tokens
-            out["prompt_ids"].append(sample.prompt_ids)
-            out["completion_ids"].append(sample.completion_ids)
-            out["logprobs"].append(sample.logprobs)
-            # A rollout left out of the update contributes no token either (its tokens would
-            # still count in the loss's normalization and in a KL or entropy term).
-            out["env_mask"].append(
-                sample.env_mask if reward is not None else [0] * len(sample.env_mask)
-            )
-            out[REWARD_COLUMN].append(reward)
-        self._step_stats = stats
-        self._write_trajectories(step + 1, rollouts)
-        return out
-
-    def _write_trajectories(
-        self, step: int, rollouts: Sequence[Rollout], *, attempt: int | None = None
-    ) -> None:
-        """``trajectories/step-NNNNNN.rankR.jsonl``: every rollout of the step, whole (a batch
-        run again because all of it failed: ``step-NNNNNN.failedK.rankR.jsonl``)."""
-        directory = self.settings.trajectories_dir
-        directory.mkdir(parents=True, exist_ok=True)
-        tag = "" if attempt is None else f".failed{attempt}"
-        path = directory / f"step-{step:06d}{tag}.rank{self.rank}.jsonl"
-        with path.open("w") as out:
-            for rollout in rollouts:
-                head = json.dumps(
-                    {
-                        "step": step,
-                        "rank": self.rank,
-                        "policy_version": rollout.policy_version,
-                        "instance_id": rollout.task.instance_id,
-                        "reward": rollout.reward,
-                        "seconds": round(rollout.seconds, 3),
-                    }
-                )
-                out.write(f'{head[:-1]}, "trajectory": {rollout.trajectory.model_dump_json()}}}\n')
-
-    def _write_cancelled(self) -> None:
-        """Append the trajectories of episodes a stop cancelled to ``cancelled.rankR.jsonl``."""
-        if self.runner is None or not self.runner.cancelled:
-            return
-        directory = self.settings.trajectories_dir
-        directory.mkdir(parents=True, exist_ok=True)
-        with (directory / f"cancelled.rank{self.rank}.jsonl").open("a") as out:
-            for trajectory in self.runner.cancelled:
-                out.write(trajectory.model_dump_json() + "\n")
-        self.runner.cancelled.clear()
+        """TRL's rollout function: one whole episode per prompt (an instance id); see
+        :meth:`crl_worker.train.batches.Batches.collect`."""
+        return self.batches.collect(prompts, trainer)
 
     # --- step end, logs, checkpoints ------------------------------------------------------------
 
@@ -800,15 +294,15 @@ class TrainingJob:
         the metrics log, the status. Called on every rank (the statistics are gathered)."""
         if "loss" not in logs:
             return  # the end-of-training summary, not a step
-        self._watch_gap(step, logs)
-        stats = merge_stats(self._gather(self._step_stats or RolloutStats()))
-        self._step_stats = None
+        self.pushes.watch_gap(step, logs)
+        stats = merge_stats(self._gather(self.batches.step_stats or RolloutStats()))
+        self.batches.step_stats = None
         record = self.monitor.record_step(
             step,
             stats,
             logs,
             policy_version=self.policy_version if self.sync is not None else step,
-            step_seconds=time.monotonic() - self._step_started,
+            step_seconds=time.monotonic() - self.step_started,
         )
         if self.rank == 0:
             logger.info(
@@ -845,40 +339,10 @@ class TrainingJob:
             )
             self.publish(step, phase="Training")
 
-    def _watch_gap(self, step: int, logs: dict[str, Any]) -> None:
-        """The watchdog's third check: the step's trainer-vs-server logprob gap. Above the
-        threshold the weights are pushed again before the next batch; a gap that outlasts
-        :data:`~crl_worker.train.watchdog.MAX_RECOVERIES` pushes stops the run."""
-        if self.sync is None:
-            return  # in-process generation: the trainer sampled its own logprobs
-        if self._any_rank(self._off_policy):
-            # Rollouts from older weights (overlap, or a lagging push) differ from the trainer
-            # by the updates since, not only by the sync: the gap says nothing about the sync.
-            return
-        gap = self.watchdog.gap(logs)
-        # Every rank must take the same branch (the next push is a collective).
-        bad = self._broadcast(gap is not None and gap > self.watchdog.max_gap)
-        if not bad:
-            self.watchdog.step_done()
-            return
-        self._weight_sync_problem(
-            LOGPROB_GAP,
-            f"step {step}: the mean logprob gap between trainer and server is {gap:.4g}, above "
-            f"{self.watchdog.max_gap:g}: the server's weights are not the trainer's; pushing "
-            "them again",
-        )
-        if self.watchdog.exhausted():
-            raise WeightSyncStopped(
-                f"the logprob gap stayed above {self.watchdog.max_gap:g} after "
-                f"{self.watchdog.problems - 1} pushes (last {gap:.4g}): the inference server "
-                "does not serve the trained weights"
-            )
-        self.watchdog.repush = True
-
     def on_step_end(self, step: int) -> bool:
         """Whether to stop after this step (every rank agrees)."""
-        self._stopping = self._any_rank(self.stop.set)
-        return self._stopping
+        self.stopping = self.any_rank(self.stop.set)
+        return self.stopping
 
     def on_save(self, step: int) -> None:
         """A checkpoint of ``step`` was written: name it ``step-N`` and point ``latest`` at it
@@ -955,7 +419,7 @@ class TrainingJob:
                 self.publish(step, phase="Failed", message=message)
                 return 1
             step = int(self.trainer.state.global_step)
-            if self._stopping:
+            if self.stopping:
                 return self._stopped()
             if step < self.settings.total_steps:
                 message = (
@@ -996,7 +460,7 @@ class TrainingJob:
             )
             return
         plan = install_plan(self.trainer, self.task_order, self.rank)
-        self.producer = Producer(plan, bound, start=self._start_ahead)
+        self.producer = Producer(plan, bound, start=self.batches.start_ahead)
         self.monitor.g_ahead.set_function(self.producer.in_flight)
         logger.info("rollouts overlap training: up to %d batches ahead", bound)
 
@@ -1051,7 +515,7 @@ class TrainingJob:
         # Rank 0 decides (ranks on other nodes may not see the same folder): the save is a
         # collective, every rank must take the same branch.
         exists = (self.settings.checkpoint_dir / f"checkpoint-{step}").exists()
-        if step == 0 or self._broadcast(exists):
+        if step == 0 or self.broadcast(exists):
             return
         logger.info("writing a checkpoint of step %d before stopping", step)
         trainer._save_checkpoint(trainer.model_wrapped, trial=None)
@@ -1081,15 +545,6 @@ def link_checkpoint(directory: Path, step: int) -> None:
             link.unlink()
 
 
-def _progress_interval() -> float:
-    """Seconds between two rollout progress events (``$CRL_PROGRESS_INTERVAL_SECONDS``)."""
-    try:
-        value = float(os.environ.get(PROGRESS_INTERVAL_ENV, PROGRESS_INTERVAL))
-    except ValueError:
-        return PROGRESS_INTERVAL
-    return value if value > 0 else PROGRESS_INTERVAL
-
-
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -1103,4 +558,4 @@ def _step_of(checkpoint: Path | None) -> int:
         return 0
 
 
-__all__ = ["PREEMPTED_EXIT", "Preempted", "TrainConfigError", "TrainingJob"]
+__all__ = ["BATCH_ATTEMPTS", "PREEMPTED_EXIT", "Preempted", "TrainConfigError", "TrainingJob"]
