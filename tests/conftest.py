@@ -14,9 +14,13 @@ import pytest
 from crl_operator.apply import Kube, load_api_client
 
 from .cluster import Cluster, ClusterError, build
+from .fixtures.crdcheck import crdcheck  # noqa: F401  (a fixture for every module)
 from .fixtures.docker import SANDBOX_PACKAGES, DockerEngine, debian_image, engine_or_skip
+from .fixtures.gateway import start_gateway, task_file, tasks  # noqa: F401  (fixtures for every module)
+from .fixtures.local_sandbox import repo  # noqa: F401  (fixtures for every module)
 from .fixtures.openai_server import ScriptedServer
 from .fixtures.schedule import Schedule
+from .fixtures.toy_training import serve, suite, toy_dir  # noqa: F401  (fixtures for every module)
 from .fixtures.trainer import ShortRuns, build_toy_files, short_runs
 from .fixtures.vllm import (
     VllmServer,

@@ -13,9 +13,10 @@ import pytest
 
 from crl_worker.agent import ChatClient, Trajectory, Turn, run_agent
 from crl_worker.api.common import AgentSpec
-from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult, Sandbox
+from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task, TestSpec
+from tests.fixtures.canned import CannedSandbox
 from tests.fixtures.openai_server import (
     ScriptedServer,
     Step,
@@ -208,45 +209,6 @@ def test_infrastructure_failure_covers_the_evaluation() -> None:
 
 
 # --- many trajectories at once -----------------------------------------------------------------
-
-
-class CannedSandbox(Sandbox):
-    """A sandbox that runs nothing: every command 'prints' its own text. Only for the
-    concurrency test, where real sandboxes (seconds each) would measure the sandboxes."""
-
-    def __init__(self) -> None:
-        self.workdir = "/canned"
-        self.commands: list[str] = []
-        self._alive = False
-
-    async def start(self) -> None:
-        self._alive = True
-
-    async def run(
-        self, command: str, *, timeout: float | None = None, max_output: int = DEFAULT_MAX_OUTPUT
-    ) -> CommandResult:
-        self.commands.append(command)
-        await asyncio.sleep(0)
-        return CommandResult(exit_code=0, output=f"ran: {command}\n")
-
-    async def read_file(self, path: str) -> bytes:
-        raise FileNotFoundError(path)
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        raise PermissionError(path)
-
-    async def reset(self) -> None:
-        self.commands.clear()
-
-    async def close(self) -> None:
-        self._alive = False
-
-    @property
-    def alive(self) -> bool:
-        return self._alive
-
-    async def diff(self) -> str:
-        return "".join(f"# {c}\n" for c in self.commands)
 
 
 async def test_two_hundred_concurrent_trajectories() -> None:

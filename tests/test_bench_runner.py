@@ -38,9 +38,9 @@ from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.local import LocalSandbox
 from crl_worker.tasks.model import Task, TestSpec
+from tests.fixtures.canned import CannedSandbox
 from tests.fixtures.openai_server import ScriptedServer, Step, call, marker
 from tests.fixtures.repos import python_task, unittest_task
-from tests.test_agent_trajectory import CannedSandbox
 
 IDENTITY = {"suite": "fixtures", "model": "gold", "agent": {"maxTurns": 5}}
 

@@ -8,18 +8,16 @@ permissions checked as its own ServiceAccount) are in the `cluster`-marked part 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from .fixtures.helm import helm_binary
 from .paths import ROOT, run
 
 CHART = ROOT / "charts" / "coderepairrl"
-CACHE_BIN = Path(os.environ.get("CRL_CACHE_DIR", Path.home() / ".cache" / "coderepairrl")) / "bin"
 RELEASE = "crl"
 FULLNAME = "crl-coderepairrl"
 
@@ -48,18 +46,6 @@ OTHER_VALUES: dict[str, Any] = {
     "podLabels": {"team": "platform"},
     "extraArgs": ["--kubeconfig=/dev/null"],
 }
-
-
-def helm_binary() -> str:
-    found = CACHE_BIN / "helm"
-    if found.exists():
-        return str(found)
-    on_path = shutil.which("helm")
-    if on_path:
-        return on_path
-    if os.environ.get("CI"):
-        pytest.fail("helm is needed in CI: run tests/controlplane/build.sh")
-    pytest.skip("helm is not installed (tests/controlplane/build.sh builds it)")
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,8 @@ import yaml
 
 from crl_operator.crds import all_crds_yaml
 
-from .paths import EXAMPLES, INVALID, ROOT, run
-
-
-def crl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return run([sys.executable, "-m", "crl_cli", *args], stdin=stdin, timeout=120)
+from .fixtures.cli import crl
+from .paths import EXAMPLES, INVALID, ROOT
 
 
 def test_validate_examples_exits_zero() -> None:

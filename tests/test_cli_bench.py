@@ -453,7 +453,7 @@ async def test_the_runner_job_command_with_a_pool_gateway(
     """`python -m crl_worker.bench` as the operator runs it: its config.yaml, the task file
     mounted apart (--tasks), sandboxes leased from a real pool gateway (local backend), results
     into CRL_RESULTS_DIR."""
-    from tests.test_pool import launch, stop
+    from tests.fixtures.gateway import launch, stop
 
     manifest = _manifest(tmp_path, fixture_tasks)
     task_file = tmp_path / "tasks.jsonl"

@@ -19,24 +19,12 @@ import pytest
 
 from crl_worker.api.validation import validate_file
 
+from .fixtures.crdcheck import CRDCHECK_SRC
 from .paths import EDGE, EXAMPLES, INVALID, ROOT, run, verdict
 
 pytestmark = pytest.mark.go
 
-CRDCHECK_SRC = ROOT / "tests" / "crdcheck"
 CRDS = sorted((ROOT / "crds").glob("*.yaml"))
-
-
-@pytest.fixture(scope="session")
-def crdcheck() -> Path:
-    """Build (or reuse) the crdcheck binary; the first build takes a few minutes."""
-    if shutil.which("go") is None:
-        if os.environ.get("CI"):
-            pytest.fail("Go is needed in CI to build tests/crdcheck")
-        pytest.skip("Go is not installed")
-    result = run(["bash", str(CRDCHECK_SRC / "build.sh")], timeout=1800)
-    assert result.returncode == 0, result.stderr
-    return Path(result.stdout.strip().splitlines()[-1])
 
 
 def _objects(binary: Path, *files: Path) -> subprocess.CompletedProcess[str]:

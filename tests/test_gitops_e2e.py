@@ -32,11 +32,8 @@ from crl_operator.dashboard import queries
 
 from .argocd import CUSTOMIZATIONS, GROUP_DIR, build_argocdhealth, evaluate
 from .cluster import Cluster
-from .observability import exported_names, metric_names, rendered_rules
-from .operator_process import Operator
-from .paths import EXAMPLES
-from .test_chart import helm_binary
-from .test_operator_e2e import (
+from .fixtures.helm import helm_binary
+from .fixtures.resources import (
     PENDING_TRAINER,
     apply,
     condition,
@@ -46,6 +43,9 @@ from .test_operator_e2e import (
     trainingrun,
     wait_for,
 )
+from .observability import exported_names, metric_names, rendered_rules
+from .operator_process import Operator
+from .paths import EXAMPLES
 
 CAPTURE = os.environ.get("CRL_CAPTURE_HEALTH_FIXTURES") == "1"
 #: Metadata a fixture keeps (the rest is the cluster's bookkeeping).

@@ -17,9 +17,8 @@ import yaml
 
 from crl_worker.api.validation import validate_file
 
+from .fixtures.helm import helm_binary
 from .paths import ROOT, run
-from .test_chart import helm_binary
-from .test_crdcheck import crdcheck  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.go
 
@@ -30,7 +29,7 @@ ARGOCD = "github.com/argoproj/argo-cd/v3@v3.5.7"
 
 
 @pytest.fixture(scope="module")
-def application_crd(crdcheck: Path) -> Path:  # noqa: F811  (needs Go, as crdcheck does)
+def application_crd(crdcheck: Path) -> Path:
     """Argo CD's Application CRD from its Go module."""
     cache = Path(os.environ.get("CRL_CACHE_DIR", Path.home() / ".cache" / "coderepairrl"))
     env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
@@ -47,20 +46,20 @@ def load(path: Path) -> dict[str, Any]:
     return doc
 
 
-def check(crdcheck: Path, crd: Path, *files: Path) -> list[dict[str, Any]]:  # noqa: F811
+def check(crdcheck: Path, crd: Path, *files: Path) -> list[dict[str, Any]]:
     result = run([str(crdcheck), "objects", "--crds", str(crd), *map(str, files)])
     assert result.returncode == 0, result.stderr
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
-def test_argo_cd_accepts_the_applications(crdcheck: Path, application_crd: Path) -> None:  # noqa: F811
+def test_argo_cd_accepts_the_applications(crdcheck: Path, application_crd: Path) -> None:
     docs = check(crdcheck, application_crd, *APPLICATIONS)
     assert len(docs) == len(APPLICATIONS)
     assert [d["errors"] for d in docs] == [[]] * len(APPLICATIONS)
 
 
 def test_argo_cd_refuses_a_wrong_application(
-    crdcheck: Path,  # noqa: F811
+    crdcheck: Path,
     application_crd: Path,
     tmp_path: Path,
 ) -> None:

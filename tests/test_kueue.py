@@ -31,9 +31,9 @@ from crl_worker.tasks.model import Task, TestSpec
 
 from .cluster import Cluster, ClusterError
 from .cluster import build as build_cluster
+from .fixtures.resources import PENDING_TRAINER, apply, condition, small_run, wait_for
 from .kueue import POD_NAMESPACE_LABEL, Kueue
 from .operator_process import OperatorProcess
-from .test_operator_e2e import PENDING_TRAINER, apply, condition, small_run, wait_for
 
 GPU = "nvidia.com/gpu"
 QUOTA = 4

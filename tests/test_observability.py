@@ -29,6 +29,8 @@ from crl_operator.dashboard import DASHBOARD_PATH, dashboard, queries
 from crl_worker.train.monitor import Monitor, RolloutStats
 
 from .cluster import free_port
+from .fixtures.gateway import GatewayProcess
+from .fixtures.helm import helm_binary
 from .observability import (
     ALERT_TESTS,
     CHART,
@@ -39,9 +41,6 @@ from .observability import (
     rendered_rules,
 )
 from .paths import ROOT, run
-from .test_chart import helm_binary
-from .test_crdcheck import crdcheck  # noqa: F401  (fixture)
-from .test_pool import GatewayProcess, start_gateway, task_file, tasks  # noqa: F401
 
 pytestmark = pytest.mark.go
 
@@ -134,7 +133,7 @@ PROMETHEUS_OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.85.
 
 def test_the_prometheus_operator_accepts_the_rule_and_the_monitor(
     helm: str,
-    crdcheck: Path,  # noqa: F811
+    crdcheck: Path,
     tmp_path: Path,
 ) -> None:
     """The PrometheusRule and ServiceMonitor through the API server's validation (tests/crdcheck)
@@ -230,7 +229,7 @@ def trainer_names(tmp_path: Path) -> set[str]:
 
 
 @pytest.fixture
-def gateway_names(start_gateway: Callable[..., GatewayProcess]) -> set[str]:  # noqa: F811
+def gateway_names(start_gateway: Callable[..., GatewayProcess]) -> set[str]:
     """What a real pool gateway process serves on /metrics."""
     gateway = start_gateway("--max-sandboxes", "1", "--warm", "0")
     return exported_names(scrape(f"{gateway.url}/metrics"))

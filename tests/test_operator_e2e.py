@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -31,17 +31,23 @@ from crl_worker.api.common import DEFAULT_WORKER_IMAGE, IMAGE_REGISTRY
 from crl_worker.rollout.report import ConfigMapReporter
 
 from .cluster import Cluster
+from .fixtures.resources import (
+    CHILD_KINDS,
+    PENDING_TRAINER,
+    apply,
+    condition,
+    is_,
+    job_of,
+    owned,
+    small_run,
+    trainingrun,
+    wait_for,
+)
 from .operator_process import OTHER_REGISTRY, Operator
 from .paths import EXAMPLES
 
-T = TypeVar("T")
-WAIT = 90.0
 # By name, so a new one-machine example (local-benchmark-mini.yaml) is never applied by mistake.
 LOCAL_ONLY = {p.name for p in EXAMPLES if p.name.startswith("local-")}
-CHILD_KINDS = (
-    "ConfigMap", "Service", "ServiceAccount", "Deployment", "Job", "Role", "RoleBinding",
-    "NetworkPolicy", "RolloutPool", "Benchmark",
-)  # fmt: skip
 
 # Extra fake nodes for the examples' GPU appetite (2 trainer nodes x 8 GPUs, vLLM replicas).
 GPU_NODE_CAPACITY = {"cpu": "256", "memory": "2Ti", "pods": "250", "nvidia.com/gpu": "64"}
@@ -85,106 +91,12 @@ def rendered_children(resource: Any, namespace: str) -> list[dict[str, Any]]:
     )
 
 
-def wait_for(
-    what: str, fn: Callable[[], T | None], timeout: float = WAIT, op: Operator | None = None
-) -> T:
-    """Poll `fn` until it returns something truthy; fail with `what` (and the operator log)."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except AssertionError as err:
-            last = err
-        else:
-            if last:
-                return last
-        time.sleep(0.5)
-    tail = f"\noperator log:\n{op.proc.log_tail()}" if op else ""
-    pytest.fail(f"timed out after {timeout}s waiting for {what} (last: {last!r}){tail}")
-
-
-def apply(cluster: Cluster, namespace: str, *docs: dict[str, Any]) -> None:
-    """kubectl apply the documents into `namespace`."""
-    for d in docs:
-        d["metadata"].pop("namespace", None)
-    text = "\n---\n".join(yaml.safe_dump(d) for d in docs)
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=text)
-
-
-def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
-    """The condition `type_` of an object's status ({} when absent)."""
-    for c in ((obj or {}).get("status") or {}).get("conditions") or ():
-        if c.get("type") == type_:
-            return dict(c)
-    return {}
-
-
-def is_(
-    obj: dict[str, Any] | None, type_: str, status: str = "True", reason: str | None = None
-) -> bool:
-    c = condition(obj, type_)
-    return c.get("status") == status and (reason is None or c.get("reason") == reason)
-
-
-def owned(kube: Kube, namespace: str, uid: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """Live objects in `namespace` whose controller owner has `uid`, by (kind, name)."""
-    out = {}
-    for kind in CHILD_KINDS:
-        for obj in kube.list(kind, namespace=namespace):
-            for ref in obj["metadata"].get("ownerReferences") or ():
-                if ref.get("controller") and ref.get("uid") == uid:
-                    out[(kind, obj["metadata"]["name"])] = obj
-    return out
-
-
 def component(obj: dict[str, Any]) -> str:
     return str(obj["metadata"].get("labels", {}).get("app.kubernetes.io/component", ""))
 
 
 def model(obj: dict[str, Any]) -> Any:
     return KINDS[obj["kind"]].model.model_validate({k: v for k, v in obj.items() if k != "status"})
-
-
-def small_run(name: str, **spec: Any) -> dict[str, Any]:
-    """A TrainingRun that fits the fake cluster: 1 GPU inference, a 2-sandbox inline pool."""
-    doc: dict[str, Any] = {
-        "apiVersion": "coderepair.io/v1alpha1",
-        "kind": "TrainingRun",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"name": "Qwen/Qwen3-8B"},
-            "tasks": {
-                "format": "swe-gym",
-                "huggingFace": {"name": "SWE-Gym/SWE-Gym", "split": "train"},
-            },
-            "rollout": {"pool": {"replicas": 2, "maxSandboxes": 4}},
-            "inference": {"replicas": 1, "gpus": 1},
-            "trainer": {"nodes": 1, "gpusPerNode": 1},
-        },
-    }
-    for key, value in spec.items():
-        doc["spec"][key] = value
-    return doc
-
-
-#: A trainer that stays Pending (no node has this label), so its Job stays unfinished.
-PENDING_TRAINER = {
-    "nodes": 1,
-    "gpusPerNode": 1,
-    "placement": {"nodeSelector": {"crl-test/never": "true"}},
-}
-
-
-def trainingrun(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
-    return kube.get("TrainingRun", namespace, name)
-
-
-def job_of(kube: Kube, namespace: str, run: dict[str, Any]) -> dict[str, Any] | None:
-    for (kind, _), obj in owned(kube, namespace, run["metadata"]["uid"]).items():
-        if kind == "Job":
-            return obj
-    return None
 
 
 def pending_run(

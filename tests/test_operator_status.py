@@ -8,7 +8,7 @@ import asyncio
 import copy
 import json
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -35,27 +35,8 @@ from crl_worker.api.contract import Label, SandboxState
 from crl_worker.api.progress import ProgressReport
 from crl_worker.logs import JsonFormatter
 
+from .fixtures.status_objects import T0, T1, children, job_with, load, ready_pool, run_model
 from .paths import ROOT
-
-T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
-T1 = T0 + timedelta(minutes=5)
-
-
-def load(name: str, **meta: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load((ROOT / "examples" / name).read_text())
-    doc["metadata"].setdefault("namespace", "team-repair")
-    doc["metadata"].update({"uid": "uid-1", "generation": 3, **meta})
-    return doc
-
-
-def run_model(**spec: Any) -> TrainingRun:
-    doc = load("trainingrun-qwen3-8b-swe-gym.yaml")
-    doc["spec"].update(spec)
-    return TrainingRun.model_validate(doc)
-
-
-def children(resource: Any, **state: Any) -> list[dict[str, Any]]:
-    return render(resource, None, RenderState(**state))
 
 
 def by_kind(objs: list[dict[str, Any]], kind: str, component: str | None = None) -> dict[str, Any]:
@@ -79,20 +60,6 @@ def deployment_with(
         "availableReplicas": available,
     }
     return dep
-
-
-def job_with(job: dict[str, Any], **status: Any) -> dict[str, Any]:
-    job = copy.deepcopy(job)
-    job["status"] = status
-    return job
-
-
-def ready_pool(name: str = "p") -> dict[str, Any]:
-    return {
-        "kind": "RolloutPool",
-        "metadata": {"name": name},
-        "status": {"ready": 4, "desired": 4, "conditions": [{"type": "Ready", "status": "True"}]},
-    }
 
 
 def conds(status: dict[str, Any]) -> dict[str, tuple[str, str]]:

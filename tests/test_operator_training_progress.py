@@ -26,9 +26,7 @@ from crl_worker.api.progress import TrainingProgress
 from crl_worker.train.report import training_reporter_from_env
 
 from .cluster import Cluster
-from .operator_process import Operator
-from .paths import ROOT
-from .test_operator_e2e import (
+from .fixtures.resources import (
     PENDING_TRAINER,
     apply,
     condition,
@@ -36,7 +34,9 @@ from .test_operator_e2e import (
     small_run,
     wait_for,
 )
-from .test_operator_status import T0, T1, children, job_with, ready_pool, run_model
+from .fixtures.status_objects import T0, T1, children, job_with, ready_pool, run_model
+from .operator_process import Operator
+from .paths import ROOT
 
 REPORT: dict[str, Any] = {
     "step": 12,

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,6 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from crl_worker.api.contract import Env
 from crl_worker.errors import SandboxError
@@ -40,109 +39,11 @@ from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task
 
 from .cluster import free_port
-from .fixtures.repos import python_task
+from .fixtures.gateway import SECOND, TOKEN, GatewayProcess, stop
+from .paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-SECOND = "crl-fixtures__romankit-2"
-#: The bearer token :func:`launch` gives every gateway it starts.
-TOKEN = "test-pool-token-0123456789"
 #: Headers of a raw request the gateway admits.
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-@pytest.fixture
-def tasks(tmp_path: Path) -> list[Task]:
-    """Two instances over the same real repository (romankit), as the pool's task set."""
-    first = python_task(tmp_path / "repos")
-    return [first, first.model_copy(update={"instance_id": SECOND})]
-
-
-@pytest.fixture
-def task_file(tmp_path: Path, tasks: list[Task]) -> Path:
-    path = tmp_path / "tasks.jsonl"
-    path.write_text("".join(task.model_dump_json() + "\n" for task in tasks))
-    return path
-
-
-class GatewayProcess:
-    """A gateway subprocess and its base URL."""
-
-    def __init__(
-        self, process: subprocess.Popen[bytes], url: str, log: Path, token: str = TOKEN
-    ) -> None:
-        self.process = process
-        self.url = url
-        self.log = log
-        self.token = token
-
-    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        """Every sample of /metrics, keyed by name and sorted labels (pool label dropped)."""
-        text = httpx.get(f"{self.url}/metrics", timeout=10).text
-        samples = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "pool"))
-                samples[(sample.name, labels)] = sample.value
-        return samples
-
-    def metric(self, name: str, **labels: str) -> float:
-        return self.metrics().get((name, tuple(sorted(labels.items()))), 0.0)
-
-
-def launch(flags: list[str], log: Path, env: dict[str, str] | None = None) -> GatewayProcess:
-    """Start ``python -m crl_worker.pool FLAGS --port P`` and wait until /healthz answers."""
-    port = free_port()
-    argv = [sys.executable, "-m", "crl_worker.pool", "--port", str(port), *flags]
-    env = {**(os.environ if env is None else env), Env.POOL_TOKEN: TOKEN}
-    with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-    gateway = GatewayProcess(process, f"http://127.0.0.1:{port}", log)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"the gateway exited:\n{log.read_text()}")
-        try:
-            if httpx.get(f"{gateway.url}/healthz", timeout=2).status_code == 200:
-                return gateway
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    stop(gateway)
-    raise AssertionError(f"the gateway did not answer within 60 s:\n{log.read_text()}")
-
-
-def stop(gateway: GatewayProcess) -> None:
-    """SIGTERM, and insist that the gateway exits cleanly."""
-    if gateway.process.poll() is not None:
-        return
-    gateway.process.send_signal(signal.SIGTERM)
-    try:
-        gateway.process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        gateway.process.kill()
-        gateway.process.wait()
-        raise AssertionError("the gateway did not stop on SIGTERM") from None
-
-
-@pytest.fixture
-def start_gateway(task_file: Path, tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
-    """Start a local-backend gateway with extra flags; stopped with SIGTERM afterwards."""
-    started: list[GatewayProcess] = []
-    sandboxes = tmp_path / "sandboxes"
-    sandboxes.mkdir()
-
-    def start(*flags: str) -> GatewayProcess:
-        common = ["--tasks", str(task_file), "--format", "task", "--backend", "local"]
-        common += ["--pool", "test-pool", "--local-root", str(sandboxes)]
-        gateway = launch([*common, *flags], tmp_path / f"gateway-{len(started)}.log")
-        started.append(gateway)
-        return gateway
-
-    yield start
-    for gateway in started:
-        stop(gateway)
-    # A clean shutdown closes every sandbox: their checkouts are gone.
-    assert list(sandboxes.iterdir()) == []
 
 
 @asynccontextmanager

@@ -22,7 +22,7 @@ from crl_worker.sandbox import isolation
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.interpreters import find_uv
 from crl_worker.sandbox.local import LocalSandbox
-from tests.test_sandbox_local import make_repo, python_task
+from tests.fixtures.local_sandbox import make_repo, python_task
 
 pytestmark = [
     pytest.mark.asyncio(loop_scope="module"),

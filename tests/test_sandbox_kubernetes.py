@@ -46,8 +46,8 @@ from crl_worker.sandbox.transport import ProcessTransport
 from crl_worker.tasks.model import Task, TestSpec
 
 from .cluster import Cluster
+from .fixtures.gateway import launch, stop
 from .fixtures.repos import python_task
-from .test_pool import launch, stop
 
 
 def _task(**overrides: Any) -> Task:

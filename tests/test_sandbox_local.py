@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -29,128 +29,21 @@ import pytest_asyncio
 
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox.config import LocalSandboxConfig
-from crl_worker.sandbox.interpreters import available, find_python, find_uv
+from crl_worker.sandbox.interpreters import available, find_python
 from crl_worker.sandbox.local import LocalSandbox
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.sandbox.session import SHELL_ARGV, ShellProcess, ShellSession
-from crl_worker.tasks.model import Task, TestSpec, Timeouts
+from crl_worker.tasks.model import Task, TestSpec
+from tests.fixtures.local_sandbox import (
+    BUGGY,
+    GOLD_PATCH,
+    git,
+    host_pids,
+    python_task,
+    until_host_pids,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-BUGGY = "def add(a, b):\n    return a - b\n"
-GOLD_PATCH = """\
-diff --git a/calc/__init__.py b/calc/__init__.py
---- a/calc/__init__.py
-+++ b/calc/__init__.py
-@@ -1,2 +1,5 @@
-+from calc.util import double
-+
-+
- def add(a, b):
--    return a - b
-+    return a + b
-diff --git a/calc/util.py b/calc/util.py
-new file mode 100644
---- /dev/null
-+++ b/calc/util.py
-@@ -0,0 +1,2 @@
-+def double(x):
-+    return 2 * x
-"""
-#: A provisioning step that leaves build artefacts: an ignored one and an unignored one.
-BUILD = "mkdir -p build generated && echo compiled > build/lib.so && echo made > generated/data.txt"
-
-
-def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-
-
-def make_repo(path: Path) -> str:
-    """A real package with a bug, its tests and a .gitignore; returns the base commit."""
-    (path / "calc").mkdir(parents=True)
-    (path / "calc" / "__init__.py").write_text(BUGGY)
-    (path / "tests").mkdir()
-    (path / "tests" / "test_calc.py").write_text(
-        "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
-        "def test_zero():\n    assert add(0, 0) == 0\n"
-    )
-    (path / "pyproject.toml").write_text('[project]\nname = "calc"\nversion = "0.1"\n')
-    (path / ".gitignore").write_text("build/\n*.egg-info/\n")
-    _git(path, "init", "-q", "-b", "main")
-    _git(path, "add", "-A")
-    _git(path, "commit", "-qm", "calc with a bug")
-    base = _git(path, "rev-parse", "HEAD")
-    # A later commit (the "fix") that the sandbox must not reveal.
-    (path / "calc" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
-    _git(path, "commit", "-qam", "the fix")
-    _git(path, "tag", "v1")
-    return base
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for a reaper that is not ours does not count)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rfind(")") + 2] != "Z"
-
-
-def _host_pids(marker: str) -> list[int]:
-    """Running processes on this machine whose command line holds ``marker``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline and _running(int(entry)):
-            found.append(int(entry))
-    return found
-
-
-async def _until_host_pids(marker: str, count: int, timeout: float = 10) -> list[int]:
-    """:func:`_host_pids` once it finds at least ``count`` processes, or what it finds at the
-    deadline. Counts are approximate while processes start: a child forked but not yet exec-ed
-    shows its parent's command line (one more), or not yet the marker (one less)."""
-    deadline = time.monotonic() + timeout
-    while len(found := _host_pids(marker)) < count and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    return found
-
-
-def pytest_install() -> list[str]:
-    """Install pytest the fast way when uv is around (it is linked into the venv)."""
-    return ["uv pip install -q pytest" if find_uv() else "pip install -q pytest", BUILD]
-
-
-def python_task(repo: Path, base: str, **changes: object) -> Task:
-    fields: dict[str, object] = {
-        "instance_id": "demo__calc-1",
-        "repo": "demo/calc",
-        "base_commit": base,
-        "source": str(repo),
-        "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
-        "install": pytest_install(),
-        "test": TestSpec(command="pytest -rA {tests}", log_format="pytest"),
-        "timeouts": Timeouts(command=30, setup=300),
-    }
-    fields.update(changes)
-    return Task.model_validate(fields)
-
-
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
-    path = tmp_path_factory.mktemp("calc")
-    yield path, make_repo(path)
 
 
 @pytest.fixture(scope="module")
@@ -340,13 +233,13 @@ async def test_background_process(sandbox: LocalSandbox) -> None:
     assert time.monotonic() - started < 2
     # the pid the sandbox saw is its own (a namespace's); the host's is found by command line
     pid = int(pid_file.read_text())
-    assert len(await _until_host_pids(marker, 1)) >= 1
+    assert len(await until_host_pids(marker, 1)) >= 1
     # an interrupted foreground command leaves the background job alone
     assert (await sandbox.run("sleep 100", timeout=0.3)).timed_out
     assert (await sandbox.run(f"kill -0 {pid} && echo alive")).output == "alive\n"
     # reset (a fresh session) ends every process the old one started
     await sandbox.reset()
-    assert _host_pids(marker) == []
+    assert host_pids(marker) == []
 
 
 async def test_output_cap_keeps_head_and_tail(sandbox: LocalSandbox) -> None:
@@ -432,11 +325,11 @@ async def test_diff_is_the_agents_change_against_the_base_commit(
     # the diff applies to a fresh checkout of the base commit and gives the gold tree
     fresh, gold = tmp_path / "fresh", tmp_path / "gold"
     for target, patch in ((fresh, diff), (gold, GOLD_PATCH)):
-        _git(tmp_path, "clone", "-q", str(source), str(target))
-        _git(target, "checkout", "-q", base)
+        git(tmp_path, "clone", "-q", str(source), str(target))
+        git(target, "checkout", "-q", base)
         subprocess.run(["git", "apply", "-"], cwd=target, input=patch, text=True, check=True)
-        _git(target, "add", "-A")
-    assert _git(fresh, "write-tree") == _git(gold, "write-tree")
+        git(target, "add", "-A")
+    assert git(fresh, "write-tree") == git(gold, "write-tree")
 
 
 async def test_clone_hides_later_history_and_uses_the_cache(
@@ -581,13 +474,13 @@ async def test_java_task_gets_java_home_and_maven(tmp_path: Path) -> None:
         '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
         "<groupId>demo</groupId><artifactId>demo</artifactId><version>1</version></project>\n"
     )
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "java")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "java")
     task = Task(
         instance_id="demo__java-1",
         repo="demo/java",
-        base_commit=_git(repo, "rev-parse", "HEAD"),
+        base_commit=git(repo, "rev-parse", "HEAD"),
         source=str(repo),
         language="java",
         test=TestSpec(command="mvn -q test", log_format="junit"),

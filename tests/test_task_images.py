@@ -20,10 +20,10 @@ from crl_worker.sandbox.images import (
 from crl_worker.tasks.loaders import load_tasks
 from crl_worker.tasks.model import Task
 
+from .fixtures.cli import crl
 from .fixtures.docker import DockerEngine, debian_image
 from .fixtures.repos import java_repo
 from .paths import ROOT
-from .test_cli import crl
 
 SUITE = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"
 JAVA_PACKAGES = ("git", "openjdk-17-jdk-headless", "maven")

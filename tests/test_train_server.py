@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +38,11 @@ from crl_worker.train import toy  # noqa: E402
 
 from .fixtures.lora_run import RUN, SUBPROCESS_ENV, learned, sharp_toy, write_run  # noqa: E402
 from .fixtures.toy_server import ToyServer, ToyServerProcess, read_request_log  # noqa: E402
+from .fixtures.toy_training import BASE, chats, trajectories  # noqa: E402
 from .paths import ROOT  # noqa: E402
 
 pytestmark = pytest.mark.train
 
-BASE = "toy"
 #: The overlapped learning test's learning rate and seed (CRL_TEST_LEARN_* override them, to
 #: check the test over several seeds).
 LEARN_LR = float(os.environ.get("CRL_TEST_LEARN_LR", "0.02"))
@@ -68,16 +68,6 @@ TOOLS = [
 
 
 # --- fixtures -----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def toy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return toy.build_toy_model(tmp_path_factory.mktemp("toy-model"))
-
-
-@pytest.fixture(scope="module")
-def suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return toy.build_toy_suite(tmp_path_factory.mktemp("toy-suite"))
 
 
 @pytest.fixture(scope="module")
@@ -355,31 +345,6 @@ async def test_adapters_load_apply_unload_and_restart(
 # --- LoRA training through the server -----------------------------------------------------------
 
 
-@pytest.fixture
-def serve(toy_dir: Path, tmp_path: Path) -> Iterator[Any]:
-    """Start the toy server in its own process (``serve(*args)``, of the toy model unless
-    ``model`` names another); stopped after the test."""
-    started: list[ToyServerProcess] = []
-
-    def start(*args: str, model: Path | None = None) -> ToyServerProcess:
-        process = ToyServerProcess(
-            model or toy_dir,
-            "--served-name",
-            BASE,
-            "--request-log",
-            str(tmp_path / "requests.jsonl"),
-            *args,
-            log_path=tmp_path / "server.log",
-            env=SUBPROCESS_ENV,
-        )
-        started.append(process)
-        return process.start()
-
-    yield start
-    for process in started:
-        process.stop()
-
-
 def train(
     config: Path,
     out: Path,
@@ -436,17 +401,6 @@ def sampled_logprobs(record: dict[str, Any], model: Any) -> tuple[list[float], l
     sampled = [k for k in range(1, len(ids)) if mask[k]]
     served = [float(sequence.logprobs[k]) for k in sampled]
     return served, [float(logprobs[k - 1, ids[k]]) for k in sampled]
-
-
-def trajectories(out: Path, step: int) -> list[dict[str, Any]]:
-    """The step's trajectory records, of every rank."""
-    paths = sorted((out / "trajectories").glob(f"step-{step:06d}.rank*.jsonl"))
-    assert paths, f"no trajectories for step {step}"
-    return [json.loads(line) for path in paths for line in path.read_text().splitlines()]
-
-
-def chats(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in log if r.get("path") == "/v1/chat/completions"]
 
 
 def model_calls(records: list[dict[str, Any]]) -> Counter[str]:

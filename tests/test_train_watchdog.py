@@ -24,20 +24,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from tests.test_train_server import (
-    BASE,
-    chats,
-    serve,
-    suite,
-    toy_dir,
-    trajectories,
-)
+from tests.fixtures.toy_training import BASE, chats, trajectories
 
 from .fixtures.lora_run import RUN, SUBPROCESS_ENV, write_run
 from .fixtures.toy_server import ToyServerProcess, read_request_log
 from .paths import ROOT
-
-__all__ = ["serve", "suite", "toy_dir"]  # fixtures shared with test_train_server
 
 pytestmark = pytest.mark.train
 
