@@ -348,3 +348,18 @@ def test_the_runner_is_hardened_and_its_report_cross_checked() -> None:
     assert runner.parse_report("not json").evidence
     # The reporter's source parses on the oldest Python it claims (3.6 syntax).
     ast.parse(runner.PROBE_SOURCE.read_text(), feature_version=(3, 6))
+
+
+def test_canaries_copy_fail_to_pass_tests_before_pass_to_pass_ones() -> None:
+    # A copy of a PASS_TO_PASS test can be told apart by running the package as it is (its
+    # twin passes, the copy fails); a copy of a FAIL_TO_PASS test cannot: those come first.
+    f2p = ["t.py::test_area_of_square", "t.py::test_area_of_rectangle"]
+    p2p = ["t.py::test_name_is_upper", "t.py::test_name_is_lower"]
+    text = MODULE + (
+        "\n\ndef test_area_of_rectangle():\n    assert area(2, 3) == 6\n"
+        "\n\ndef test_name_is_lower():\n    assert name('AB').lower() == 'ab'\n"
+    )
+    for seed in range(20):
+        derived = mutants.derive("t.py", text, "pytest", f2p, p2p, random.Random(seed), 2)
+        assert derived is not None
+        assert sorted(derived.sources) == sorted(f2p)

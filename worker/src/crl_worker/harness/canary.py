@@ -22,7 +22,10 @@ PASS_TO_PASS tests, as the test patch leaves their files, at every grading anew:
   class), not in one block;
 - **random at every grading**: which tests, which statement, which constant, names, places.
 
-Up to :data:`COUNT` canaries, one from a FAIL_TO_PASS test when one qualifies. Where no listed
+Up to :data:`COUNT` canaries, copies of FAIL_TO_PASS tests first: code that runs the package
+as it is sees a PASS_TO_PASS test pass and its copy fail, so it can spare such a copy, while a
+copy of a FAIL_TO_PASS test fails like the test it copies, and such code can only guess which
+of the two to answer (each such canary halves what a forgery earns). Where no listed
 test can be mutated safely (no literal expectation at the top of its body; skip/xfail markers;
 an early ``return``), a test without one is copied and a failing ``assert`` of two different
 numbers (``self.assertEqual`` in a ``TestCase``) is added at its end: the package still runs
@@ -47,8 +50,8 @@ from crl_worker.tasks.selection import is_test_file, patch_files, test_arguments
 
 #: Log formats whose runners collect a ``unittest.TestCase`` appended to a test module.
 CANARY_FORMATS = frozenset({"pytest", "unittest"})
-#: How many canaries :func:`derive_canary` plants.
-COUNT = 3
+#: How many canaries :func:`derive_canary` plants (at most; one a listed test).
+COUNT = 4
 #: Words the synthetic canary's names are made of.
 _WORDS = ("parse", "merge", "update", "empty", "limits", "order", "values", "default", "round")
 

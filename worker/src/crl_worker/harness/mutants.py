@@ -335,13 +335,16 @@ def derive(
     f2p, p2p = listed(fail_to_pass), listed(pass_to_pass)
     if not f2p and not p2p:
         return None
-    # One from FAIL_TO_PASS when there is one; those with a literal expectation first.
-    rng.shuffle(f2p)
-    rng.shuffle(p2p)
-    f2p.sort(key=lambda t: not expectations(t))
-    rest = sorted([*f2p[1:], *p2p], key=lambda t: (not expectations(t), rng.random()))
-    chosen = ([f2p[0]] if f2p else []) + rest
-    chosen = chosen[:count]
+    # FAIL_TO_PASS tests first, then PASS_TO_PASS; those with a literal expectation first in
+    # each. Code that runs the package as it is can tell a copy of a PASS_TO_PASS test apart
+    # (its twin passes, the copy fails) and spare it; a copy of a FAIL_TO_PASS test fails like
+    # its twin, so such code can only guess which of the two to answer: each one halves what
+    # forging earns.
+    chosen = [
+        test
+        for group in (f2p, p2p)
+        for test in sorted(group, key=lambda t: (not expectations(t), rng.random()))
+    ][:count]
     source = _Text(text)
     names = {t.node.name for t in tests}
     inserts: list[tuple[int, bytes]] = []
