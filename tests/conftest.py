@@ -20,6 +20,7 @@ from .fixtures.gateway import start_gateway, task_file, tasks  # noqa: F401  (fi
 from .fixtures.local_sandbox import repo  # noqa: F401  (fixtures for every module)
 from .fixtures.openai_server import ScriptedServer
 from .fixtures.schedule import Schedule
+from .fixtures.task_records import lite  # noqa: F401  (fixtures for every module)
 from .fixtures.toy_training import serve, suite, toy_dir  # noqa: F401  (fixtures for every module)
 from .fixtures.trainer import ShortRuns, build_toy_files, short_runs
 from .fixtures.vllm import (
