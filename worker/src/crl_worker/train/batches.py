@@ -24,7 +24,7 @@ from crl_worker.train.samples import trajectory_sample
 
 if TYPE_CHECKING:
     from crl_worker.agent.client import Policy
-    from crl_worker.train.trainer import TrainingJob
+    from crl_worker.train.runtime import Job
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +41,11 @@ class Preempted(Exception):
 class Batches:
     """The batches of one trainer process (every rank has one and runs its share)."""
 
-    def __init__(self, job: TrainingJob) -> None:
-        """``job``: the trainer process whose runner, server client and settings are used."""
+    def __init__(self, job: Job, ensure_current: Callable[[int], None]) -> None:
+        """``job``: the trainer process whose runner, server client and settings are used;
+        ``ensure_current(step)``: brings the server to the step's weights before a batch."""
         self.job = job
+        self._ensure_current = ensure_current
         self._attempts = 0
         """Episodes started so far (each gets the next attempt number)."""
         self._rollouts_ended: float | None = None
@@ -149,7 +151,7 @@ class Batches:
                 self.job.stopping = True
                 raise Preempted
             self.job.step_started = time.monotonic()
-            self.job.pushes.ensure_current(step)
+            self._ensure_current(step)
             if self.job.client is not None:
                 assert self.job.sync is not None  # a policy client comes with its server's sync
                 self.job.client.model = self.job.sync.model_name()

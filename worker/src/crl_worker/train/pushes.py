@@ -27,7 +27,7 @@ from crl_worker.train.watchdog import (
 )
 
 if TYPE_CHECKING:
-    from crl_worker.train.trainer import TrainingJob
+    from crl_worker.train.runtime import Job
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ PUSH_ATTEMPTS = 3
 class WeightPushes:
     """The weight pushes of one trainer process (every rank has one: gathers are collective)."""
 
-    def __init__(self, job: TrainingJob) -> None:
+    def __init__(self, job: Job) -> None:
         """``job``: the trainer process whose model, sync, watchdog and monitor are used."""
         self.job = job
         self._timed_out = False
@@ -242,13 +242,14 @@ class WeightPushes:
             f"{self.job.spec.algorithm.max_staleness})"
         )
 
-    def watch_gap(self, step: int, logs: dict[str, Any]) -> None:
+    def watch_gap(self, step: int, logs: dict[str, Any], *, off_policy: bool) -> None:
         """The watchdog's third check: the step's trainer-vs-server logprob gap. Above the
         threshold the weights are pushed again before the next batch; a gap that outlasts
-        :data:`~crl_worker.train.watchdog.MAX_RECOVERIES` pushes stops the run."""
+        :data:`~crl_worker.train.watchdog.MAX_RECOVERIES` pushes stops the run. ``off_policy``:
+        this rank's batch came from older weights (then the gap says nothing of the sync)."""
         if self.job.sync is None:
             return  # in-process generation: the trainer sampled its own logprobs
-        if self.job.any_rank(self.job.batches.off_policy):
+        if self.job.any_rank(off_policy):
             # Rollouts from older weights (overlap, or a lagging push) differ from the trainer
             # by the updates since, not only by the sync: the gap says nothing about the sync.
             return

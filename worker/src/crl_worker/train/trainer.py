@@ -28,15 +28,12 @@ rank agrees on stopping through an all-reduce, so the collective save never dead
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
 import os
 import signal
-import threading
 import time
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -52,6 +49,7 @@ from crl_worker.train.monitor import Monitor, RolloutStats, merge_stats, read_st
 from crl_worker.train.overlap import Producer, install_plan
 from crl_worker.train.pushes import WeightPushes
 from crl_worker.train.rollouts import RolloutRunner
+from crl_worker.train.runtime import Engine, StopFlag
 from crl_worker.train.settings import TrainSettings
 from crl_worker.train.watchdog import (
     Watchdog,
@@ -70,53 +68,6 @@ T = TypeVar("T")
 
 #: Exit status after a stop by SIGTERM / SIGINT (128 + the signal's number).
 PREEMPTED_EXIT = {signal.SIGTERM: 143, signal.SIGINT: 130}
-
-
-class StopFlag:
-    """Set by SIGTERM/SIGINT; polled by the rollouts and at each step's end."""
-
-    def __init__(self) -> None:
-        self.signal: int | None = None
-        self.event = threading.Event()
-
-    def install(self) -> None:
-        """Catch SIGTERM and SIGINT in this (main) thread."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
-
-    def _on_signal(self, number: int, _frame: Any) -> None:
-        if self.signal is None:
-            logger.warning(
-                "%s: stopping at the next safe point (a checkpoint is written first)",
-                signal.Signals(number).name,
-            )
-        self.signal = number
-        self.event.set()
-
-    @property
-    def set(self) -> bool:
-        """Whether a stop was asked for."""
-        return self.event.is_set()
-
-
-class Engine:
-    """An asyncio loop on its own thread: the pool, the policy client, the weight sync and the
-    rollouts live there across steps while TRL drives the main thread."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="crl-rollouts")
-        self._thread.daemon = True
-        self._thread.start()
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the engine's loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def close(self) -> None:
-        """Stop the loop and its thread."""
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=30)
 
 
 def _dist() -> tuple[int, int]:
@@ -161,7 +112,7 @@ class TrainingJob:
         inference server; :mod:`crl_worker.train.overlap`)."""
         self.pushes = WeightPushes(self)
         """Keeps the inference server on the trained weights (:mod:`crl_worker.train.pushes`)."""
-        self.batches = Batches(self)
+        self.batches = Batches(self, self.pushes.ensure_current)
         """Runs each step's rollouts into samples (:mod:`crl_worker.train.batches`)."""
 
     # --- setup ------------------------------------------------------------------------------
@@ -294,7 +245,7 @@ class TrainingJob:
         the metrics log, the status. Called on every rank (the statistics are gathered)."""
         if "loss" not in logs:
             return  # the end-of-training summary, not a step
-        self.pushes.watch_gap(step, logs)
+        self.pushes.watch_gap(step, logs, off_policy=self.batches.off_policy)
         stats = merge_stats(self._gather(self.batches.step_stats or RolloutStats()))
         self.batches.step_stats = None
         record = self.monitor.record_step(
