@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from crl_operator.apply import KindInfo, Kube, KubeError, load_api_client
+from crl_operator.apply import Kube, KubeError, load_api_client
 from crl_worker.api.common import SandboxSpec
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox.kubeapi import KubeApi
@@ -31,13 +31,21 @@ from crl_worker.tasks.model import Task, TestSpec
 
 from .cluster import Cluster, ClusterError
 from .cluster import build as build_cluster
-from .fixtures.resources import PENDING_TRAINER, apply, condition, small_run, wait_for
+from .fixtures.kueue_teams import (
+    GPU,
+    WORKLOADS,
+    admitted_gpus,
+    children,
+    queued_run,
+    report,
+    state,
+    team,
+)
+from .fixtures.resources import PENDING_TRAINER, apply, condition, wait_for
 from .kueue import POD_NAMESPACE_LABEL, Kueue
 from .operator_process import OperatorProcess
 
-GPU = "nvidia.com/gpu"
 QUOTA = 4
-WORKLOADS = KindInfo("Workload", "kueue.x-k8s.io/v1beta2", "workloads")
 
 
 @pytest.fixture(scope="module")
@@ -80,71 +88,6 @@ def kube(kueue_cluster: tuple[Cluster, Kueue]) -> Kube:
     return Kube(load_api_client(str(kueue_cluster[0].kubeconfig)), field_manager="kueue-test")
 
 
-def team(
-    cluster: Cluster,
-    namespace: str,
-    name: str,
-    gpus: int,
-    *,
-    cohort: str | None = None,
-    borrowing_limit: int | None = None,
-    weight: int | None = None,
-) -> None:
-    """A ResourceFlavor, a ClusterQueue with `gpus` GPUs that preempts lower priorities, a
-    LocalQueue in `namespace`, and the priorities `low` and `high`. In a `cohort`, the queue
-    may borrow up to `borrowing_limit` idle GPUs and takes lent ones back (reclaim); `weight`
-    is its fair-sharing weight."""
-    gpu_quota: dict[str, Any] = {"name": GPU, "nominalQuota": gpus}
-    if borrowing_limit is not None:
-        gpu_quota["borrowingLimit"] = borrowing_limit
-    docs: list[dict[str, Any]] = [
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-         "metadata": {"name": "gpu"}},
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
-         "metadata": {"name": "low"}, "value": 100},
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
-         "metadata": {"name": "high"}, "value": 1000},
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-         "metadata": {"name": name},
-         "spec": {
-             "namespaceSelector": {},
-             "preemption": {"withinClusterQueue": "LowerPriority",
-                            "reclaimWithinCohort": "Any"},
-             "resourceGroups": [{
-                 "coveredResources": ["cpu", "memory", GPU],
-                 "flavors": [{"name": "gpu", "resources": [
-                     {"name": "cpu", "nominalQuota": "64"},
-                     {"name": "memory", "nominalQuota": "512Gi"},
-                     gpu_quota,
-                 ]}],
-             }],
-             **({"cohortName": cohort} if cohort else {}),
-             **({"fairSharing": {"weight": weight}} if weight is not None else {}),
-         }},
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-         "metadata": {"name": name, "namespace": namespace},
-         "spec": {"clusterQueue": name}},
-    ]  # fmt: skip
-    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(d) for d in docs))
-
-
-def queued_run(name: str, queue: str, priority: str = "low", **spec: Any) -> dict[str, Any]:
-    """small_run (1 GPU of inference, 1 trainer node with 1 GPU) in `queue`."""
-    doc = small_run(name, **{"trainer": dict(PENDING_TRAINER), **spec})
-    doc["spec"]["scheduling"] = {"queueName": queue, "workloadPriorityClassName": priority}
-    return doc
-
-
-def admitted_gpus(kube: Kube, namespace: str) -> int:
-    """GPUs Kueue has reserved for the Workloads of `namespace`, from their admissions."""
-    total = 0
-    for wl in kube.request("GET", "Workload", WORKLOADS.path(namespace)).get("items") or ():
-        admission = (wl.get("status") or {}).get("admission") or {}
-        for assignment in admission.get("podSetAssignments") or ():
-            total += int(str((assignment.get("resourceUsage") or {}).get(GPU, 0)))
-    return total
-
-
 class Sampler:
     """Polls a run's status while checking, on every poll, that the quota holds."""
 
@@ -164,21 +107,6 @@ class Sampler:
     def run(self, name: str) -> dict[str, Any]:
         self.check()
         return self.kube.get("TrainingRun", self.namespace, name) or {}
-
-
-def children(kube: Kube, namespace: str, run: str) -> dict[str, dict[str, Any]]:
-    """The run's Deployments and Jobs by kind."""
-    out = {}
-    for kind in ("Deployment", "Job"):
-        for obj in kube.list(
-            kind, namespace=namespace, label_selector=f"coderepair.io/trainingrun={run}"
-        ):
-            out[kind] = obj
-    return out
-
-
-def state(run: dict[str, Any]) -> str | None:
-    return ((run.get("status") or {}).get("queue") or {}).get("state")
 
 
 def test_runs_are_admitted_whole_within_quota(
@@ -239,18 +167,6 @@ def test_runs_are_admitted_whole_within_quota(
     wait_for("the queued run admitted", lambda: state(sampler.run(name)) == "Admitted")
     wait_for("its trainer Job", lambda: "Job" in children(kube, ns, name))
     assert sampler.peak == QUOTA and sampler.samples > 3
-
-
-def report(cluster: Cluster, ns: str, run: str, step: int) -> None:
-    """What the trainer writes after a checkpoint (crl_worker.api.progress.TrainingProgress)."""
-    progress = {
-        "step": step,
-        "totalSteps": 100,
-        "lastCheckpoint": {"step": step, "path": f"step-{step}", "time": "2026-01-01T12:00:00Z"},
-        "phase": "training",
-    }
-    cluster.kubectl("patch", "configmap", "-n", ns, f"{run}-progress", "--type=merge",
-                    "-p", json.dumps({"data": {"progress.json": json.dumps(progress)}}))  # fmt: skip
 
 
 def test_preemption_stops_the_run_and_it_resumes(

@@ -22,22 +22,28 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
-torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
-from crl_worker.agent.client import ChatClient, Completion, ModelServerError  # noqa: E402
+from crl_worker.agent.client import ChatClient, ModelServerError  # noqa: E402
 from crl_worker.agent.trajectory import Trajectory  # noqa: E402
 from crl_worker.train import toy  # noqa: E402
 
 from .fixtures.lora_run import RUN, SUBPROCESS_ENV, learned, sharp_toy, write_run  # noqa: E402
 from .fixtures.toy_server import ToyServer, ToyServerProcess, read_request_log  # noqa: E402
+from .fixtures.toy_server_checks import (  # noqa: E402
+    assert_close,
+    ids_of,
+    models,
+    post,
+    reference_logprobs,
+    torch,
+)
 from .fixtures.toy_training import BASE, chats, trajectories  # noqa: E402
 from .paths import ROOT  # noqa: E402
 
@@ -112,46 +118,6 @@ async def server(toy_dir: Path, tmp_path: Path) -> AsyncIterator[ToyServer]:
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def reference_logprobs(
-    model: Any, prompt: list[int], completion: list[int], temperature: float
-) -> list[float]:
-    """``log_softmax(logits / T)`` of each completion token, from one forward pass."""
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([prompt + completion])).logits[0].float()
-    logprobs = torch.log_softmax(logits / temperature, dim=-1)
-    return [float(logprobs[len(prompt) - 1 + k, t]) for k, t in enumerate(completion)]
-
-
-def ids_of(answer: Completion) -> tuple[list[int], list[int]]:
-    prompt = answer.prompt_ids()
-    assert prompt is not None and answer.completion_token_ids is not None
-    return [int(i) for i in prompt], [int(i) for i in answer.completion_token_ids]
-
-
-def assert_close(got: Any, expected: list[float], tolerance: float = 1e-4) -> None:
-    assert got is not None
-    values = [float(v) for v in got]
-    assert len(values) == len(expected)
-    assert max(abs(a - b) for a, b in zip(values, expected, strict=True)) < tolerance, (
-        values,
-        expected,
-    )
-
-
-async def models(server: ToyServer) -> dict[str, Any]:
-    async with httpx.AsyncClient() as http:
-        response = await http.get(f"{server.base_url}/models")
-    assert response.status_code == 200
-    return {card["id"]: card for card in response.json()["data"]}
-
-
-async def post(server: ToyServer, route: str, body: Any, **kwargs: Any) -> httpx.Response:
-    async with httpx.AsyncClient() as http:
-        if isinstance(body, bytes):
-            return await http.post(f"{server.base_url}/{route}", content=body, **kwargs)
-        return await http.post(f"{server.base_url}/{route}", json=body, **kwargs)
 
 
 # --- the server ---------------------------------------------------------------------------------
