@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from crl_worker.errors import SandboxError
+from crl_worker.sandbox import isolation
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.local import LocalSandbox
 from crl_worker.sandbox.transport import default_interrupts
@@ -41,6 +42,7 @@ SECRET = "sk-canary-" + os.urandom(8).hex()
 #: computes the diff, as the harness does at the end) and prints the outputs as a JSON list.
 WORKER = """
 import asyncio, json, sys
+from crl_worker.sandbox import isolation
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.local import LocalSandbox
 from crl_worker.tasks.model import Task
@@ -61,6 +63,7 @@ asyncio.run(main())
 #: A worker that runs argv[3] in a sandbox, says ``ready`` and waits to be killed.
 HOLD = """
 import asyncio, sys
+from crl_worker.sandbox import isolation
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.local import LocalSandbox
 from crl_worker.tasks.model import Task
@@ -393,3 +396,22 @@ async def test_git_run_by_the_harness_does_not_hand_the_agent_the_workers_secret
     assert "x = 1" in outputs[1]
     assert "PATH=" in outputs[2]  # the filter ran
     assert SECRET not in outputs[2]
+
+
+async def test_a_network_namespace_that_fails_is_an_error_only_when_namespaces_are_required(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Where `unshare --net` fails (a container without the capability), `isolation: auto` keeps
+    # the network with a warning; `isolation: namespaces` promised no network: an error.
+    async def failing(argv: list[str], check: str, what: str) -> str | None:
+        return f"{what} failed: Operation not permitted"
+
+    monkeypatch.setattr(isolation, "_trial", failing)
+    monkeypatch.setattr(isolation, "_offline_probed", {})
+    monkeypatch.setattr(isolation, "_offline_warned", False)
+    prefix = ["unshare", "--pid", "--fork", "--"]
+    with pytest.raises(SandboxError, match="isolation 'namespaces' is required"):
+        await isolation.can_go_offline(prefix, "namespaces", name="box")
+    with caplog.at_level("WARNING", logger=isolation.__name__):
+        assert await isolation.can_go_offline(prefix, "auto", name="box") is False
+    assert any("keep the host's network" in r.message for r in caplog.records)

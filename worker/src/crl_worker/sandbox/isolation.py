@@ -305,7 +305,8 @@ _offline_warned = False
 
 async def can_go_offline(prefix: list[str], mode: Isolation, *, name: str = "sandbox") -> bool:
     """Whether a confined sandbox behind ``prefix`` can lose the network once installed (a
-    network namespace and its loopback up); when it cannot, a warning is logged once."""
+    network namespace and its loopback up). ``namespaces`` raises :class:`SandboxError` when it
+    cannot; ``auto`` logs a warning once."""
     global _offline_warned
     if not prefix:
         return False
@@ -317,8 +318,11 @@ async def can_go_offline(prefix: list[str], mode: Isolation, *, name: str = "san
     reason = _offline_probed[key]
     if reason is None:
         return True
-    # Not fatal even under isolation 'namespaces' (a container without the capability to bring
-    # up a loopback, as a sandbox pod is, still confines files): the network stays, said once.
+    if mode == "namespaces":
+        raise SandboxError(
+            f"{name}: isolation 'namespaces' is required but a network namespace fails here "
+            f"({reason}); set network: host (or isolation: none) to run without it"
+        )
     if not _offline_warned:
         _offline_warned = True
         logger.warning(
