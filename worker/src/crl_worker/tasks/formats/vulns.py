@@ -27,8 +27,6 @@ import hashlib
 import re
 from typing import Any
 
-from pydantic import ValidationError
-
 from crl_worker.tasks.cwe import UnknownCweError, normalise
 from crl_worker.tasks.formats.common import image_for
 from crl_worker.tasks.model import Classification, Language, Task
@@ -157,7 +155,7 @@ def _classify_task(
             image=image_for(options, None, instance_id=instance_id, repo=repo, version=None),
             metadata=metadata,
         )
-    except (ValidationError, KeyError, ValueError) as exc:
+    except ValueError as exc:  # pydantic's ValidationError is one
         raise ref.error(f"not a valid classify task: {exc}") from None
 
 
