@@ -36,10 +36,10 @@ from .fixtures.docker import (
     DockerEngine,
     EngineError,
     EngineProcess,
-    _processes_mentioning,
     debian_image,
     running_engine,
 )
+from .fixtures.processes import processes_using
 from .fixtures.repos import FixtureRepo, unittest_repo
 
 WORKDIR = "/testbed"
@@ -398,7 +398,7 @@ async def test_engine_that_dies_mid_run(
         assert (await sandbox.run("echo up")).output == "up\n"
         # containerd and the shims outlive dockerd: reaped here once they end
         dockerd = {process.dockerd_pid, process.proc.pid if process.proc else None}
-        orphans |= set(_processes_mentioning(str(process.exec_root))) - dockerd
+        orphans |= {pid for pid, _ in processes_using(str(process.exec_root))} - dockerd
         assert orphans, "containerd runs beside dockerd"
         process.kill_dockerd()
         started = time.monotonic()
@@ -411,7 +411,7 @@ async def test_engine_that_dies_mid_run(
         # container; the fixture's stop removes it and ends containerd.
         restart_adopting_containerd(process)
     assert not orphans, f"not reaped: {orphans}"
-    assert not _processes_mentioning(str(process.exec_root))
+    assert not processes_using(str(process.exec_root))
 
 
 def test_base_image_is_cached_by_content(docker_engine: DockerEngine, docker_base: str) -> None:
