@@ -256,11 +256,21 @@ async def test_a_run_that_grades_nothing_is_an_environment_error(
 
 
 #: Candidate patches that keep every test from being reported: a conftest.py that does not
-#: import (pytest exits 4), a package that no longer imports (collection errors, exit 2).
+#: import (pytest exits 4), the same hidden from the working tree's diff, a package that no
+#: longer imports (collection errors, exit 2).
 BREAKING_PATCHES = {
     "conftest": (
         "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n"
         "+++ b/conftest.py\n@@ -0,0 +1 @@\n+import a_module_the_candidate_made_up\n"
+    ),
+    # The same conftest.py, beside a .gitignore that ignores both: the working tree's diff
+    # shows neither, so only the model patch says that anything changed.
+    "hidden-conftest": (
+        "diff --git a/tests/.gitignore b/tests/.gitignore\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/tests/.gitignore\n@@ -0,0 +1,2 @@\n+.gitignore\n+conftest.py\n"
+        "diff --git a/tests/conftest.py b/tests/conftest.py\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/tests/conftest.py\n@@ -0,0 +1 @@\n"
+        "+import a_module_the_candidate_made_up\n"
     ),
     "package": (
         "diff --git a/src/unitconv/broken.py b/src/unitconv/broken.py\nnew file mode 100644\n"
@@ -290,7 +300,7 @@ async def test_a_candidate_that_breaks_the_test_run_is_graded_not_excused(
     assert result.infrastructure_error is None
     assert not result.resolved
     assert {o.status for o in result.fail_to_pass} == {TestStatus.MISSING}
-    if breaking == "conftest":  # pytest reports nothing at all: the control run decides
+    if breaking != "package":  # pytest reports nothing at all: the control run decides
         assert "control run reported tests" in result.log
     assert rewards.tests_score(result) == 0.0
 

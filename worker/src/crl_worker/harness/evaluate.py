@@ -47,6 +47,7 @@ from crl_worker.harness.canary import (
     tampered,
     with_canary,
 )
+from crl_worker.harness.diffsplit import DiffError, parse_diff
 from crl_worker.harness.diffsplit import touched_files as touched_files
 from crl_worker.harness.grading import Grade, grade
 from crl_worker.harness.marks import expected_statuses
@@ -432,7 +433,7 @@ async def _run_tests(
 
 
 async def _blame_the_candidate(
-    sandbox: Sandbox, task: Task, run: _Run, limit: float, why: str
+    sandbox: Sandbox, task: Task, run: _Run, limit: float, why: str, applied: str | None
 ) -> bool:
     """Whether a run that reported no tests is the candidate's doing, not the environment's.
 
@@ -442,9 +443,18 @@ async def _blame_the_candidate(
     that is its answer, graded as such (every test missing), not an environment error that
     rewards would leave out. Otherwise the environment is at fault. The sandbox is left at its
     base state with the test patch; evaluation is the last thing done in it.
+
+    The changes are those of the working tree's diff and of ``applied`` (the model patch this
+    evaluation applied), so a change that the diff does not show (a file that an ignore rule
+    of the candidate's own hides) still counts, and so does a diff that cannot be read.
     """
-    changed = set(touched_files(await sandbox.diff())) - set(touched_files(task.test_patch))
-    if not changed:
+    try:
+        names = {p for c in parse_diff(await sandbox.diff()) for p in c.paths}
+    except DiffError as exc:
+        names = {f"(a diff that cannot be read: {exc})"}
+    names.update(touched_files(applied or ""))
+    if not names - set(touched_files(task.test_patch)):
+        run.add(f"no control run: {why}, and nothing beyond the test files changed", "")
         return False
     run.add(f"control run: {why}; the tests run again at the base state", "")
     await sandbox.reset()
@@ -520,7 +530,7 @@ async def evaluate(
             # MISSING: not resolved): a candidate patch that does not compile is a wrong answer.
             why = "the test run reported no tests ("
             why += no_tests_reason(tests.exit_code, task.test_spec.log_format) + ")"
-            if not await _blame_the_candidate(sandbox, task, run, limit, why):
+            if not await _blame_the_candidate(sandbox, task, run, limit, why, model_patch):
                 logger.warning("%s: %s", task.instance_id, why)
                 return _result(
                     task,
