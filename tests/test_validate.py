@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from crl_worker.api.validation import ManifestError, load_resources, validate_file, validate_text
+from crl_worker.api.validation import (
+    FOREIGN_NOTE,
+    ManifestError,
+    load_resources,
+    validate_file,
+    validate_text,
+)
 
 from .paths import EDGE, EXAMPLES, INVALID, verdict
 
@@ -247,3 +253,89 @@ def test_alias_bomb_is_refused_quickly() -> None:
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
     problems = [p.message for r in validate_text("\n".join(lines) + "\n") for p in r.problems]
     assert any("expands to more than" in p for p in problems), problems
+
+
+# --- other APIs' objects: skipped with skip_foreign, errors without -----------------------
+
+NAMESPACE = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n"
+
+#: Documents and what `skip_foreign` (plain `crl validate`) makes of them: "skipped", "valid", or
+#: the text of the error. Only what is clearly another API's object is skipped.
+KIND_CASES = {
+    "namespace": (NAMESPACE, "skipped"),
+    "kueue-local-queue": (
+        NAMESPACE.replace("v1", "kueue.x-k8s.io/v1beta2").replace("Namespace", "LocalQueue"),
+        "skipped",
+    ),
+    # Another project's kind with one of our names, under its own group.
+    "other-projects-benchmark": (
+        RUN.replace("coderepair.io", "ripsaw.cloudbulldozer.io").replace(
+            "TrainingRun", "Benchmark"
+        ),
+        "skipped",
+    ),
+    "list-of-other-objects": (
+        "apiVersion: v1\nkind: List\nitems: [{apiVersion: v1, kind: Namespace}]\n",
+        "skipped",
+    ),
+    "ours": (RUN, "valid"),
+    "typo-of-our-kind": (
+        RUN.replace("kind: TrainingRun", "kind: TrainingRn"),
+        "'TrainingRn' (coderepair.io/v1alpha1) is not a CodeRepairRL resource; "
+        "did you mean 'TrainingRun'?",
+    ),
+    "other-kind-in-our-group": (
+        RUN.replace("kind: TrainingRun", "kind: Pod"),
+        "'Pod' (coderepair.io/v1alpha1) is not a CodeRepairRL resource",
+    ),
+    "typo-of-our-group": (
+        RUN.replace("coderepair.io", "coderepairrl.io"),
+        "TrainingRun is served as 'coderepair.io/v1alpha1' (got 'coderepairrl.io/v1alpha1')",
+    ),
+    "typos-of-our-group-and-kind": (
+        RUN.replace("coderepair.io", "code-repair.io").replace("TrainingRun", "RolloutPol"),
+        "did you mean 'RolloutPool'?",
+    ),
+    "our-kind-without-a-group": (
+        RUN.replace("coderepair.io/v1alpha1", "v1"),
+        "TrainingRun is served as 'coderepair.io/v1alpha1' (got 'v1')",
+    ),
+    "our-group-old-version": (
+        RUN.replace("coderepair.io/v1alpha1", "coderepair.io/v1"),
+        "TrainingRun is served as 'coderepair.io/v1alpha1' (got 'coderepair.io/v1')",
+    ),
+    "list-holding-ours": (
+        "apiVersion: v1\nkind: List\nitems: [{apiVersion: coderepair.io/v1alpha1, kind: Benchmark}]\n",
+        "its items are checked only as separate documents",
+    ),
+    "no-api-version": (
+        "kind: Namespace\nmetadata: {name: a}\n",
+        "'Namespace' is not a CodeRepairRL resource",
+    ),
+    "empty-api-version": ("apiVersion: ''\nkind: Namespace\n", "is not a CodeRepairRL resource"),
+    "api-version-a-number": ("apiVersion: 1\nkind: Namespace\n", "is not a CodeRepairRL resource"),
+    "kind-a-map": (
+        "apiVersion: v1\nkind: {a: 1}\n",
+        "{'a': 1} (v1) is not a CodeRepairRL resource",
+    ),
+    "kind-empty": ("apiVersion: v1\nkind: ''\n", "'' (v1) is not a CodeRepairRL resource"),
+    "no-kind": ("apiVersion: v1\nmetadata: {name: a}\n", "kind: required field is missing"),
+    "not-a-mapping": ("- apiVersion: v1\n  kind: Namespace\n", "a manifest must be a mapping"),
+}
+
+
+@pytest.mark.parametrize("name", list(KIND_CASES))
+def test_what_is_skipped_and_what_is_checked(name: str) -> None:
+    text, expected = KIND_CASES[name]
+    # Empty documents around it are ignored, as before.
+    [result] = validate_text("---\n" + text + "---\n", skip_foreign=True)
+    if expected == "skipped":
+        assert result.skipped == FOREIGN_NOTE and result.ok and result.resource is None
+        # Without skip_foreign (the library's default, and --strict-kinds) it is an error.
+        [strict] = validate_text(text)
+        assert strict.skipped is None and not strict.ok
+    elif expected == "valid":
+        assert result.skipped is None and result.ok and result.resource is not None
+    else:
+        assert result.skipped is None
+        assert any(expected in str(p) for p in result.problems), [str(p) for p in result.problems]
