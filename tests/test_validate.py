@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from crl_worker.api.validation import (
     FOREIGN_NOTE,
@@ -15,7 +17,8 @@ from crl_worker.api.validation import (
     validate_text,
 )
 
-from .paths import EDGE, EXAMPLES, INVALID, verdict
+from .fixtures.cli import crl
+from .paths import EDGE, EXAMPLES, INVALID, ROOT, verdict
 
 
 def _expectations(path: Path) -> dict[str, str]:
@@ -255,9 +258,117 @@ def test_alias_bomb_is_refused_quickly() -> None:
     assert any("expands to more than" in p for p in problems), problems
 
 
-# --- other APIs' objects: skipped with skip_foreign, errors without -----------------------
+# --- other APIs' objects: skipped by `crl validate`, errors with --strict-kinds ---------------
+
+#: What a team keeps next to its runs: Namespaces, Kueue objects, an Argo CD Application.
+GITOPS_FOLDERS = [ROOT / "examples" / "teams", ROOT / "examples" / "gitops"]
+
+
+def _foreign_in(folders: list[Path]) -> list[str]:
+    """`Kind/name (apiVersion)` of each document in the folders' YAML files that is not ours."""
+    found = []
+    for folder in folders:
+        for path in sorted(folder.glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc and not doc["apiVersion"].startswith("coderepair.io/"):
+                    found.append(f"{doc['kind']}/{doc['metadata']['name']} ({doc['apiVersion']})")
+    return found
+
+
+def test_crl_validate_skips_other_apis_in_a_gitops_folder_and_checks_ours() -> None:
+    foreign = _foreign_in(GITOPS_FOLDERS)
+    assert "Namespace/team-a (v1)" in foreign
+    assert "Application/coderepairrl-root (argoproj.io/v1alpha1)" in foreign
+    result = crl("validate", *(str(f.relative_to(ROOT)) for f in GITOPS_FOLDERS))
+    assert result.returncode == 0, result.stdout + result.stderr
+    notes = [line for line in result.stdout.splitlines() if line.endswith(FOREIGN_NOTE)]
+    assert len(notes) == len(foreign), result.stdout
+    for what, note in zip(foreign, notes, strict=True):
+        assert f": {what}, line " in note and note.startswith("- examples/"), (what, note)
+    assert "- examples/teams/10-team-a.yaml: Namespace/team-a (v1), line 3: skipped" in notes[4]
+    assert "✓ examples/teams/30-trainingrun-team-a.yaml: TrainingRun/" in result.stdout
+    assert result.stdout.splitlines()[-1] == (
+        f"1 valid, 0 invalid, {len(foreign)} skipped (not CodeRepairRL kinds)"
+    )
+
+
+def test_strict_kinds_rejects_other_apis_as_before() -> None:
+    foreign = _foreign_in(GITOPS_FOLDERS)
+    result = crl("validate", "--strict-kinds", *(str(f) for f in GITOPS_FOLDERS))
+    assert result.returncode == 1
+    assert result.stdout.count("is not a CodeRepairRL resource") == len(foreign)
+    assert "'Namespace' (v1) is not a CodeRepairRL resource" in result.stdout
+    assert f"1 valid, {len(foreign)} invalid" in result.stdout
+    assert "skipped" not in result.stdout
+
+
+def test_the_other_kind_fixture_is_wrong_only_when_strict() -> None:
+    """07-other-kind (a Deployment) is skipped by default; test_cli.py runs every wrong manifest
+    with --strict-kinds, where it is an error, and the test above checks the library's default."""
+    [other] = [p for p in INVALID if p.name == "07-other-kind.yaml"]
+    result = crl("validate", *(str(p) for p in INVALID))
+    assert result.returncode == 1
+    assert f"- {other}: Deployment/web (apps/v1), line 5: skipped" in result.stdout
+    assert f"0 valid, {len(INVALID) - 1} invalid, 1 skipped" in result.stdout
+
 
 NAMESPACE = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n"
+
+MIXED = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a}
+---
+""" + RUN.replace("{name: m}", "{}")
+
+
+def test_a_mixed_file_reports_the_error_of_ours_and_skips_the_rest() -> None:
+    result = crl("validate", "-", stdin=MIXED)
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == "- <stdin>: Namespace/team-a (v1), line 1: skipped, not a CodeRepairRL kind"
+    assert lines[1] == "✗ <stdin>: TrainingRun/r"
+    assert lines[2].startswith("    line 9: spec.model.name: ")
+    assert lines[-1] == "0 valid, 1 invalid, 1 skipped (not CodeRepairRL kinds)"
+    docs = [
+        json.loads(line)
+        for line in crl("validate", "-o", "json", "-", stdin=MIXED).stdout.splitlines()
+    ]
+    assert [(d["kind"], d["apiVersion"], d["valid"], d["skipped"]) for d in docs] == [
+        ("Namespace", "v1", True, FOREIGN_NOTE),
+        ("TrainingRun", "coderepair.io/v1alpha1", False, None),
+    ]
+
+
+def test_only_other_apis_says_nothing_was_checked() -> None:
+    result = crl("validate", "examples/gitops/root-app.yaml")
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.splitlines()[-1] == (
+        "0 CodeRepairRL resources checked, 1 skipped "
+        "(no TrainingRun, RolloutPool or Benchmark in the input)"
+    )
+
+
+def test_a_duplicate_key_is_wrong_in_any_object() -> None:
+    """A duplicate key is reported whatever the kind (YAML keeps only the last value): a foreign
+    document with one is shown as invalid, not as skipped."""
+    result = crl("validate", "-", stdin=NAMESPACE + "metadata: {name: b}\n")
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[:2] == [
+        "✗ <stdin>: Namespace/b",
+        "    line 4: metadata: duplicate key: YAML keeps only the last one",
+    ]
+    assert result.stdout.splitlines()[-1] == "0 valid, 1 invalid"
+
+
+def test_a_typo_of_our_kind_fails_even_when_skipping() -> None:
+    typo = RUN.replace("kind: TrainingRun", "kind: TrainingRn")
+    result = crl("validate", "-", stdin=MIXED.split("---")[0] + "---\n" + typo)
+    assert result.returncode == 1
+    assert "'TrainingRn' (coderepair.io/v1alpha1) is not a CodeRepairRL resource; " in result.stdout
+    assert "did you mean 'TrainingRun'?" in result.stdout
+    assert "0 valid, 1 invalid, 1 skipped" in result.stdout
+
 
 #: Documents and what `skip_foreign` (plain `crl validate`) makes of them: "skipped", "valid", or
 #: the text of the error. Only what is clearly another API's object is skipped.
