@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 
-from crl_worker.api.validation import ManifestError, load_resources, validate_file, validate_text
+from crl_worker.api.validation import (
+    FOREIGN_NOTE,
+    ManifestError,
+    load_resources,
+    validate_file,
+    validate_text,
+)
 
-from .paths import EDGE, EXAMPLES, INVALID, verdict
+from .fixtures.cli import crl
+from .paths import EDGE, EXAMPLES, INVALID, ROOT, verdict
 
 
 def _expectations(path: Path) -> dict[str, str]:
@@ -247,3 +256,197 @@ def test_alias_bomb_is_refused_quickly() -> None:
     lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
     problems = [p.message for r in validate_text("\n".join(lines) + "\n") for p in r.problems]
     assert any("expands to more than" in p for p in problems), problems
+
+
+# --- other APIs' objects: skipped by `crl validate`, errors with --strict-kinds ---------------
+
+#: What a team keeps next to its runs: Namespaces, Kueue objects, an Argo CD Application.
+GITOPS_FOLDERS = [ROOT / "examples" / "teams", ROOT / "examples" / "gitops"]
+
+
+def _foreign_in(folders: list[Path]) -> list[str]:
+    """`Kind/name (apiVersion)` of each document in the folders' YAML files that is not ours."""
+    found = []
+    for folder in folders:
+        for path in sorted(folder.glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc and not doc["apiVersion"].startswith("coderepair.io/"):
+                    found.append(f"{doc['kind']}/{doc['metadata']['name']} ({doc['apiVersion']})")
+    return found
+
+
+def test_crl_validate_skips_other_apis_in_a_gitops_folder_and_checks_ours() -> None:
+    foreign = _foreign_in(GITOPS_FOLDERS)
+    assert "Namespace/team-a (v1)" in foreign
+    assert "Application/coderepairrl-root (argoproj.io/v1alpha1)" in foreign
+    result = crl("validate", *(str(f.relative_to(ROOT)) for f in GITOPS_FOLDERS))
+    assert result.returncode == 0, result.stdout + result.stderr
+    notes = [line for line in result.stdout.splitlines() if line.endswith(FOREIGN_NOTE)]
+    assert len(notes) == len(foreign), result.stdout
+    for what, note in zip(foreign, notes, strict=True):
+        assert f": {what}, line " in note and note.startswith("- examples/"), (what, note)
+    assert "- examples/teams/10-team-a.yaml: Namespace/team-a (v1), line 3: skipped" in notes[4]
+    assert "✓ examples/teams/30-trainingrun-team-a.yaml: TrainingRun/" in result.stdout
+    assert result.stdout.splitlines()[-1] == (
+        f"1 valid, 0 invalid, {len(foreign)} skipped (not CodeRepairRL kinds)"
+    )
+
+
+def test_strict_kinds_rejects_other_apis_as_before() -> None:
+    foreign = _foreign_in(GITOPS_FOLDERS)
+    result = crl("validate", "--strict-kinds", *(str(f) for f in GITOPS_FOLDERS))
+    assert result.returncode == 1
+    assert result.stdout.count("is not a CodeRepairRL resource") == len(foreign)
+    assert "'Namespace' (v1) is not a CodeRepairRL resource" in result.stdout
+    assert f"1 valid, {len(foreign)} invalid" in result.stdout
+    assert "skipped" not in result.stdout
+
+
+def test_the_other_kind_fixture_is_wrong_only_when_strict() -> None:
+    """07-other-kind (a Deployment) is skipped by default; test_cli.py runs every wrong manifest
+    with --strict-kinds, where it is an error, and the test above checks the library's default."""
+    [other] = [p for p in INVALID if p.name == "07-other-kind.yaml"]
+    result = crl("validate", *(str(p) for p in INVALID))
+    assert result.returncode == 1
+    assert f"- {other}: Deployment/web (apps/v1), line 5: skipped" in result.stdout
+    assert f"0 valid, {len(INVALID) - 1} invalid, 1 skipped" in result.stdout
+
+
+NAMESPACE = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n"
+
+MIXED = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a}
+---
+""" + RUN.replace("{name: m}", "{}")
+
+
+def test_a_mixed_file_reports_the_error_of_ours_and_skips_the_rest() -> None:
+    result = crl("validate", "-", stdin=MIXED)
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == "- <stdin>: Namespace/team-a (v1), line 1: skipped, not a CodeRepairRL kind"
+    assert lines[1] == "✗ <stdin>: TrainingRun/r"
+    assert lines[2].startswith("    line 9: spec.model.name: ")
+    assert lines[-1] == "0 valid, 1 invalid, 1 skipped (not CodeRepairRL kinds)"
+    docs = [
+        json.loads(line)
+        for line in crl("validate", "-o", "json", "-", stdin=MIXED).stdout.splitlines()
+    ]
+    assert [(d["kind"], d["apiVersion"], d["valid"], d["skipped"]) for d in docs] == [
+        ("Namespace", "v1", True, FOREIGN_NOTE),
+        ("TrainingRun", "coderepair.io/v1alpha1", False, None),
+    ]
+
+
+def test_only_other_apis_says_nothing_was_checked() -> None:
+    result = crl("validate", "examples/gitops/root-app.yaml")
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.splitlines()[-1] == (
+        "0 CodeRepairRL resources checked, 1 skipped "
+        "(no TrainingRun, RolloutPool or Benchmark in the input)"
+    )
+
+
+def test_a_duplicate_key_is_wrong_in_any_object() -> None:
+    """A duplicate key is reported whatever the kind (YAML keeps only the last value): a foreign
+    document with one is shown as invalid, not as skipped."""
+    result = crl("validate", "-", stdin=NAMESPACE + "metadata: {name: b}\n")
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[:2] == [
+        "✗ <stdin>: Namespace/b",
+        "    line 4: metadata: duplicate key: YAML keeps only the last one",
+    ]
+    assert result.stdout.splitlines()[-1] == "0 valid, 1 invalid"
+
+
+def test_a_typo_of_our_kind_fails_even_when_skipping() -> None:
+    typo = RUN.replace("kind: TrainingRun", "kind: TrainingRn")
+    result = crl("validate", "-", stdin=MIXED.split("---")[0] + "---\n" + typo)
+    assert result.returncode == 1
+    assert "'TrainingRn' (coderepair.io/v1alpha1) is not a CodeRepairRL resource; " in result.stdout
+    assert "did you mean 'TrainingRun'?" in result.stdout
+    assert "0 valid, 1 invalid, 1 skipped" in result.stdout
+
+
+#: Documents and what `skip_foreign` (plain `crl validate`) makes of them: "skipped", "valid", or
+#: the text of the error. Only what is clearly another API's object is skipped.
+KIND_CASES = {
+    "namespace": (NAMESPACE, "skipped"),
+    "kueue-local-queue": (
+        NAMESPACE.replace("v1", "kueue.x-k8s.io/v1beta2").replace("Namespace", "LocalQueue"),
+        "skipped",
+    ),
+    # Another project's kind with one of our names, under its own group.
+    "other-projects-benchmark": (
+        RUN.replace("coderepair.io", "ripsaw.cloudbulldozer.io").replace(
+            "TrainingRun", "Benchmark"
+        ),
+        "skipped",
+    ),
+    "list-of-other-objects": (
+        "apiVersion: v1\nkind: List\nitems: [{apiVersion: v1, kind: Namespace}]\n",
+        "skipped",
+    ),
+    "ours": (RUN, "valid"),
+    "typo-of-our-kind": (
+        RUN.replace("kind: TrainingRun", "kind: TrainingRn"),
+        "'TrainingRn' (coderepair.io/v1alpha1) is not a CodeRepairRL resource; "
+        "did you mean 'TrainingRun'?",
+    ),
+    "other-kind-in-our-group": (
+        RUN.replace("kind: TrainingRun", "kind: Pod"),
+        "'Pod' (coderepair.io/v1alpha1) is not a CodeRepairRL resource",
+    ),
+    "typo-of-our-group": (
+        RUN.replace("coderepair.io", "coderepairrl.io"),
+        "TrainingRun is served as 'coderepair.io/v1alpha1' (got 'coderepairrl.io/v1alpha1')",
+    ),
+    "typos-of-our-group-and-kind": (
+        RUN.replace("coderepair.io", "code-repair.io").replace("TrainingRun", "RolloutPol"),
+        "did you mean 'RolloutPool'?",
+    ),
+    "our-kind-without-a-group": (
+        RUN.replace("coderepair.io/v1alpha1", "v1"),
+        "TrainingRun is served as 'coderepair.io/v1alpha1' (got 'v1')",
+    ),
+    "our-group-old-version": (
+        RUN.replace("coderepair.io/v1alpha1", "coderepair.io/v1"),
+        "TrainingRun is served as 'coderepair.io/v1alpha1' (got 'coderepair.io/v1')",
+    ),
+    "list-holding-ours": (
+        "apiVersion: v1\nkind: List\nitems: [{apiVersion: coderepair.io/v1alpha1, kind: Benchmark}]\n",
+        "its items are checked only as separate documents",
+    ),
+    "no-api-version": (
+        "kind: Namespace\nmetadata: {name: a}\n",
+        "'Namespace' is not a CodeRepairRL resource",
+    ),
+    "empty-api-version": ("apiVersion: ''\nkind: Namespace\n", "is not a CodeRepairRL resource"),
+    "api-version-a-number": ("apiVersion: 1\nkind: Namespace\n", "is not a CodeRepairRL resource"),
+    "kind-a-map": (
+        "apiVersion: v1\nkind: {a: 1}\n",
+        "{'a': 1} (v1) is not a CodeRepairRL resource",
+    ),
+    "kind-empty": ("apiVersion: v1\nkind: ''\n", "'' (v1) is not a CodeRepairRL resource"),
+    "no-kind": ("apiVersion: v1\nmetadata: {name: a}\n", "kind: required field is missing"),
+    "not-a-mapping": ("- apiVersion: v1\n  kind: Namespace\n", "a manifest must be a mapping"),
+}
+
+
+@pytest.mark.parametrize("name", list(KIND_CASES))
+def test_what_is_skipped_and_what_is_checked(name: str) -> None:
+    text, expected = KIND_CASES[name]
+    # Empty documents around it are ignored, as before.
+    [result] = validate_text("---\n" + text + "---\n", skip_foreign=True)
+    if expected == "skipped":
+        assert result.skipped == FOREIGN_NOTE and result.ok and result.resource is None
+        # Without skip_foreign (the library's default, and --strict-kinds) it is an error.
+        [strict] = validate_text(text)
+        assert strict.skipped is None and not strict.ok
+    elif expected == "valid":
+        assert result.skipped is None and result.ok and result.resource is not None
+    else:
+        assert result.skipped is None
+        assert any(expected in str(p) for p in result.problems), [str(p) for p in result.problems]

@@ -88,12 +88,42 @@ def _as_json(r: DocumentResult) -> str:
         {
             "source": r.source,
             "index": r.index,
+            "apiVersion": r.api_version,
             "kind": r.kind,
             "name": r.name,
             "valid": r.ok,
+            "skipped": r.skipped,
             "problems": listing(r.problems),
             "warnings": listing(r.warnings),
         }
+    )
+
+
+def _label(r: DocumentResult) -> str:
+    """`Kind/name` of a document, or what is known of it."""
+    return f"{r.kind or '?'}/{r.name}" if r.name else (r.kind or f"document {r.index + 1}")
+
+
+def _skipped(r: DocumentResult) -> bool:
+    """Whether a document was skipped, with nothing wrong found (a duplicate key is still wrong)."""
+    return r.skipped is not None and r.ok
+
+
+def _summary(results: list[DocumentResult]) -> str:
+    """The last line: how many were valid, invalid and skipped, saying so when none was checked."""
+    skipped = sum(map(_skipped, results))
+    bad = sum(not r.ok for r in results)
+    good = len(results) - skipped - bad
+    if not skipped:
+        return f"[{'red' if bad else 'green'}]{good} valid, {bad} invalid[/]"
+    if good + bad == 0:
+        return (
+            f"[yellow]0 CodeRepairRL resources checked, {skipped} skipped "
+            "(no TrainingRun, RolloutPool or Benchmark in the input)[/]"
+        )
+    return (
+        f"[{'red' if bad else 'green'}]{good} valid, {bad} invalid[/], "
+        f"{skipped} skipped (not CodeRepairRL kinds)"
     )
 
 
@@ -107,27 +137,45 @@ def validate(
         Output,
         typer.Option("--output", "-o", help="text (for people) or json (one object per document)."),
     ] = Output.text,
+    strict_kinds: Annotated[
+        bool,
+        typer.Option(
+            "--strict-kinds",
+            help="Report every document that is not a CodeRepairRL resource as an error, "
+            "instead of skipping objects of other APIs (Namespace, Kueue, Argo CD...).",
+        ),
+    ] = False,
 ) -> None:
     """Check manifests offline: schema, defaults and CEL rules, as the API server would.
 
-    Every problem is reported with its file, line, field path and what is allowed. Exits 1 when
-    any document is invalid, 2 on wrong usage.
+    Every problem is reported with its file, line, field path and what is allowed.
+
+    Objects of other APIs (Namespace, Kueue, Argo CD...) are skipped with a note.
+    A document meant to be ours (our apiVersion group, or one of our kinds) is always checked.
+
+    Exits 1 when any document is invalid, 2 on wrong usage.
     """
     results: list[DocumentResult] = []
     for f in _expand(files):
-        results.extend(validate_file(f))
+        results.extend(validate_file(f, skip_foreign=not strict_kinds))
     if output is Output.json:
         for r in results:
             sys.stdout.write(_as_json(r) + "\n")
     else:
         for r in results:
-            label = f"{r.kind or '?'}/{r.name}" if r.name else (r.kind or f"document {r.index + 1}")
+            if r.skipped is not None and r.ok:  # as _skipped, which mypy cannot see through
+                version = f" ({r.api_version})" if r.api_version else ""
+                out.print(
+                    f"[dim]- {escape(r.source)}: {escape(_label(r))}{escape(version)}, "
+                    f"line {r.line}: skipped, {escape(r.skipped)}[/]",
+                    highlight=False,
+                )
+                continue
             mark = "[green]✓[/]" if r.ok else "[red]✗[/]"
-            out.print(f"{mark} {escape(r.source)}: {escape(label)}", highlight=False)
+            out.print(f"{mark} {escape(r.source)}: {escape(_label(r))}", highlight=False)
             _print_problems(r.problems, "red")
             _print_problems(r.warnings, "yellow")
-        bad = sum(not r.ok for r in results)
-        out.print(f"[{'red' if bad else 'green'}]{len(results) - bad} valid, {bad} invalid[/]")
+        out.print(_summary(results), highlight=False)
     if any(not r.ok for r in results):
         raise typer.Exit(INVALID)
 

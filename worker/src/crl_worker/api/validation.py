@@ -11,6 +11,11 @@ Transition rules (those that read `oldSelf`) need the stored object and are left
 
 Every problem names the file, the line, the field path and what is allowed. Nothing here raises
 on bad input: bad input is the normal case.
+
+A document of another API (a Namespace, a Kueue ClusterQueue, an Argo CD Application) is an error
+by default; with `skip_foreign=True` it is skipped with a note instead, as kubeconform skips kinds
+it has no schema for. Only documents that are clearly another API's are skipped: see
+`is_foreign`.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from crl_worker.api.base import (
     DNS1035_LABEL,
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
+    GROUP,
     QUANTITY,
 )
 from crl_worker.api.kubeyaml import Document, FieldPath, documents
@@ -47,6 +53,13 @@ from crl_worker.api.schema import resource_schema
 log = logging.getLogger(__name__)
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+#: How alike (difflib's ratio) an API group must be to ours to be taken for a misspelling of it:
+#: `coderepairrl.io`, `code-repair.io`, `coderepair.oi` are; `kueue.x-k8s.io`, `apps` are not.
+GROUP_TYPO_CUTOFF = 0.85
+
+#: The note on a document skipped because it is another API's.
+FOREIGN_NOTE = "not a CodeRepairRL kind"
 
 _PATTERN_HINTS = {
     DNS1035_LABEL: "a lowercase RFC 1035 label: at most 63 characters of a-z, 0-9 and '-', "
@@ -97,6 +110,8 @@ class DocumentResult:
     """1-based line where the document starts."""
     kind: str | None = None
     """The document's kind, when it has one."""
+    api_version: str | None = None
+    """The document's apiVersion, when it has one."""
     name: str | None = None
     """The document's name, when it has one."""
     resource: AnyResource | None = None
@@ -105,10 +120,14 @@ class DocumentResult:
     """Everything wrong with the document."""
     warnings: list[Problem] = field(default_factory=list)
     """What is accepted but probably not meant (e.g. a `status` the server will drop)."""
+    skipped: str | None = None
+    """Why the document was not checked against our schemas (another API's kind, see
+    `is_foreign`); None when it was. What is wrong with any YAML (a duplicate key) is still in
+    `problems`."""
 
     @property
     def ok(self) -> bool:
-        """Whether the document is valid."""
+        """Whether the document is valid (a skipped document has no problems: it is ok)."""
         return not self.problems
 
 
@@ -320,8 +339,48 @@ def _cut(text: str, limit: int = 4 * MAX_ECHO) -> str:
 # --- the pipeline ---------------------------------------------------------------------------
 
 
-def _check_header(doc: Document, source: str, result: DocumentResult) -> Kind | None:
-    """Check what the document is; return its kind when it is one of ours."""
+def _group(api_version: str) -> str:
+    """The API group of an apiVersion: `apps/v1` -> `apps`; the core group's `v1` -> ``""``."""
+    return api_version.rpartition("/")[0]
+
+
+def _near_our_group(group: str) -> bool:
+    """Whether `group` is ours or looks like a misspelling of it (`coderepairrl.io`)."""
+    return bool(difflib.get_close_matches(group, [GROUP], n=1, cutoff=GROUP_TYPO_CUTOFF))
+
+
+def is_foreign(data: Any) -> bool:
+    """Whether a document is clearly another API's object, which `skip_foreign` skips.
+
+    It must be a mapping with a string `kind` and a string `apiVersion` whose group is neither
+    `coderepair.io` nor a near-misspelling of it. One of our kind names (TrainingRun, RolloutPool,
+    Benchmark) is foreign only under a group of its own (another project's Benchmark), not under
+    the core group (`apiVersion: v1`, a forgotten group). Everything else is meant to be ours
+    and is checked, so that a typo (`kind: TrainingRn` in our group, `coderepairrl.io/v1alpha1`,
+    no apiVersion at all, a `kind` that is not a string) is an error, never silently skipped. A
+    `List` holding any such document is not foreign either: its items are not checked one by one.
+    """
+    if not isinstance(data, dict):
+        return False
+    kind, api_version = data.get("kind"), data.get("apiVersion")
+    if not (isinstance(kind, str) and kind and isinstance(api_version, str) and api_version):
+        return False
+    group = _group(api_version)
+    if _near_our_group(group) or (kind in KINDS and not group):
+        return False
+    items = data.get("items")
+    if kind == "List" and isinstance(items, list):
+        return all(is_foreign(item) for item in items)
+    return True
+
+
+def _check_header(
+    doc: Document, source: str, result: DocumentResult, skip_foreign: bool
+) -> Kind | None:
+    """Check what the document is; return its kind when it is one of ours.
+
+    A foreign document (`is_foreign`) is marked skipped when `skip_foreign`, else a problem.
+    """
     data = doc.data
     if not isinstance(data, dict):
         what = "a list" if isinstance(data, list) else f"a {type(data).__name__} ({data!r})"
@@ -336,9 +395,13 @@ def _check_header(doc: Document, source: str, result: DocumentResult) -> Kind | 
         return None
     kind, api_version = data.get("kind"), data.get("apiVersion")
     result.kind = kind if isinstance(kind, str) else None
+    result.api_version = api_version if isinstance(api_version, str) else None
     meta = data.get("metadata")
     if isinstance(meta, dict) and isinstance(meta.get("name"), str):
         result.name = meta["name"]
+    if skip_foreign and is_foreign(data):
+        result.skipped = FOREIGN_NOTE
+        return None
     kinds = ", ".join(KINDS)
     if kind is None:
         result.problems.append(
@@ -347,12 +410,18 @@ def _check_header(doc: Document, source: str, result: DocumentResult) -> Kind | 
         return None
     if not isinstance(kind, str) or kind not in KINDS:
         where = f" ({api_version})" if isinstance(api_version, str) else ""
+        hint = ""
+        if isinstance(kind, str) and not is_foreign(data):
+            close = difflib.get_close_matches(kind, list(KINDS), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            if kind == "List":
+                hint = "; its items are checked only as separate documents (---)"
         result.problems.append(
             Problem(
                 source,
                 doc.line_of(("kind",)),
                 "kind",
-                f"{kind!r}{where} is not a CodeRepairRL resource; expected one of {kinds} "
+                f"{kind!r}{where} is not a CodeRepairRL resource{hint}; expected one of {kinds} "
                 f"in {API_VERSION}",
             )
         )
@@ -375,8 +444,8 @@ def _check_header(doc: Document, source: str, result: DocumentResult) -> Kind | 
     return KINDS[kind]
 
 
-def validate_document(doc: Document, source: str) -> DocumentResult:
-    """Validate one parsed document."""
+def validate_document(doc: Document, source: str, *, skip_foreign: bool = False) -> DocumentResult:
+    """Validate one parsed document; with `skip_foreign`, another API's object is skipped."""
     result = DocumentResult(source, doc.index, doc.line)
 
     def add(path: FieldPath, message: str) -> None:
@@ -386,7 +455,7 @@ def validate_document(doc: Document, source: str) -> DocumentResult:
         result.problems.append(
             Problem(source, line, format_path(path), "duplicate key: YAML keeps only the last one")
         )
-    k = _check_header(doc, source, result)
+    k = _check_header(doc, source, result, skip_foreign)
     if k is None:
         return result
     schema = kind_schema(k.kind)
@@ -447,15 +516,21 @@ def _yaml_error(exc: yaml.YAMLError, source: str, index: int) -> DocumentResult:
     return DocumentResult(source, index, line or 1, problems=[problem])
 
 
-def validate_text(text: str, source: str = "<stdin>") -> list[DocumentResult]:
-    """Validate every document of a YAML stream. Never raises on bad input."""
+def validate_text(
+    text: str, source: str = "<stdin>", *, skip_foreign: bool = False
+) -> list[DocumentResult]:
+    """Validate every document of a YAML stream. Never raises on bad input.
+
+    With `skip_foreign`, documents of other APIs (`is_foreign`) are skipped: their results have
+    `skipped` set and no problems. Without it, they are problems.
+    """
     results: list[DocumentResult] = []
     try:
         for doc in documents(text):
             if doc.data is None:  # an empty document (`---` with nothing after it)
                 continue
             start = time.perf_counter()
-            results.append(validate_document(doc, source))
+            results.append(validate_document(doc, source, skip_foreign=skip_foreign))
             log.debug(
                 "%s document %d validated in %.1f ms",
                 source,
@@ -481,8 +556,8 @@ def _unreadable(source: str, why: str) -> list[DocumentResult]:
     return [DocumentResult(source, 0, 1, problems=[Problem(source, None, "", why)])]
 
 
-def validate_file(path: str | Path) -> list[DocumentResult]:
-    """Validate a manifest file (`-` reads standard input)."""
+def validate_file(path: str | Path, *, skip_foreign: bool = False) -> list[DocumentResult]:
+    """Validate a manifest file (`-` reads standard input); `skip_foreign` as in `validate_text`."""
     source = "<stdin>" if str(path) == "-" else str(path)
     try:
         raw = sys.stdin.buffer.read() if source == "<stdin>" else Path(path).read_bytes()
@@ -492,7 +567,7 @@ def validate_file(path: str | Path) -> list[DocumentResult]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return _unreadable(source, f"cannot read the file: not UTF-8 text (byte {exc.start})")
-    return validate_text(text, source)
+    return validate_text(text, source, skip_foreign=skip_foreign)
 
 
 def load_resources(path: str | Path) -> list[AnyResource]:
