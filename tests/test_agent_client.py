@@ -11,7 +11,7 @@ import pytest
 from crl_worker.agent import ChatClient, ContextLengthError, ModelServerError
 from crl_worker.agent.client import context_room, is_context_length_message
 from crl_worker.errors import InfrastructureError
-from tests.cluster import free_port
+from tests.fixtures.cluster import free_port
 from tests.fixtures.openai_server import (
     CONTEXT_LENGTH_MESSAGE,
     ScriptedServer,

@@ -16,9 +16,9 @@ from crl_worker.harness.evaluate import evaluate
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task
-from tests.cluster import free_port
 from tests.fixtures import agent_loop
 from tests.fixtures.agent_loop import BUGGY, FIXED, NUMERALS, keyed
+from tests.fixtures.cluster import free_port
 from tests.fixtures.openai_server import (
     ScriptedServer,
     Step,

@@ -23,8 +23,8 @@ from crl_worker.api.progress import ProgressReport
 from crl_worker.api.validation import load_resources
 from crl_worker.rollout.report import ConfigMapReporter, reporter_from_env
 
-from .cluster import Cluster, free_port
-from .paths import ROOT
+from .fixtures.cluster import Cluster, free_port
+from .fixtures.paths import ROOT
 
 REPORT = {
     "total": 300,

@@ -37,7 +37,7 @@ from crl_worker.train.weights import (
     resolve_servers,
     tensor_specs,
 )
-from tests.cluster import free_port
+from tests.fixtures.cluster import free_port
 from tests.fixtures.fake_vllm import FakeVllm, FakeVllmProcess, Fault, describe_tensor
 
 RUN = "trun-a"

@@ -9,7 +9,7 @@ import pytest
 
 from crl_worker.api.validation import ManifestError, load_resources, validate_file, validate_text
 
-from .paths import EDGE, EXAMPLES, INVALID, verdict
+from .fixtures.paths import EDGE, EXAMPLES, INVALID, verdict
 
 
 def _expectations(path: Path) -> dict[str, str]:
