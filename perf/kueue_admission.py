@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from crl_operator.apply import Kube, load_api_client  # noqa: E402
 from tests.fixtures.cluster import Cluster  # noqa: E402
-from tests.fixtures.cluster import build as build_cluster  # noqa: E402
+from tests.fixtures.cluster_build import build as build_cluster  # noqa: E402
 from tests.fixtures.kueue import Kueue, version  # noqa: E402
 from tests.fixtures.operator_process import OperatorProcess  # noqa: E402
 

@@ -13,7 +13,8 @@ import pytest
 
 from crl_operator.apply import Kube, load_api_client
 
-from .fixtures.cluster import Cluster, ClusterError, build
+from .fixtures.cluster import Cluster
+from .fixtures.cluster_build import ClusterError, build
 from .fixtures.crdcheck import crdcheck  # noqa: F401  (a fixture for every module)
 from .fixtures.docker import SANDBOX_PACKAGES, DockerEngine, debian_image, engine_or_skip
 from .fixtures.gateway import start_gateway, task_file, tasks  # noqa: F401  (fixtures for every module)

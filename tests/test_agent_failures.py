@@ -18,7 +18,6 @@ from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task
 from tests.fixtures import agent_loop
 from tests.fixtures.agent_loop import BUGGY, FIXED, NUMERALS, keyed
-from tests.fixtures.cluster import free_port
 from tests.fixtures.openai_server import (
     ScriptedServer,
     Step,
@@ -26,6 +25,7 @@ from tests.fixtures.openai_server import (
     drop,
     error,
 )
+from tests.fixtures.ports import free_port
 from tests.fixtures.repos import java_task, python_task
 
 # The shared fixtures, bound here so that pytest finds them.

@@ -29,8 +29,9 @@ from crl_worker.sandbox.kubeapi import KubeApi
 from crl_worker.sandbox.pods import KubernetesSandboxConfig, build_pod, kueue_gated
 from crl_worker.tasks.model import Task, TestSpec
 
-from .fixtures.cluster import Cluster, ClusterError
-from .fixtures.cluster import build as build_cluster
+from .fixtures.cluster import Cluster
+from .fixtures.cluster_build import ClusterError
+from .fixtures.cluster_build import build as build_cluster
 from .fixtures.kueue import POD_NAMESPACE_LABEL, Kueue
 from .fixtures.kueue_teams import (
     GPU,

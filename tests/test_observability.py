@@ -28,7 +28,6 @@ from crl_operator import metrics as operator_metrics
 from crl_operator.dashboard import DASHBOARD_PATH, dashboard, queries
 from crl_worker.train.monitor import Monitor, RolloutStats
 
-from .fixtures.cluster import free_port
 from .fixtures.gateway import GatewayProcess
 from .fixtures.helm import helm_binary
 from .fixtures.observability import (
@@ -41,6 +40,7 @@ from .fixtures.observability import (
     rendered_rules,
 )
 from .fixtures.paths import ROOT, run
+from .fixtures.ports import free_port
 
 pytestmark = pytest.mark.go
 
