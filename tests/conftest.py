@@ -19,8 +19,9 @@ from .fixtures.crdcheck import crdcheck  # noqa: F401  (a fixture for every modu
 from .fixtures.docker import SANDBOX_PACKAGES, DockerEngine, debian_image, engine_or_skip
 from .fixtures.gateway import start_gateway, task_file, tasks  # noqa: F401  (fixtures for every module)
 from .fixtures.local_sandbox import repo  # noqa: F401  (fixtures for every module)
-from .fixtures.node import NodeError, RealNode
-from .fixtures.node import missing as real_node_missing
+from .fixtures.node import RealNode
+from .fixtures.node_build import NodeError
+from .fixtures.node_build import missing as real_node_missing
 from .fixtures.openai_server import ScriptedServer
 from .fixtures.operator_process import Operator
 from .fixtures.paths import ROOT

@@ -30,16 +30,11 @@ from crl_worker.sandbox.pods import KubernetesSandboxConfig, build_pod
 from crl_worker.tasks.model import Task, TestSpec
 
 from .fixtures.cluster import Cluster
-from .fixtures.node import (
-    NODE_KEY,
-    PAUSE_IMAGE,
-    NodeError,
-    RealNode,
-    image_archive,
-    image_reference,
-    mounts_under,
-)
+from .fixtures.node import NODE_KEY, RealNode
+from .fixtures.node_build import NodeError
 from .fixtures.node_dns import build_answer, parse_query
+from .fixtures.node_host import mounts_under
+from .fixtures.node_images import PAUSE_IMAGE, image_archive, image_reference
 
 log = logging.getLogger(__name__)
 

@@ -47,10 +47,8 @@ from .fixtures.incluster import (
     uninstall_operator,
     until,
 )
-from .fixtures.node import (
-    NodeError,
-    RealNode,
-)
+from .fixtures.node import RealNode
+from .fixtures.node_build import NodeError
 from .fixtures.operator_process import session_operator_paused
 from .fixtures.paths import ROOT
 from .fixtures.real_node import SUITE, Release
