@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from crl_operator.apply import Kube, load_api_client  # noqa: E402
-from tests.cluster import Cluster  # noqa: E402
-from tests.cluster import build as build_cluster  # noqa: E402
-from tests.kueue import Kueue, version  # noqa: E402
-from tests.operator_process import OperatorProcess  # noqa: E402
+from tests.fixtures.cluster import Cluster  # noqa: E402
+from tests.fixtures.cluster_build import build as build_cluster  # noqa: E402
+from tests.fixtures.kueue import Kueue, version  # noqa: E402
+from tests.fixtures.operator_process import OperatorProcess  # noqa: E402
 
 GPU = "nvidia.com/gpu"
 API = "kueue.x-k8s.io/v1beta2"

@@ -52,7 +52,7 @@ from crl_operator.builders import RenderState, render  # noqa: E402
 from crl_operator.children import deployment_state  # noqa: E402
 from crl_operator.reconcile import WORKLOAD_KINDS  # noqa: E402
 from crl_worker.api import RolloutPool, TrainingRun  # noqa: E402
-from tests.operator_process import OperatorProcess, metric_sum, parse_metrics  # noqa: E402
+from tests.fixtures.operator_process import OperatorProcess, metric_sum, parse_metrics  # noqa: E402
 
 RUN_TEMPLATE = """
 apiVersion: coderepair.io/v1alpha1
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     load_before = os.getloadavg()
 
-    from tests.cluster import Cluster
+    from tests.fixtures.cluster import Cluster
 
     workdir = Path(tempfile.mkdtemp(prefix="crl-bench-"))
     with Cluster(workdir, nodes=0) as cluster:

@@ -5,9 +5,9 @@
 
 Prints figures; asserts nothing. Needs root, Go, Debian's containerd, containernetworking-plugins,
 tini, docker.io and debootstrap (what ``.ci/run`` installs): it starts the test control plane
-(tests/cluster.py, no kwok nodes), a real node (tests/node.py: kubelet + containerd + CNI) and a
-Docker engine only to make the Debian sandbox base image (bash, git, python3) and copy it into
-the node's containerd, then:
+(tests/fixtures/cluster.py, no kwok nodes), a real node (tests/fixtures/node.py: kubelet +
+containerd + CNI) and a Docker engine only to make the Debian sandbox base image (bash, git,
+python3) and copy it into the node's containerd, then:
 
 - **cold pod → Ready**: ``--cold`` sandbox pods, one after another, each created through the API
   (the gateway's own manifest, :func:`crl_worker.sandbox.pods.build_pod`, hardened, on the
@@ -26,7 +26,7 @@ the node's containerd, then:
 - **leases through the in-cluster gateway** (skip with ``--no-pool``): the operator's and the
   worker's images (``images/build.sh``) and the task image of the bundled suite's first task
   (``TaskImageBuilder``, as ``crl tasks images``) loaded into the node, the chart installed
-  (tests/incluster.py), a RolloutPool of that task with its gateway pod on the node. Then
+  (tests/fixtures/incluster.py), a RolloutPool of that task with its gateway pod on the node. Then
   ``--leases`` lease/release cycles of that instance over HTTP at the gateway pod's IP (no
   kube-proxy, so not through its Service), each lease once the released sandbox is ready again
   (``/healthz`` polled): the first is cold (a new sandbox pod), the rest warm; then
@@ -124,14 +124,14 @@ from crl_worker.sandbox.kubernetes import KubernetesSandbox  # noqa: E402
 from crl_worker.sandbox.pods import KubernetesSandboxConfig, build_pod, pod_ready  # noqa: E402
 from crl_worker.tasks.loaders import load_tasks  # noqa: E402
 from crl_worker.tasks.model import Task, TestSpec  # noqa: E402
-from tests.cluster import Cluster  # noqa: E402
+from tests.fixtures.cluster import Cluster  # noqa: E402
 from tests.fixtures.docker import (  # noqa: E402
     SANDBOX_PACKAGES,
     DockerEngine,
     debian_image,
     running_engine,
 )
-from tests.incluster import (  # noqa: E402
+from tests.fixtures.incluster import (  # noqa: E402
     build_image,
     delete_benchmark,
     install_operator,
@@ -139,7 +139,7 @@ from tests.incluster import (  # noqa: E402
     start_pool,
     uninstall_operator,
 )
-from tests.node import RealNode  # noqa: E402
+from tests.fixtures.node import RealNode  # noqa: E402
 
 log = logging.getLogger("perf.real_node")
 SUITE = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"

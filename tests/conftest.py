@@ -13,12 +13,18 @@ import pytest
 
 from crl_operator.apply import Kube, load_api_client
 
-from .cluster import Cluster, ClusterError, build
+from .fixtures.cluster import Cluster
+from .fixtures.cluster_build import ClusterError, build
 from .fixtures.crdcheck import crdcheck  # noqa: F401  (a fixture for every module)
 from .fixtures.docker import SANDBOX_PACKAGES, DockerEngine, debian_image, engine_or_skip
 from .fixtures.gateway import start_gateway, task_file, tasks  # noqa: F401  (fixtures for every module)
 from .fixtures.local_sandbox import repo  # noqa: F401  (fixtures for every module)
+from .fixtures.node import RealNode
+from .fixtures.node_build import NodeError
+from .fixtures.node_build import missing as real_node_missing
 from .fixtures.openai_server import ScriptedServer
+from .fixtures.operator_process import Operator
+from .fixtures.paths import ROOT
 from .fixtures.schedule import Schedule
 from .fixtures.task_records import lite  # noqa: F401  (fixtures for every module)
 from .fixtures.toy_training import serve, suite, toy_dir  # noqa: F401  (fixtures for every module)
@@ -31,10 +37,6 @@ from .fixtures.vllm import (
     training_run,
     vllm_python_or_skip,
 )
-from .node import NodeError, RealNode
-from .node import missing as real_node_missing
-from .operator_process import Operator
-from .paths import ROOT
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +119,8 @@ def real_node(
     cluster: Cluster, docker_engine: DockerEngine, docker_base: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[RealNode]:  # fmt: skip
-    """A real node (tests/node.py: kubelet, containerd, CNI) in the session's cluster, with the
-    Debian sandbox base image (``docker_base``) loaded; stopped at the end, and the session
+    """A real node (tests/fixtures/node.py: kubelet, containerd, CNI) in the session's cluster, with
+    the Debian sandbox base image (``docker_base``) loaded; stopped at the end, and the session
     fails if it leaves a process, mount, cgroup or network link behind.
 
     Pods reach it only through ``real_node.placement`` (label and taint). Without root,

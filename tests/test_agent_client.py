@@ -11,7 +11,6 @@ import pytest
 from crl_worker.agent import ChatClient, ContextLengthError, ModelServerError
 from crl_worker.agent.client import context_room, is_context_length_message
 from crl_worker.errors import InfrastructureError
-from tests.cluster import free_port
 from tests.fixtures.openai_server import (
     CONTEXT_LENGTH_MESSAGE,
     ScriptedServer,
@@ -27,6 +26,7 @@ from tests.fixtures.openai_server import (
     tokenize,
     toy_logprob,
 )
+from tests.fixtures.ports import free_port
 
 TOOLS: list[dict[str, Any]] = [
     {

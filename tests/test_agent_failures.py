@@ -16,7 +16,6 @@ from crl_worker.harness.evaluate import evaluate
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task
-from tests.cluster import free_port
 from tests.fixtures import agent_loop
 from tests.fixtures.agent_loop import BUGGY, FIXED, NUMERALS, keyed
 from tests.fixtures.openai_server import (
@@ -26,6 +25,7 @@ from tests.fixtures.openai_server import (
     drop,
     error,
 )
+from tests.fixtures.ports import free_port
 from tests.fixtures.repos import java_task, python_task
 
 # The shared fixtures, bound here so that pytest finds them.

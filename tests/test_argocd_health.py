@@ -16,8 +16,15 @@ import yaml
 
 from crl_operator.gitops import argocd_cm, health_scripts
 
-from .argocd import ARGOCD_CM, CUSTOMIZATIONS, GROUP_DIR, KINDS, build_argocdhealth, evaluate
-from .paths import ROOT, run
+from .fixtures.argocd_health import (
+    ARGOCD_CM,
+    CUSTOMIZATIONS,
+    GROUP_DIR,
+    KINDS,
+    build_argocdhealth,
+    evaluate,
+)
+from .fixtures.paths import ROOT, run
 
 pytestmark = pytest.mark.go
 

@@ -23,8 +23,9 @@ from crl_worker.api.progress import ProgressReport
 from crl_worker.api.validation import load_resources
 from crl_worker.rollout.report import ConfigMapReporter, reporter_from_env
 
-from .cluster import Cluster, free_port
-from .paths import ROOT
+from .fixtures.cluster import Cluster
+from .fixtures.paths import ROOT
+from .fixtures.ports import free_port
 
 REPORT = {
     "total": 300,

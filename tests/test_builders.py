@@ -40,7 +40,7 @@ from .fixtures.builders import (
     pod_spec,
     with_spec,
 )
-from .paths import EXAMPLES
+from .fixtures.paths import EXAMPLES
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")

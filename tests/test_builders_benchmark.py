@@ -34,7 +34,7 @@ from .fixtures.builders import (
     pod_spec,
     with_spec,
 )
-from .paths import ROOT
+from .fixtures.paths import ROOT
 
 # --- Benchmark ------------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from .fixtures.builders import (
     pod_spec,
     with_spec,
 )
-from .paths import EXAMPLES, ROOT
+from .fixtures.paths import EXAMPLES, ROOT
 
 # --- the runner's identity and progress channel ---------------------------------------------
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from .fixtures.helm import helm_binary
-from .paths import ROOT, run
+from .fixtures.paths import ROOT, run
 
 CHART = ROOT / "charts" / "coderepairrl"
 RELEASE = "crl"

@@ -25,8 +25,8 @@ from crl_operator.builders import RenderState, render, resolve_checkpoint
 from crl_worker.api import Benchmark, TrainingRun
 from crl_worker.api.validation import load_resources
 
-from .cluster import Cluster
-from .paths import EXAMPLES, ROOT, run
+from .fixtures.cluster import Cluster
+from .fixtures.paths import EXAMPLES, ROOT, run
 
 CHART = ROOT / "charts" / "coderepairrl"
 

@@ -12,7 +12,7 @@ import yaml
 from crl_operator.crds import all_crds_yaml
 
 from .fixtures.cli import crl
-from .paths import EXAMPLES, INVALID, ROOT
+from .fixtures.paths import EXAMPLES, INVALID, ROOT
 
 
 def test_validate_examples_exits_zero() -> None:

@@ -17,7 +17,7 @@ from crl_worker.agent.gold import GoldPolicy, gold_patch_failure
 from crl_worker.agent.trajectory import ToolCallRecord, Trajectory, Turn
 from crl_worker.rollout.results import ResultsError, ResultsStore, read_results
 
-from .paths import EXAMPLES, run
+from .fixtures.paths import EXAMPLES, run
 
 
 def crl(*args: str, stdin: str | None = None) -> tuple[int, str]:

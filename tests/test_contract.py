@@ -41,7 +41,7 @@ from crl_worker.api.contract import (
 )
 from crl_worker.api.validation import load_resources
 
-from .paths import ROOT
+from .fixtures.paths import ROOT
 
 WORKER_SRC = ROOT / "worker" / "src"
 SOURCES = [ROOT / "worker" / "src", ROOT / "operator" / "src", ROOT / "cli" / "src"]

@@ -1,8 +1,8 @@
 """The test control plane itself, and the project's CRDs and manifests held to a real API server.
 
-`tests/cluster.py` starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler built
-from the Kubernetes Go modules, plus kwok for fake nodes. These tests show that it behaves like a
-cluster (scheduling, controllers, garbage collection, RBAC, exec) and that the API server
+`tests/fixtures/cluster.py` starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler
+built from the Kubernetes Go modules, plus kwok for fake nodes. These tests show that it behaves
+like a cluster (scheduling, controllers, garbage collection, RBAC, exec) and that the API server
 itself accepts the generated CRDs and every example, and refuses the wrong manifests with the
 messages the project promises.
 """
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from .cluster import Cluster, KubectlError
-from .paths import EXAMPLES, INVALID, ROOT
+from .fixtures.cluster import Cluster, KubectlError
+from .fixtures.paths import EXAMPLES, INVALID, ROOT
 
 pytestmark = pytest.mark.cluster
 

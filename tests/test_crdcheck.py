@@ -20,7 +20,7 @@ import pytest
 from crl_worker.api.validation import validate_file
 
 from .fixtures.crdcheck import CRDCHECK_SRC
-from .paths import EDGE, EXAMPLES, INVALID, ROOT, run, verdict
+from .fixtures.paths import EDGE, EXAMPLES, INVALID, ROOT, run, verdict
 
 pytestmark = pytest.mark.go
 

@@ -25,6 +25,7 @@ from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.loaders import load_tasks
 from crl_worker.tasks.model import Task
+from tests.fixtures.paths import ROOT, run
 from tests.fixtures.repos import (
     ROMANKIT_FAIL_TO_PASS,
     ROMANKIT_PASS_TO_PASS,
@@ -33,7 +34,6 @@ from tests.fixtures.repos import (
     python_repo,
     unittest_repo,
 )
-from tests.paths import ROOT, run
 
 LITE = ROOT.parent / "shared" / "data" / "swe-bench-lite.jsonl"
 #: The command line, run as the tests' interpreter runs it.

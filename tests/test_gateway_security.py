@@ -529,7 +529,7 @@ def test_a_local_gateway_makes_a_token_and_says_how_to_use_it_without_logging_it
 
     from crl_worker.api.contract import Env
 
-    from .cluster import free_port
+    from .fixtures.ports import free_port
 
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(task.model_dump_json() + "\n")

@@ -30,9 +30,12 @@ import yaml
 from crl_operator.apply import Kube
 from crl_operator.dashboard import queries
 
-from .argocd import CUSTOMIZATIONS, GROUP_DIR, build_argocdhealth, evaluate
-from .cluster import Cluster
+from .fixtures.argocd_health import CUSTOMIZATIONS, GROUP_DIR, build_argocdhealth, evaluate
+from .fixtures.cluster import Cluster
 from .fixtures.helm import helm_binary
+from .fixtures.observability import exported_names, metric_names, rendered_rules
+from .fixtures.operator_process import Operator
+from .fixtures.paths import EXAMPLES
 from .fixtures.resources import (
     PENDING_TRAINER,
     apply,
@@ -43,9 +46,6 @@ from .fixtures.resources import (
     trainingrun,
     wait_for,
 )
-from .observability import exported_names, metric_names, rendered_rules
-from .operator_process import Operator
-from .paths import EXAMPLES
 
 CAPTURE = os.environ.get("CRL_CAPTURE_HEALTH_FIXTURES") == "1"
 #: Metadata a fixture keeps (the rest is the cluster's bookkeeping).

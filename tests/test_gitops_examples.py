@@ -18,7 +18,7 @@ import yaml
 from crl_worker.api.validation import validate_file
 
 from .fixtures.helm import helm_binary
-from .paths import ROOT, run
+from .fixtures.paths import ROOT, run
 
 pytestmark = pytest.mark.go
 

@@ -11,13 +11,13 @@ import pytest
 from crl_worker.harness.grading import StatusIndex, combine, grade
 from crl_worker.harness.parsers import parse_log
 from crl_worker.harness.result import TestStatus
+from tests.fixtures.paths import ROOT
 from tests.fixtures.repos import (
     ROMANKIT_FAIL_TO_PASS,
     ROMANKIT_PASS_TO_PASS,
     STRINGKIT_FAIL_TO_PASS,
     STRINGKIT_PASS_TO_PASS,
 )
-from tests.paths import ROOT
 
 LOGS = Path(__file__).parent / "logs"
 # The shared benchmark data: beside the checkout (or inside it, on machines that copy it there).

@@ -20,8 +20,8 @@ import pytest
 from crl_worker.harness.evaluate import evaluate
 from crl_worker.sandbox.registry import create_sandbox
 
+from .fixtures.paths import run
 from .fixtures.redteam import PYTEST, SPARING_HOOK, SUITE, suite
-from .paths import run
 
 TASKS = SUITE / "tasks.jsonl"
 

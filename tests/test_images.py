@@ -16,7 +16,7 @@ import tomllib
 import pytest
 
 from .fixtures.docker import DockerEngine
-from .paths import ROOT
+from .fixtures.paths import ROOT
 
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 #: The size goal of the operator's image (docs/images.md), less the public python base's size

@@ -1,4 +1,4 @@
-"""TrainingRuns queued, admitted and preempted by a real Kueue (tests/kueue.py).
+"""TrainingRuns queued, admitted and preempted by a real Kueue (tests/fixtures/kueue.py).
 
 A control plane of its own (Kueue's webhooks must not reach into the session's shared cluster),
 two kwok nodes with 8 GPUs each, Kueue's manager built from its Go module, and the operator as
@@ -29,8 +29,10 @@ from crl_worker.sandbox.kubeapi import KubeApi
 from crl_worker.sandbox.pods import KubernetesSandboxConfig, build_pod, kueue_gated
 from crl_worker.tasks.model import Task, TestSpec
 
-from .cluster import Cluster, ClusterError
-from .cluster import build as build_cluster
+from .fixtures.cluster import Cluster
+from .fixtures.cluster_build import ClusterError
+from .fixtures.cluster_build import build as build_cluster
+from .fixtures.kueue import POD_NAMESPACE_LABEL, Kueue
 from .fixtures.kueue_teams import (
     GPU,
     WORKLOADS,
@@ -41,9 +43,8 @@ from .fixtures.kueue_teams import (
     state,
     team,
 )
+from .fixtures.operator_process import OperatorProcess
 from .fixtures.resources import PENDING_TRAINER, apply, condition, wait_for
-from .kueue import POD_NAMESPACE_LABEL, Kueue
-from .operator_process import OperatorProcess
 
 QUOTA = 4
 
@@ -359,11 +360,11 @@ def test_borrowing_from_an_idle_team_and_reclaim(
 def test_fair_sharing_between_two_busy_teams(
     kueue_cluster: tuple[Cluster, Kueue], operator: OperatorProcess, kube: Kube
 ) -> None:
-    """Two teams with no GPUs of their own share a cohort's pool of 6 by fair-sharing weights
-    2:1 (Kueue's `fairSharing` is on, tests/kueue.py). Team B, alone, borrows the whole pool;
-    once team A submits too, both oversubscribed, Kueue preempts B's runs beyond its share
-    (reason "Fair Sharing within the cohort") until A holds 4 GPUs and B 2, and the cohort
-    never holds more than the pool (sampled on every poll)."""
+    """Two teams with no GPUs of their own share a cohort's pool of 6 by fair-sharing weights 2:1
+    (Kueue's `fairSharing` is on, tests/fixtures/kueue.py). Team B, alone, borrows the whole pool;
+    once team A submits too, both oversubscribed, Kueue preempts B's runs beyond its share (reason
+    "Fair Sharing within the cohort") until A holds 4 GPUs and B 2, and the cohort never holds more
+    than the pool (sampled on every poll)."""
     cluster, _ = kueue_cluster
     pool, na, nb = (cluster.namespace(p) for p in ("fair-pool", "fair-a", "fair-b"))
     team(cluster, pool, "fair-pool", 6, cohort="fair")  # lends all, runs nothing

@@ -22,8 +22,8 @@ from crl_operator.writes import with_fingerprint
 from crl_worker.api import Benchmark, TrainingRun
 from crl_worker.api.validation import load_resources
 
+from .fixtures.paths import ROOT
 from .fixtures.resources import PENDING_TRAINER, small_run
-from .paths import ROOT
 
 
 def run(**scheduling: Any) -> TrainingRun:

@@ -28,10 +28,9 @@ from crl_operator import metrics as operator_metrics
 from crl_operator.dashboard import DASHBOARD_PATH, dashboard, queries
 from crl_worker.train.monitor import Monitor, RolloutStats
 
-from .cluster import free_port
 from .fixtures.gateway import GatewayProcess
 from .fixtures.helm import helm_binary
-from .observability import (
+from .fixtures.observability import (
     ALERT_TESTS,
     CHART,
     build_promtool,
@@ -40,7 +39,8 @@ from .observability import (
     metric_names,
     rendered_rules,
 )
-from .paths import ROOT, run
+from .fixtures.paths import ROOT, run
+from .fixtures.ports import free_port
 
 pytestmark = pytest.mark.go
 

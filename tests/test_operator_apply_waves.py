@@ -16,8 +16,8 @@ from crl_operator.reconcile import Reconciler
 from crl_operator.writes import WORKLOAD_KINDS
 from crl_worker.api import TrainingRun
 
-from .cluster import Cluster
-from .paths import EXAMPLES
+from .fixtures.cluster import Cluster
+from .fixtures.paths import EXAMPLES
 
 
 class RecordingKube(Kube):

@@ -24,9 +24,11 @@ import yaml
 from crl_operator.apply import Kube
 from crl_worker.api import KINDS
 
-from .cluster import Cluster
 from .fixtures import operator_e2e
+from .fixtures.cluster import Cluster
 from .fixtures.operator_e2e import rendered_children
+from .fixtures.operator_process import Operator
+from .fixtures.paths import EXAMPLES
 from .fixtures.resources import (
     CHILD_KINDS,
     PENDING_TRAINER,
@@ -39,8 +41,6 @@ from .fixtures.resources import (
     trainingrun,
     wait_for,
 )
-from .operator_process import Operator
-from .paths import EXAMPLES
 
 # The GPU nodes the examples ask for (an autouse fixture), bound here so that pytest applies it.
 gpu_nodes = operator_e2e.gpu_nodes

@@ -15,9 +15,11 @@ from crl_worker.api import KINDS
 from crl_worker.api.common import DEFAULT_WORKER_IMAGE, IMAGE_REGISTRY
 from crl_worker.rollout.report import ConfigMapReporter
 
-from .cluster import Cluster
 from .fixtures import operator_e2e
+from .fixtures.cluster import Cluster
 from .fixtures.operator_e2e import rendered_children
+from .fixtures.operator_process import OTHER_REGISTRY, Operator
+from .fixtures.paths import EXAMPLES
 from .fixtures.resources import (
     apply,
     condition,
@@ -25,8 +27,6 @@ from .fixtures.resources import (
     owned,
     wait_for,
 )
-from .operator_process import OTHER_REGISTRY, Operator
-from .paths import EXAMPLES
 
 # The GPU nodes the examples ask for (an autouse fixture), bound here so that pytest applies it.
 gpu_nodes = operator_e2e.gpu_nodes

@@ -20,7 +20,7 @@ from crl_operator.events import (
     transition_events,
 )
 
-from .argocd import GROUP_DIR
+from .fixtures.argocd_health import GROUP_DIR
 
 
 def status(kind: str, fixture: str) -> dict[str, Any]:

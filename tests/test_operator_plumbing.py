@@ -24,8 +24,8 @@ from crl_operator.workqueue import WorkQueue
 from crl_worker.api import Benchmark, RolloutPool, TrainingRun
 from crl_worker.logs import JsonFormatter
 
+from .fixtures.paths import ROOT
 from .fixtures.status_objects import T0, T1, children, pod, pool_model, run_model
-from .paths import ROOT
 
 # --- status patches ---------------------------------------------------------------------------
 

@@ -25,7 +25,9 @@ from crl_worker.api import TrainingRun
 from crl_worker.api.progress import TrainingProgress
 from crl_worker.train.report import training_reporter_from_env
 
-from .cluster import Cluster
+from .fixtures.cluster import Cluster
+from .fixtures.operator_process import Operator
+from .fixtures.paths import ROOT
 from .fixtures.resources import (
     PENDING_TRAINER,
     apply,
@@ -35,8 +37,6 @@ from .fixtures.resources import (
     wait_for,
 )
 from .fixtures.status_objects import T0, T1, children, job_with, ready_pool, run_model
-from .operator_process import Operator
-from .paths import ROOT
 
 REPORT: dict[str, Any] = {
     "step": 12,

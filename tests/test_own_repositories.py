@@ -42,6 +42,7 @@ from crl_worker.tasks.formats import convert_swebench
 from crl_worker.tasks.loaders import load_records
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.records import ConvertOptions, RecordRef
+from tests.fixtures.paths import ROOT, run
 from tests.fixtures.repos import (
     UNITCONV_PASS_TO_PASS,
     RecordRepo,
@@ -49,7 +50,6 @@ from tests.fixtures.repos import (
     git,
     unitconv_record,
 )
-from tests.paths import ROOT, run
 
 CRL = [sys.executable, "-m", "crl_cli"]
 SKIPPED_P2P = UNITCONV_PASS_TO_PASS[1]

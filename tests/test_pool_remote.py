@@ -29,9 +29,9 @@ from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task
 
-from .cluster import free_port
 from .fixtures.gateway import TOKEN, GatewayProcess, gateway_client, stop
-from .paths import ROOT
+from .fixtures.paths import ROOT
+from .fixtures.ports import free_port
 
 # --- the Sandbox protocol over the gateway ------------------------------------------------------
 

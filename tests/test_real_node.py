@@ -1,4 +1,5 @@
-"""A real node in the test cluster (tests/node.py): pods that really run, as a user's would.
+"""A real node in the test cluster (tests/fixtures/node.py): pods that really run, as a
+user's would.
 
 Every test here runs real containers (containerd, runc, CNI) on a kubelet joined to the test
 control plane; `pytest -m realnode` runs them alone. Without root, containerd, the CNI plugins
@@ -28,17 +29,12 @@ from crl_worker.sandbox.kubernetes import KubernetesSandbox
 from crl_worker.sandbox.pods import KubernetesSandboxConfig, build_pod
 from crl_worker.tasks.model import Task, TestSpec
 
-from .cluster import Cluster
-from .clusterdns import build_answer, parse_query
-from .node import (
-    NODE_KEY,
-    PAUSE_IMAGE,
-    NodeError,
-    RealNode,
-    image_archive,
-    image_reference,
-    mounts_under,
-)
+from .fixtures.cluster import Cluster
+from .fixtures.node import NODE_KEY, RealNode
+from .fixtures.node_build import NodeError
+from .fixtures.node_dns import build_answer, parse_query
+from .fixtures.node_host import mounts_under
+from .fixtures.node_images import PAUSE_IMAGE, image_archive, image_reference
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,9 @@ from crl_worker.sandbox.pods import pod_ready
 from crl_worker.tasks.loaders import load_tasks
 from crl_worker.train import toy
 
-from .cluster import Cluster
+from .fixtures.cluster import Cluster
 from .fixtures.docker import DockerEngine
-from .fixtures.real_node import SUITE, Release
-from .incluster import (
+from .fixtures.incluster import (
     HOST_PYTHON_DIR,
     HOST_PYTHON_PATH,
     REGISTRY,
@@ -48,12 +47,11 @@ from .incluster import (
     uninstall_operator,
     until,
 )
-from .node import (
-    NodeError,
-    RealNode,
-)
-from .operator_process import session_operator_paused
-from .paths import ROOT
+from .fixtures.node import RealNode
+from .fixtures.node_build import NodeError
+from .fixtures.operator_process import session_operator_paused
+from .fixtures.paths import ROOT
+from .fixtures.real_node import SUITE, Release
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +63,7 @@ log = logging.getLogger(__name__)
 def operator_release(
     cluster: Cluster, real_node: RealNode, docker_engine: DockerEngine, docker_base: str
 ) -> Iterator[Release]:
-    """`helm install` as a user runs it (tests/incluster.py), with the operator's image
+    """`helm install` as a user runs it (tests/fixtures/incluster.py), with the operator's image
     (images/build.sh) on the real node; uninstalled afterwards."""
     real_node.load_image(docker_engine.env(), build_image(docker_engine, docker_base, "operator"))
     namespace = cluster.namespace("crl-system")
@@ -378,7 +376,7 @@ def test_a_toy_trainingrun_trains_in_the_cluster(
     PyPI's torch, too big for the test machines' disk; this run's trainer image is the Debian
     base with the trainer's user, and its Python packages are this virtual environment's, hard
     linked onto the model volume next to the toy model and put on ``PYTHONPATH``
-    (tests/incluster.py: host_python_trainer_image, share_host_python)."""
+    (tests/fixtures/incluster.py: host_python_trainer_image, share_host_python)."""
     namespace = operator_release.namespace
     toy.build_toy_suite(tmp_path / "suite")
     tasks = load_tasks(tmp_path / "suite" / "tasks.jsonl", "task").tasks

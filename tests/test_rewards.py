@@ -20,8 +20,8 @@ from crl_worker.rewards import (
     search_replace_changes,
     unified_diff_changes,
 )
+from tests.fixtures.paths import ROOT
 from tests.fixtures.repos import FixtureRepo, python_repo
-from tests.paths import ROOT
 
 LITE = ROOT.parent / "shared" / "data" / "swe-bench-lite.jsonl"
 

@@ -25,7 +25,7 @@ from crl_worker.sandbox.pods import (
 from crl_worker.sandbox.shell import ShellSandbox
 from crl_worker.sandbox.transport import ProcessTransport
 
-from .cluster import Cluster
+from .fixtures.cluster import Cluster
 from .fixtures.gateway import launch, stop
 from .fixtures.kube_sandbox import pod_task
 from .fixtures.repos import python_task
@@ -155,10 +155,10 @@ def test_config_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # --- against the real control plane -------------------------------------------------------------
 #
-# The fake nodes (kwok) run every exec as a local process (tests/cluster.py: an exec server with
-# the kubelet's streaming code), so the pod's "image" is never pulled and its repository is a
-# local checkout named as the pool's workdir: the gateway, the API server's exec websocket and
-# the kubelet exec protocol are all real.
+# The fake nodes (kwok) run every exec as a local process (tests/fixtures/cluster.py: an exec server
+# with the kubelet's streaming code), so the pod's "image" is never pulled and its repository is a
+# local checkout named as the pool's workdir: the gateway, the API server's exec websocket and the
+# kubelet exec protocol are all real.
 
 POOL = "rp-sandboxes"
 GATEWAY_ID = "test-gateway-0"

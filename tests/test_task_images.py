@@ -22,8 +22,8 @@ from crl_worker.tasks.model import Task
 
 from .fixtures.cli import crl
 from .fixtures.docker import DockerEngine, debian_image
+from .fixtures.paths import ROOT
 from .fixtures.repos import java_repo
-from .paths import ROOT
 
 SUITE = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"
 JAVA_PACKAGES = ("git", "openjdk-17-jdk-headless", "maven")

@@ -14,7 +14,7 @@ from crl_worker.tasks.loaders import load_tasks
 from crl_worker.tasks.model import Task
 from crl_worker.train.curriculum import changed_lines, order_tasks, resolve_rates
 from crl_worker.train.errors import TrainConfigError
-from tests.paths import ROOT
+from tests.fixtures.paths import ROOT
 
 MINI = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"
 

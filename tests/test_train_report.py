@@ -28,8 +28,8 @@ from crl_worker.api.validation import load_resources
 from crl_worker.rollout.report import ConfigMapReporter
 from crl_worker.train.report import training_reporter_from_env
 
-from .cluster import Cluster
-from .paths import ROOT
+from .fixtures.cluster import Cluster
+from .fixtures.paths import ROOT
 
 REPORT: dict[str, Any] = {
     "step": 12,

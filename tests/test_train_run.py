@@ -31,7 +31,7 @@ from crl_worker.tasks.model import Task  # noqa: E402
 from crl_worker.train.errors import TrainConfigError  # noqa: E402
 from crl_worker.train.settings import resolve_settings  # noqa: E402
 
-from .cluster import free_port  # noqa: E402
+from .fixtures.ports import free_port  # noqa: E402
 from .fixtures.trainer import (  # noqa: E402
     ShortRuns,
     checkpoints,

@@ -35,6 +35,7 @@ from crl_worker.agent.trajectory import Trajectory  # noqa: E402
 from crl_worker.train import toy  # noqa: E402
 
 from .fixtures.lora_run import RUN, SUBPROCESS_ENV, learned, sharp_toy, write_run  # noqa: E402
+from .fixtures.paths import ROOT  # noqa: E402
 from .fixtures.toy_server import ToyServer, ToyServerProcess, read_request_log  # noqa: E402
 from .fixtures.toy_server_checks import (  # noqa: E402
     assert_close,
@@ -45,7 +46,6 @@ from .fixtures.toy_server_checks import (  # noqa: E402
     torch,
 )
 from .fixtures.toy_training import BASE, chats, trajectories  # noqa: E402
-from .paths import ROOT  # noqa: E402
 
 pytestmark = pytest.mark.train
 

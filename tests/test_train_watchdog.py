@@ -27,8 +27,8 @@ pytest.importorskip("peft")
 from tests.fixtures.toy_training import BASE, chats, trajectories
 
 from .fixtures.lora_run import RUN, SUBPROCESS_ENV, write_run
+from .fixtures.paths import ROOT
 from .fixtures.toy_server import ToyServerProcess, read_request_log
-from .paths import ROOT
 
 pytestmark = pytest.mark.train
 

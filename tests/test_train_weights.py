@@ -37,8 +37,8 @@ from crl_worker.train.weights import (
     resolve_servers,
     tensor_specs,
 )
-from tests.cluster import free_port
 from tests.fixtures.fake_vllm import FakeVllm, FakeVllmProcess, Fault, describe_tensor
+from tests.fixtures.ports import free_port
 
 RUN = "trun-a"
 

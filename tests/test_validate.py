@@ -18,7 +18,7 @@ from crl_worker.api.validation import (
 )
 
 from .fixtures.cli import crl
-from .paths import EDGE, EXAMPLES, INVALID, ROOT, verdict
+from .fixtures.paths import EDGE, EXAMPLES, INVALID, ROOT, verdict
 
 
 def _expectations(path: Path) -> dict[str, str]:
