@@ -10,6 +10,7 @@ import pytest
 
 from crl_worker.agent import ChatClient, ContextLengthError, ModelServerError
 from crl_worker.agent.client import context_room, is_context_length_message
+from crl_worker.agent.sampling import Sampling
 from crl_worker.errors import InfrastructureError
 from tests.fixtures.openai_server import (
     CONTEXT_LENGTH_MESSAGE,
@@ -49,7 +50,7 @@ def chat(key: str) -> list[dict[str, Any]]:
 
 async def ask(client: ChatClient, key: str, max_tokens: int = 64) -> Any:
     return await client.complete(
-        chat(key), tools=TOOLS, max_tokens=max_tokens, temperature=0.7, top_p=0.9
+        chat(key), tools=TOOLS, sampling=Sampling(max_tokens=max_tokens, temperature=0.7, top_p=0.9)
     )
 
 

@@ -21,6 +21,7 @@ transformers = pytest.importorskip("transformers")
 
 from crl_worker.agent import run_agent  # noqa: E402
 from crl_worker.agent.client import ContextLengthError, context_room  # noqa: E402
+from crl_worker.agent.sampling import Sampling  # noqa: E402
 from crl_worker.api.common import AgentSpec  # noqa: E402
 from crl_worker.harness.evaluate import evaluate  # noqa: E402
 from crl_worker.sandbox.base import Sandbox  # noqa: E402
@@ -188,7 +189,9 @@ def test_logprobs_match_a_manual_forward_pass(module: Any, tokenizer: Any) -> No
     for temperature in (0.7, 1.3):
         completion = run(
             policy.complete(
-                CONVERSATION, tools=[], max_tokens=12, temperature=temperature, top_p=1.0
+                CONVERSATION,
+                tools=[],
+                sampling=Sampling(max_tokens=12, temperature=temperature, top_p=1.0),
             )
         )
         prompt = completion.prompt_token_ids.tolist()
@@ -213,11 +216,13 @@ def test_logprobs_match_a_manual_forward_pass(module: Any, tokenizer: Any) -> No
 def test_stop_at_eos_and_at_max_tokens(module: Any, tokenizer: Any) -> None:
     prompt = TransformersPolicy(module, tokenizer, name="toy").render(CONVERSATION, [])
     stops = rigged(module, {IM_END: 30.0})
-    sample = TransformersPolicy(stops, tokenizer, name="toy").generate(prompt, 5, 1.0, 1.0)
+    sample = TransformersPolicy(stops, tokenizer, name="toy").generate(
+        prompt, Sampling(max_tokens=5, temperature=1.0, top_p=1.0)
+    )
     assert sample.completion_ids == [IM_END] and sample.finish_reason == "stop"
     completion = run(
         TransformersPolicy(stops, tokenizer, name="toy").complete(
-            CONVERSATION, tools=[], max_tokens=5, temperature=1.0, top_p=1.0
+            CONVERSATION, tools=[], sampling=Sampling(max_tokens=5, temperature=1.0, top_p=1.0)
         )
     )
     assert completion.finish_reason == "stop"
@@ -226,10 +231,12 @@ def test_stop_at_eos_and_at_max_tokens(module: Any, tokenizer: Any) -> None:
 
     views = rigged(module, {ACTIONS["view"]: 30.0, IM_END: -30.0})
     policy = TransformersPolicy(views, tokenizer, name="toy")
-    sample = policy.generate(prompt, 3, 1.0, 1.0)
+    sample = policy.generate(prompt, Sampling(max_tokens=3, temperature=1.0, top_p=1.0))
     assert sample.completion_ids == [ACTIONS["view"]] * 3 and sample.finish_reason == "length"
     completion = run(
-        policy.complete(CONVERSATION, tools=[], max_tokens=3, temperature=0.0, top_p=1.0)
+        policy.complete(
+            CONVERSATION, tools=[], sampling=Sampling(max_tokens=3, temperature=0.0, top_p=1.0)
+        )
     )
     # Cut by the length limit, but three whole calls were made: vLLM says tool_calls.
     assert completion.finish_reason == "tool_calls"
@@ -243,7 +250,7 @@ def test_special_tokens_are_never_sampled(module: Any, tokenizer: Any) -> None:
     policy = TransformersPolicy(rig, tokenizer, name="toy", seed=1)
     assert policy.suppressed == frozenset(specials)
     prompt = policy.render(CONVERSATION, [])
-    sample = policy.generate(prompt, 300, 1.0, 1.0)
+    sample = policy.generate(prompt, Sampling(max_tokens=300, temperature=1.0, top_p=1.0))
     assert len(sample.completion_ids) == 300
     counts = Counter(sample.completion_ids)
     assert set(counts) == {ACTIONS[name] for name in ACTIONS}, counts
@@ -251,7 +258,7 @@ def test_special_tokens_are_never_sampled(module: Any, tokenizer: Any) -> None:
     # nearly all of its mass, so each sampled action token's logprob is about -20 - log(7).
     expected = -20.0 - math.log(len(specials))
     assert all(abs(lp - expected) < 0.05 for lp in sample.logprobs)
-    greedy = policy.generate(prompt, 2, 0.0, 1.0)
+    greedy = policy.generate(prompt, Sampling(max_tokens=2, temperature=0.0, top_p=1.0))
     assert greedy.completion_ids[0] not in specials
 
 
@@ -261,19 +268,23 @@ def test_temperature_and_top_p_shape_the_distribution(module: Any, tokenizer: An
     policy = TransformersPolicy(rig, tokenizer, name="toy", seed=2)
     prompt = policy.render(CONVERSATION, [])
     # At T = 0.5 the odds fix:view are e^(1/0.5) = e^2 (p ≈ 0.881).
-    sample = policy.generate(prompt, 600, 0.5, 1.0)
+    sample = policy.generate(prompt, Sampling(max_tokens=600, temperature=0.5, top_p=1.0))
     share = Counter(sample.completion_ids)[fix] / 600
     p = math.exp(2) / (math.exp(2) + 1)
     assert abs(share - p) < 5 * math.sqrt(p * (1 - p) / 600)
     # top_p = 0.8 < p: only the most likely token is left.
-    sample = policy.generate(prompt, 100, 0.5, 0.8)
+    sample = policy.generate(prompt, Sampling(max_tokens=100, temperature=0.5, top_p=0.8))
     assert set(sample.completion_ids) == {fix}
 
 
 def test_context_length_error_says_the_room_left(module: Any, tokenizer: Any) -> None:
     policy = TransformersPolicy(module, tokenizer, name="toy", max_model_len=20)
     with pytest.raises(ContextLengthError) as refused:
-        run(policy.complete(CONVERSATION, tools=[], max_tokens=16, temperature=1.0, top_p=1.0))
+        run(
+            policy.complete(
+                CONVERSATION, tools=[], sampling=Sampling(max_tokens=16, temperature=1.0, top_p=1.0)
+            )
+        )
     assert context_room(str(refused.value)) == 10
 
 
@@ -281,7 +292,9 @@ async def test_concurrent_calls_and_cancellation(module: Any, tokenizer: Any) ->
     endless = rigged(module, {ACTIONS["view"]: 5.0, IM_END: -30.0})
     policy = TransformersPolicy(endless, tokenizer, name="toy", seed=3)
     long = asyncio.create_task(
-        policy.complete(CONVERSATION, tools=[], max_tokens=20000, temperature=1.0, top_p=1.0)
+        policy.complete(
+            CONVERSATION, tools=[], sampling=Sampling(max_tokens=20000, temperature=1.0, top_p=1.0)
+        )
     )
     await asyncio.sleep(0.3)
     long.cancel()
@@ -295,7 +308,9 @@ async def test_concurrent_calls_and_cancellation(module: Any, tokenizer: Any) ->
     assert not policy._busy.locked()
     answers = await asyncio.gather(
         *(
-            policy.complete(CONVERSATION, tools=[], max_tokens=4, temperature=1.0, top_p=1.0)
+            policy.complete(
+                CONVERSATION, tools=[], sampling=Sampling(max_tokens=4, temperature=1.0, top_p=1.0)
+            )
             for _ in range(4)
         )
     )
@@ -383,4 +398,8 @@ def test_a_template_that_does_not_render_is_a_model_server_error(
     broken.chat_template = "{{ raise_exception('this template knows no tools') }}"
     policy = TransformersPolicy(module, broken, name="toy")
     with pytest.raises(ModelServerError, match="this template knows no tools"):
-        run(policy.complete(CONVERSATION, tools=[], max_tokens=4, temperature=1.0, top_p=1.0))
+        run(
+            policy.complete(
+                CONVERSATION, tools=[], sampling=Sampling(max_tokens=4, temperature=1.0, top_p=1.0)
+            )
+        )

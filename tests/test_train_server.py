@@ -31,6 +31,7 @@ peft = pytest.importorskip("peft")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 from crl_worker.agent.client import ChatClient, ModelServerError  # noqa: E402
+from crl_worker.agent.sampling import Sampling  # noqa: E402
 from crl_worker.agent.trajectory import Trajectory  # noqa: E402
 from crl_worker.train import toy  # noqa: E402
 
@@ -135,7 +136,9 @@ async def test_answers_like_vllm_token_exact(
     async with ChatClient(server.base_url, BASE, max_retries=0) as client:
         for _ in range(4):
             answer = await client.complete(
-                CONVERSATION, tools=TOOLS, max_tokens=6, temperature=0.7, top_p=1.0
+                CONVERSATION,
+                tools=TOOLS,
+                sampling=Sampling(max_tokens=6, temperature=0.7, top_p=1.0),
             )
             prompt, completion = ids_of(answer)
             assert prompt == expected_prompt
@@ -163,7 +166,7 @@ async def test_answers_like_vllm_token_exact(
     # Without return_token_ids/logprobs the ids and logprobs are absent, as from vLLM.
     async with ChatClient(server.base_url, BASE, token_ids=False) as plain:
         answer = await plain.complete(
-            CONVERSATION, tools=[], max_tokens=4, temperature=1.0, top_p=1.0
+            CONVERSATION, tools=[], sampling=Sampling(max_tokens=4, temperature=1.0, top_p=1.0)
         )
     assert answer.prompt_ids() is None and answer.completion_token_ids is None
     assert answer.completion_logprobs is None and answer.completion_tokens >= 1
@@ -182,7 +185,9 @@ async def test_answers_like_vllm_token_exact(
     # An unknown model is vLLM's 404, which the client reports and does not retry.
     async with ChatClient(server.base_url, "no-such-model") as client:
         with pytest.raises(ModelServerError, match="does not exist") as refused:
-            await client.complete(CONVERSATION, tools=[], max_tokens=4, temperature=1, top_p=1)
+            await client.complete(
+                CONVERSATION, tools=[], sampling=Sampling(max_tokens=4, temperature=1, top_p=1)
+            )
     assert refused.value.status == 404
 
 
@@ -195,10 +200,14 @@ async def test_a_seeded_episode_samples_the_same_whatever_runs_beside_it(server:
         for _ in range(3):
             for _ in range(noise):  # other episodes' requests, between this one's turns
                 await client.complete(
-                    CONVERSATION, tools=TOOLS, max_tokens=8, temperature=1.0, top_p=1.0
+                    CONVERSATION,
+                    tools=TOOLS,
+                    sampling=Sampling(max_tokens=8, temperature=1.0, top_p=1.0),
                 )
             answer = await policy.complete(
-                CONVERSATION, tools=TOOLS, max_tokens=8, temperature=1.0, top_p=1.0
+                CONVERSATION,
+                tools=TOOLS,
+                sampling=Sampling(max_tokens=8, temperature=1.0, top_p=1.0),
             )
             turns.append(ids_of(answer)[1])
         return turns
@@ -260,7 +269,9 @@ async def test_adapters_load_apply_unload_and_restart(
     async def ask(name: str) -> tuple[list[int], list[int], Any]:
         async with ChatClient(server.base_url, name, max_retries=0) as client:
             answer = await client.complete(
-                CONVERSATION, tools=TOOLS, max_tokens=6, temperature=1.0, top_p=1.0
+                CONVERSATION,
+                tools=TOOLS,
+                sampling=Sampling(max_tokens=6, temperature=1.0, top_p=1.0),
             )
         prompt, completion = ids_of(answer)
         return prompt, completion, answer.completion_logprobs

@@ -23,6 +23,7 @@ import pytest
 
 from crl_worker.agent import ChatClient, Trajectory, run_agent
 from crl_worker.agent.client import ContextLengthError
+from crl_worker.agent.sampling import Sampling
 from crl_worker.api.common import AgentSpec
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.loaders import load_tasks
@@ -159,7 +160,7 @@ async def test_long_conversations_fill_the_context_and_then_end_it(vllm: VllmSer
         # 4,001 prompt tokens: the prompt fits, prompt + max_tokens does not. vLLM's 400 says
         # how much room is left and the client asks again within it.
         near = await client.complete(
-            long_chat(1000), tools=[], max_tokens=500, temperature=1.0, top_p=1.0
+            long_chat(1000), tools=[], sampling=Sampling(max_tokens=500, temperature=1.0, top_p=1.0)
         )
         prompt = near.prompt_ids()
         assert prompt is not None and len(prompt) == near.prompt_tokens > 3900
@@ -168,7 +169,9 @@ async def test_long_conversations_fill_the_context_and_then_end_it(vllm: VllmSer
         # Past the context: the trajectory ends as context_exhausted, not an infrastructure error.
         with pytest.raises(ContextLengthError):
             await client.complete(
-                long_chat(1100), tools=[], max_tokens=16, temperature=1.0, top_p=1.0
+                long_chat(1100),
+                tools=[],
+                sampling=Sampling(max_tokens=16, temperature=1.0, top_p=1.0),
             )
 
 

@@ -59,7 +59,7 @@ from crl_operator.builders.pods import (
 from crl_operator.builders.pool import client_labels, gateway_url, pool_name, token_env
 from crl_operator.builders.progress import progress_name, reporter_rbac
 from crl_worker.api import TrainingRun
-from crl_worker.api.contract import Env
+from crl_worker.api.contract import CONFIG_ERROR_EXIT_CODE, Env
 from crl_worker.api.launch import processes, weight_sync_mode
 
 #: Rendezvous port of the trainer (torch.distributed's customary one).
@@ -70,8 +70,6 @@ METRICS_PORT = 9400
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 #: Seconds a trainer pod gets after SIGTERM (suspend, preemption) to write a last checkpoint.
 GRACE_SECONDS = 300
-#: Exit code with which the trainer says its config cannot work: retrying will not help.
-CONFIG_ERROR_EXIT_CODE = 2
 
 
 def job_name(run: TrainingRun) -> str:

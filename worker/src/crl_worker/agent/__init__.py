@@ -15,6 +15,7 @@ from crl_worker.agent.client import (
 from crl_worker.agent.gold import GoldPolicy
 from crl_worker.agent.loop import AgentCancelled, run_agent
 from crl_worker.agent.prompts import PromptError, bundled_templates, load_prompts
+from crl_worker.agent.sampling import Sampling
 from crl_worker.agent.trajectory import (
     ExitReason,
     TokenSequence,
@@ -34,6 +35,7 @@ __all__ = [
     "ModelServerError",
     "Policy",
     "PromptError",
+    "Sampling",
     "TokenSequence",
     "ToolCallRecord",
     "Trajectory",

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 
+from crl_worker.agent.sampling import Sampling
 from crl_worker.agent.trajectory import (
     IdArray,
     Logprobs,
@@ -147,13 +148,7 @@ class Policy(Protocol):
     """Name recorded in the trajectory."""
 
     async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]],
-        max_tokens: int,
-        temperature: float,
-        top_p: float,
+        self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]], sampling: Sampling
     ) -> Completion:
         """Answer the conversation ``messages`` with one assistant message."""
         ...
@@ -438,22 +433,19 @@ class ChatClient:
         messages: list[dict[str, Any]],
         *,
         tools: list[dict[str, Any]],
-        max_tokens: int,
-        temperature: float,
-        top_p: float,
+        sampling: Sampling,
         model: str | None = None,
-        seed: int | None = None,
     ) -> dict[str, Any]:
-        """The JSON body of one request (``model`` and the OpenAI API's ``seed``: its own)."""
+        """The JSON body of one request (``model``: its own, else the client's)."""
         body: dict[str, Any] = {
             "model": model or self.model,
             "messages": messages,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "top_p": top_p,
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
         }
-        if seed is not None:
-            body["seed"] = seed
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
         if tools:
             body["tools"] = tools
             body["tool_choice"] = "auto"
@@ -469,26 +461,14 @@ class ChatClient:
         messages: list[dict[str, Any]],
         *,
         tools: list[dict[str, Any]],
-        max_tokens: int,
-        temperature: float,
-        top_p: float,
+        sampling: Sampling,
         model: str | None = None,
-        seed: int | None = None,
     ) -> Completion:
-        """One chat completion request, retrying what is worth it (``model``, ``seed``: its own)."""
+        """One chat completion request, retrying what is worth it (``model``: its own)."""
 
         def encode() -> bytes:
-            return _dumps(
-                self.request_body(
-                    messages,
-                    tools=tools,
-                    max_tokens=max_tokens,
-                    temperature=temperature,
-                    top_p=top_p,
-                    model=model,
-                    seed=seed,
-                )
-            )
+            body = self.request_body(messages, tools=tools, sampling=sampling, model=model)
+            return _dumps(body)
 
         payload = encode()
         started = time.monotonic()
@@ -578,23 +558,12 @@ class PinnedPolicy:
         self.turns = 0
 
     async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]],
-        max_tokens: int,
-        temperature: float,
-        top_p: float,
+        self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]], sampling: Sampling
     ) -> Completion:
-        """One chat turn from ``model``."""
-        seed = None if self.seed is None else self.seed + self.turns
+        """One chat turn from ``model`` (seeded with the turn's seed when the policy has one)."""
+        if self.seed is not None:
+            sampling = sampling.seeded(self.seed + self.turns)
         self.turns += 1
         return await self.client.complete(
-            messages,
-            tools=tools,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            model=self.model,
-            seed=seed,
+            messages, tools=tools, sampling=sampling, model=self.model
         )

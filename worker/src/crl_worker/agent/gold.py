@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from crl_worker.agent.client import Completion
+from crl_worker.agent.sampling import Sampling
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.tasks.model import Task
 
@@ -75,15 +76,10 @@ class GoldPolicy:
         self.task = task
 
     async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]],
-        max_tokens: int,
-        temperature: float,
-        top_p: float,
+        self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]], sampling: Sampling
     ) -> Completion:
-        """Turn 1: apply the patch with ``shell``; later turns: ``submit``."""
+        """Turn 1: apply the patch with ``shell``; later turns: ``submit`` (``sampling``
+        unused)."""
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         offered = {t.get("function", {}).get("name") for t in tools}
         if self.task.classification is not None and "classify" in offered:

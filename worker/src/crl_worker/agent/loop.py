@@ -32,6 +32,7 @@ from crl_worker.agent.client import (
     context_room,
 )
 from crl_worker.agent.prompts import Prompts, load_prompts
+from crl_worker.agent.sampling import Sampling
 from crl_worker.agent.tools import Toolbox, tool_schemas, tools_for
 from crl_worker.agent.trajectory import (
     ExitReason,
@@ -166,6 +167,8 @@ class _Run:
         self.toolbox = Toolbox(
             sandbox, prompts, tools=self.tools, command_timeout=spec.command_timeout_seconds
         )
+        #: Every call's sampling; ``max_tokens`` is narrowed to what the budget leaves.
+        self.sampling = Sampling.from_spec(spec)
         self.started = time.monotonic()
         self.started_at = datetime.now(UTC)
         self.end = self.started + spec.timeout_seconds
@@ -402,11 +405,7 @@ class _Run:
 
         async def ask(limit: int) -> Completion:
             return await self.policy.complete(
-                self.messages,
-                tools=self.schemas,
-                max_tokens=limit,
-                temperature=self.spec.temperature,
-                top_p=self.spec.top_p,
+                self.messages, tools=self.schemas, sampling=self.sampling.capped(limit)
             )
 
         try:

@@ -245,6 +245,9 @@ GATEWAY_METRICS_PORT = 9090
 POOL_TOKEN_KEY = "token"
 #: The port the trainer serves Prometheus metrics on (:attr:`Env.METRICS_PORT`'s value).
 TRAINER_METRICS_PORT = 9400
+#: The exit status with which a worker says its config cannot work, so retrying will not help
+#: (the trainer Job's pod failure policy fails the Job on it instead of retrying).
+CONFIG_ERROR_EXIT_CODE = 2
 #: Server-side-apply field managers: each writer owns its own fields.
 OPERATOR_FIELD_MANAGER = "coderepairrl-operator"
 """The operator's field manager on every child (it never sends a progress report's data)."""

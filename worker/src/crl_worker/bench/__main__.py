@@ -26,19 +26,11 @@ from pathlib import Path
 from crl_worker.api.contract import Env
 from crl_worker.bench.config import BenchConfigError, read_benchmark
 from crl_worker.bench.setup import prepare_benchmark
+from crl_worker.entrypoint import CONFIG_ERROR, add_logging_flags, entry_parser, env_path
 from crl_worker.logs import setup_logging
 from crl_worker.rollout.report import reporter_from_env
 
 logger = logging.getLogger("crl_worker.bench")
-
-#: Exit status when the run cannot be set up.
-SETUP_ERROR = 2
-
-
-def _env_path(name: Env) -> Path | None:
-    """The path in the environment variable ``name``, or None when it is unset or empty."""
-    value = os.environ.get(name)
-    return Path(value) if value else None
 
 
 def _count(text: str) -> int:
@@ -54,15 +46,10 @@ def _count(text: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     """The runner's command line."""
-    p = argparse.ArgumentParser(
-        prog="python -m crl_worker.bench",
-        description="Run a Benchmark's suite: agent, evaluation, results and summary.",
-    )
-    p.add_argument(
-        "--config",
-        type=Path,
-        default=_env_path(Env.CONFIG),
-        help=f"config.yaml from the operator, or a Benchmark manifest (default: ${Env.CONFIG})",
+    p = entry_parser(
+        "crl_worker.bench",
+        "Run a Benchmark's suite: agent, evaluation, results and summary.",
+        config="config.yaml from the operator, or a Benchmark manifest",
     )
     p.add_argument("--tasks", type=Path, help="task file where the operator mounted the source")
     p.add_argument(
@@ -79,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--baseline",
         type=Path,
-        default=_env_path(Env.BASELINE_RESULTS),
+        default=env_path(Env.BASELINE_RESULTS),
         help=f"results folder of the baseline to compare with (default: ${Env.BASELINE_RESULTS})",
     )
     p.add_argument("--restart", action="store_true", help="move old results aside, start over")
@@ -96,8 +83,7 @@ def parser() -> argparse.ArgumentParser:
         help="give up after this many infrastructure failures in a row (default: max(10, 2 x"
         " parallelism); 0: never)",
     )
-    p.add_argument("--log-level", default="INFO")
-    p.add_argument("--log-format", choices=["text", "json"], default="json")
+    add_logging_flags(p, fmt="json")
     return p
 
 
@@ -107,14 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_format, args.log_level)
     if args.config is None:
         logger.error("no config: give --config FILE (or set %s)", Env.CONFIG)
-        return SETUP_ERROR
+        return CONFIG_ERROR
     try:
         config = read_benchmark(args.config, name=os.environ.get(Env.BENCHMARK_NAME))
         setup = prepare_benchmark(
             config,
             agent=args.agent,
             tasks_file=args.tasks,
-            results=args.results or _env_path(Env.RESULTS_DIR),
+            results=args.results or env_path(Env.RESULTS_DIR),
             restart=args.restart,
             baseline=args.baseline,
             retries=args.retries,
@@ -126,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except BenchConfigError as exc:
         logger.error("%s", exc)
-        return SETUP_ERROR
+        return CONFIG_ERROR
     results = setup.folder
     logger.info(
         "benchmark %s: %d instances x %d attempts of %s with %s, %d already done, results in %s",

@@ -23,6 +23,7 @@ from pydantic import SecretStr, ValidationError
 
 from crl_worker.api.common import PoolSettings, TaskFormat
 from crl_worker.api.contract import Env
+from crl_worker.entrypoint import CONFIG_ERROR, add_logging_flags, entry_parser
 from crl_worker.errors import CrlError
 from crl_worker.logs import setup_logging
 from crl_worker.pool.config import GatewayConfig, load_tasks, read_config_file
@@ -33,15 +34,10 @@ logger = logging.getLogger("crl_worker.pool")
 
 def parser() -> argparse.ArgumentParser:
     """The gateway's command line."""
-    p = argparse.ArgumentParser(
-        prog="python -m crl_worker.pool",
-        description="Lease sandboxes of a task set to rollout workers over HTTP.",
-    )
-    p.add_argument(
-        "--config",
-        type=Path,
-        default=Path(os.environ[Env.CONFIG]) if os.environ.get(Env.CONFIG) else None,
-        help=f"config.yaml from the operator, or a RolloutPool manifest (default: ${Env.CONFIG})",
+    p = entry_parser(
+        "crl_worker.pool",
+        "Lease sandboxes of a task set to rollout workers over HTTP.",
+        config="config.yaml from the operator, or a RolloutPool manifest",
     )
     p.add_argument("--tasks", type=Path, help="task file (JSON, JSONL, Parquet)")
     p.add_argument(
@@ -91,8 +87,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-output-bytes", type=int, help="most output one command keeps (then truncated)"
     )
-    p.add_argument("--log-level", default="INFO")
-    p.add_argument("--log-format", choices=["text", "json"], default="text")
+    add_logging_flags(p, fmt="text")
     return p
 
 
@@ -216,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(serve(config, tasks))
     except (CrlError, ValidationError) as exc:
         logger.error("%s", exc)
-        return 2
+        return CONFIG_ERROR
     return 0
 
 

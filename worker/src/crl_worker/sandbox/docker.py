@@ -516,18 +516,13 @@ class DockerSandbox(ShellSandbox):
     def _label(self) -> str:
         return self.task.instance_id[:63]
 
-    async def close(self) -> None:
-        """End the session and remove the container. Safe to call twice."""
-        if self._closed:
-            return
-        try:
-            await super().close()
-        finally:
-            container, client = self.transport.container, self.transport.client
-            if container is not None:
-                try:
-                    await asyncio.to_thread(container.remove, force=True)
-                except ENGINE_ERRORS:
-                    logger.warning("%s: removing the container failed", self.name, exc_info=True)
-            if client is not None:
-                await asyncio.to_thread(client.close)
+    async def _release(self) -> None:
+        """Remove the container and close the engine client (after the session, on close)."""
+        container, client = self.transport.container, self.transport.client
+        if container is not None:
+            try:
+                await asyncio.to_thread(container.remove, force=True)
+            except ENGINE_ERRORS:
+                logger.warning("%s: removing the container failed", self.name, exc_info=True)
+        if client is not None:
+            await asyncio.to_thread(client.close)

@@ -299,23 +299,18 @@ class KubernetesSandbox(ShellSandbox):
                 return
             written = state
 
-    async def close(self) -> None:
-        """End the session and delete the pod. Safe to call twice."""
-        if self._closed:
-            return
-        # Each step runs whatever the one before did: a failed session close must not leave
-        # the pod running, nor a failed delete the API connection open.
+    async def _release(self) -> None:
+        """Stop labelling, delete the pod, close an API connection of its own (after the
+        session, on close)."""
+        if self._state_task is not None:
+            self._state_task.cancel()
+        # A failed delete must not leave the API connection open.
         try:
-            await super().close()
+            if self._created:
+                await self.api.delete_pod(self.config.namespace, self.pod)
         finally:
-            if self._state_task is not None:
-                self._state_task.cancel()
-            try:
-                if self._created:
-                    await self.api.delete_pod(self.config.namespace, self.pod)
-            finally:
-                if self._own_api:
-                    await self.api.aclose()
+            if self._own_api:
+                await self.api.aclose()
 
 
 class KubernetesBackend:

@@ -443,20 +443,16 @@ class LocalSandbox(ShellSandbox):
                 )
         return {"JAVA_HOME": java_home, "PATH": path}
 
-    async def close(self) -> None:
-        """Kill the session's processes and remove the sandbox's folder. Safe to call twice."""
-        if self._closed:
-            return
-        try:
-            await super().close()
-        finally:
-            leftovers.unregister(id(self))
-            if self.root is not None:
-                if not self.config.keep:
-                    await asyncio.to_thread(shutil.rmtree, self.root, True)
-                if self._owner is not None:
-                    leftovers.release(self.root, self._owner, keep=self.config.keep)
-                    self._owner = None
+    async def _release(self) -> None:
+        """Forget the exit hook, remove the sandbox's folder (unless kept) and give up its
+        claim (after the session's processes were killed, on close)."""
+        leftovers.unregister(id(self))
+        if self.root is not None:
+            if not self.config.keep:
+                await asyncio.to_thread(shutil.rmtree, self.root, True)
+            if self._owner is not None:
+                leftovers.release(self.root, self._owner, keep=self.config.keep)
+                self._owner = None
 
     def _cleanup_at_exit(self) -> None:
         """At interpreter exit, for a sandbox still open: kill its processes, remove its folder."""

@@ -6,7 +6,7 @@ once: ``run`` in the persistent session of :mod:`crl_worker.sandbox.session`, ``
 ``write_file`` through the transport, ``reset`` and ``diff`` with the scripts of
 :mod:`crl_worker.sandbox.gitstate`, ``close`` and ``alive``. A backend (local, Docker,
 Kubernetes) subclasses it only to provision its environment before :meth:`ShellSandbox.start`
-and to release it after :meth:`ShellSandbox.close`.
+and to release it in :meth:`ShellSandbox._release`, which :meth:`ShellSandbox.close` calls.
 
 The environment is expected to hold the repository at ``workdir`` when ``start`` runs (an
 image, or a checkout); ``start`` snapshots it as the base state and opens the session.
@@ -114,16 +114,27 @@ class ShellSandbox(Sandbox):
             logger.debug("%s: killing the old session failed", self.name, exc_info=True)
 
     async def close(self) -> None:
-        """End the session and release the transport. Safe to call twice."""
+        """End the session, release the transport, then what the backend holds
+        (:meth:`_release`). Each step runs whatever the one before did: a failed session close
+        must not leave the environment running. Safe to call twice: the second call does
+        nothing."""
         if self._closed:
             return
         self._closed = True
         session, self._session = self._session, None
         try:
-            if session is not None:
-                await session.close()
+            try:
+                if session is not None:
+                    await session.close()
+            finally:
+                await self.transport.aclose()
         finally:
-            await self.transport.aclose()
+            await self._release()
+
+    async def _release(self) -> None:
+        """Release what the backend provisioned for this sandbox (a container, a pod, a
+        folder). :meth:`close` calls it once, last, even when ending the session failed. A
+        sandbox over a bare transport has nothing more to release."""
 
     @property
     def alive(self) -> bool:

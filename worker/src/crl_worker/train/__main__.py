@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from crl_worker.api.contract import Env
+from crl_worker.entrypoint import CONFIG_ERROR, entry_parser
 from crl_worker.errors import CrlError
 from crl_worker.logs import setup_logging
 from crl_worker.tasks.model import Task
@@ -24,21 +25,13 @@ from crl_worker.train.settings import TrainSettings, resolve_settings
 
 logger = logging.getLogger("crl_worker.train")
 
-#: Exit status of a config the trainer cannot honour (the Job's CONFIG_ERROR_EXIT_CODE).
-CONFIG_ERROR = 2
-
 
 def parser() -> argparse.ArgumentParser:
     """The trainer's command line."""
-    p = argparse.ArgumentParser(
-        prog="python -m crl_worker.train",
-        description="Train a TrainingRun: agent rollouts in sandboxes, GRPO updates, checkpoints.",
-    )
-    p.add_argument(
-        "--config",
-        type=Path,
-        default=Path(os.environ[Env.CONFIG]) if os.environ.get(Env.CONFIG) else None,
-        help=f"the operator's config.yaml or a TrainingRun manifest (default: ${Env.CONFIG})",
+    p = entry_parser(
+        "crl_worker.train",
+        "Train a TrainingRun: agent rollouts in sandboxes, GRPO updates, checkpoints.",
+        config="the operator's config.yaml or a TrainingRun manifest",
     )
     p.add_argument(
         "--output", type=Path, help=f"run folder (default: ${Env.CHECKPOINT_DIR}, else ./runs/NAME)"

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crl_worker.agent.client import Completion, ContextLengthError, ModelServerError
+from crl_worker.agent.sampling import Sampling
 from crl_worker.agent.trajectory import logprob_array, token_ids
 
 if TYPE_CHECKING:
@@ -233,18 +234,11 @@ class TransformersPolicy:
         return [int(i) for i in ids]
 
     async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]],
-        max_tokens: int,
-        temperature: float,
-        top_p: float,
-        seed: int | None = None,
+        self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]], sampling: Sampling
     ) -> Completion:
-        """Answer the conversation with one assistant message (see the module docs); with
-        ``seed``, sampled from a generator of its own seeded with it (as vLLM does a seeded
-        request), else from the policy's.
+        """Answer the conversation with one assistant message (see the module docs); with a
+        ``sampling.seed``, sampled from a generator of its own seeded with it (as vLLM does a
+        seeded request), else from the policy's.
 
         Raises :class:`ContextLengthError` (with vLLM's wording, so the loop can ask again
         with the room left) when prompt + ``max_tokens`` exceed :attr:`max_model_len`, and
@@ -255,18 +249,17 @@ class TransformersPolicy:
         # loop drives every other trajectory meanwhile.
         prompt = await asyncio.to_thread(self.render, messages, tools)
         limit = self.max_model_len
-        if limit is not None and len(prompt) + max_tokens > limit:
+        if limit is not None and len(prompt) + sampling.max_tokens > limit:
             raise ContextLengthError(
                 f"This model's maximum context length is {limit} tokens. However, your request "
-                f"has {len(prompt)} input tokens and asks for {max_tokens} output tokens. "
+                f"has {len(prompt)} input tokens and asks for {sampling.max_tokens} output "
+                "tokens. "
                 "Please reduce the length of the input messages or max_tokens."
             )
         cancel = threading.Event()
         async with self.lock:
             try:
-                sample = await asyncio.to_thread(
-                    self.generate, prompt, max_tokens, temperature, top_p, cancel, seed
-                )
+                sample = await asyncio.to_thread(self.generate, prompt, sampling, cancel)
             except asyncio.CancelledError:
                 cancel.set()  # the thread stops at its next token; nobody reads its result
                 raise
@@ -297,21 +290,15 @@ class TransformersPolicy:
     # --- sampling (in the worker thread) ----------------------------------------------------
 
     def generate(
-        self,
-        prompt: list[int],
-        max_tokens: int,
-        temperature: float,
-        top_p: float,
-        cancel: threading.Event | None = None,
-        seed: int | None = None,
+        self, prompt: list[int], sampling: Sampling, cancel: threading.Event | None = None
     ) -> Sample:
-        """Sample up to ``max_tokens`` tokens after ``prompt`` (blocking; call it from a worker
-        thread), from a generator seeded with ``seed`` when given. The model is switched to
-        eval mode for the generation (no dropout) and back."""
+        """Sample up to ``sampling.max_tokens`` tokens after ``prompt`` (blocking; call it from
+        a worker thread), from a generator seeded with ``sampling.seed`` when given. The model
+        is switched to eval mode for the generation (no dropout) and back."""
         import torch
 
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        if sampling.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {sampling.max_tokens}")
         if not prompt:
             raise ValueError("the prompt is empty: the chat template rendered no tokens")
         with self._busy, torch.no_grad():
@@ -319,29 +306,20 @@ class TransformersPolicy:
             was_training = bool(getattr(module, "training", False))
             module.eval()
             try:
-                return self._sample_loop(
-                    module, prompt, max_tokens, temperature, top_p, cancel, seed
-                )
+                return self._sample_loop(module, prompt, sampling, cancel)
             finally:
                 if was_training:
                     module.train()
 
     def _sample_loop(
-        self,
-        module: Any,
-        prompt: list[int],
-        max_tokens: int,
-        temperature: float,
-        top_p: float,
-        cancel: threading.Event | None,
-        seed: int | None = None,
+        self, module: Any, prompt: list[int], sampling: Sampling, cancel: threading.Event | None
     ) -> Sample:
         import torch
 
         device = module.device
-        if seed is not None:
+        if sampling.seed is not None:
             generator = torch.Generator(device=device)
-            generator.manual_seed(seed)
+            generator.manual_seed(sampling.seed)
         elif self._generator is not None and self._generator.device == device:
             generator = self._generator
         else:
@@ -353,17 +331,17 @@ class TransformersPolicy:
         completion: list[int] = []
         logprobs: list[float] = []
         finish = "length"
-        for step in range(max_tokens):
+        for step in range(sampling.max_tokens):
             if cancel is not None and cancel.is_set():
                 raise GenerationCancelled()
             logits = output.logits[0, -1].float()
-            token, logprob = self._pick(logits, temperature, top_p, generator)
+            token, logprob = self._pick(logits, sampling, generator)
             completion.append(token)
             logprobs.append(logprob)
             if token in self.eos_ids:
                 finish = "stop"
                 break
-            if step + 1 == max_tokens:
+            if step + 1 == sampling.max_tokens:
                 break
             output = module(
                 input_ids=torch.tensor([[token]], dtype=torch.long, device=device),
@@ -373,10 +351,12 @@ class TransformersPolicy:
         return Sample(completion_ids=completion, logprobs=logprobs, finish_reason=finish)
 
     def _pick(
-        self, logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator
+        self, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator
     ) -> tuple[int, float]:
         """One token from ``logits`` (float32, one row) and its logprob (module docs)."""
         import torch
+
+        temperature, top_p = sampling.temperature, sampling.top_p
 
         scaled = logits / temperature if temperature > 0 else logits
         logprobs = torch.log_softmax(scaled, dim=-1)
