@@ -293,9 +293,8 @@ def test_derived_canaries_copy_listed_tests_with_one_expectation_changed() -> No
     seen_names: set[str] = set()
     placed: set[int] = set()
     for seed in range(20):
-        derived = mutants.derive(
-            "t.py", MODULE, "pytest", listed[:1], listed[1:], random.Random(seed), 3
-        )
+        # Listed as PASS_TO_PASS: one copy each (FAIL_TO_PASS tests get groups, below).
+        derived = mutants.derive("t.py", MODULE, "pytest", [], listed, random.Random(seed), 3)
         assert derived is not None
         assert sorted(derived.sources) == sorted(listed)
         tree = ast.parse(derived.text)
@@ -363,3 +362,30 @@ def test_canaries_copy_fail_to_pass_tests_before_pass_to_pass_ones() -> None:
         derived = mutants.derive("t.py", text, "pytest", f2p, p2p, random.Random(seed), 2)
         assert derived is not None
         assert sorted(derived.sources) == sorted(f2p)
+
+
+def test_copies_of_one_fail_to_pass_test_cannot_be_told_from_it() -> None:
+    # Code that pairs tests differing in one literal must guess which of a group is the real
+    # test: every copy changes the same digit of the same expectation to another value, so the
+    # group's values differ at one spot only and the real one sits anywhere among them.
+    text = "from pkg import area\n\n\ndef test_area_of_rectangle():\n    assert area(12, 3) == 36\n"
+    f2p = ["t.py::test_area_of_rectangle"]
+    ranks: set[int] = set()
+    for seed in range(40):
+        derived = mutants.derive("t.py", text, "pytest", f2p, [], random.Random(seed), 4)
+        assert derived is not None
+        assert list(derived.sources) == f2p * 4
+        tree = ast.parse(derived.text)
+        asserts = [ast.unparse(f.body[0]) for f in tree.body if isinstance(f, ast.FunctionDef)]
+        assert len(asserts) == 5 and all(a.startswith("assert area(12, 3) == ") for a in asserts)
+        values = [a.removeprefix("assert area(12, 3) == ") for a in asserts]
+        assert len(set(values)) == 5 and {len(v) for v in values} == {2}
+        spots = {i for v in values for i in range(2) if v[i] != "36"[i]}
+        assert len(spots) == 1, values
+        ranks.add(sorted(values).index("36"))
+    assert len(ranks) >= 4, ranks
+    # Two FAIL_TO_PASS tests share the copies: two each.
+    two = text + "\n\ndef test_area_of_square():\n    assert area(5, 5) == 25\n"
+    f2p.append("t.py::test_area_of_square")
+    derived = mutants.derive("t.py", two, "pytest", f2p, [], random.Random(1), 4)
+    assert derived is not None and sorted(derived.sources) == sorted(f2p * 2)

@@ -22,10 +22,13 @@ PASS_TO_PASS tests, as the test patch leaves their files, at every grading anew:
   class), not in one block;
 - **random at every grading**: which tests, which statement, which constant, names, places.
 
-Up to :data:`COUNT` canaries, copies of FAIL_TO_PASS tests first: code that runs the package
-as it is sees a PASS_TO_PASS test pass and its copy fail, so it can spare such a copy, while a
-copy of a FAIL_TO_PASS test fails like the test it copies, and such code can only guess which
-of the two to answer (each such canary halves what a forgery earns). Where no listed
+:data:`COUNT` canaries, copies of FAIL_TO_PASS tests: code that runs the package as it is
+sees a PASS_TO_PASS test pass and its copy fail, so it can spare such a copy, while a copy of a
+FAIL_TO_PASS test fails like the test it copies. The copies of one test all change the same
+constant at the same spot, each to another value, so code that pairs tests differing in one
+literal can only guess which of the group is real: with one FAIL_TO_PASS test and four copies,
+a forgery earns its reward once in five gradings and is caught (tampered) the other four
+(:func:`~crl_worker.harness.mutants.derive`). Where no listed
 test can be mutated safely (no literal expectation at the top of its body; skip/xfail markers;
 an early ``return``), a test without one is copied and a failing ``assert`` of two different
 numbers (``self.assertEqual`` in a ``TestCase``) is added at its end: the package still runs

@@ -179,17 +179,21 @@ class _Text:
         return self.starts[min(line, len(self.starts) - 1)]
 
 
-def _mutate_constant(text: bytes, value: object, rng: random.Random) -> bytes | None:
+def _variants(text: bytes, value: object, rng: random.Random, count: int) -> list[bytes]:
+    """Up to ``count`` texts for the constant ``text`` (of ``value``), each changed at the same
+    one spot to a different character, the spot and the characters drawn from ``rng``: the
+    original and its variants differ only there, so nothing tells the original apart."""
     if isinstance(value, bool):
-        return b"False" if value else b"True"
+        return [b"False" if value else b"True"]
     if isinstance(value, int | float):
         digits = [i for i, c in enumerate(text) if chr(c).isdigit()]
         if not digits:
-            return None
+            return []
         i = rng.choice(digits)
         lead = i == 0 or not chr(text[i - 1]).isalnum()
         choices = [d for d in "0123456789" if ord(d) != text[i] and not (lead and d == "0")]
-        return text[:i] + rng.choice(choices).encode() + text[i + 1 :]
+        picked = rng.sample(choices, min(count, len(choices)))
+        return [text[:i] + d.encode() + text[i + 1 :] for d in picked]
     if isinstance(value, str | bytes):
         quote = text[-1:]
         body_start = text.index(quote) + (3 if text.endswith(quote * 3) else 1)
@@ -199,25 +203,32 @@ def _mutate_constant(text: bytes, value: object, rng: random.Random) -> bytes | 
             for i in range(body_start, body_end)
             if chr(text[i]).isalnum() and text[i - 1 : i] != b"\\"
         ]
+        letters = "abcdefghijklmnopqrstuvwxyz"
         if not spots:
-            letter = rng.choice("abcdefghijklmnopqrstuvwxyz").encode()
-            return text[:body_start] + letter + text[body_start:]
+            picked = rng.sample(letters, min(count, len(letters)))
+            return [text[:body_start] + c.encode() + text[body_start:] for c in picked]
         i = rng.choice(spots)
         c = chr(text[i])
-        pool = (
-            "0123456789"
-            if c.isdigit()
-            else "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-            if c.isupper()
-            else "abcdefghijklmnopqrstuvwxyz"
-        )
-        return text[:i] + rng.choice([p for p in pool if p != c]).encode() + text[i + 1 :]
-    return None
+        pool = "0123456789" if c.isdigit() else letters.upper() if c.isupper() else letters
+        picked = rng.sample([p for p in pool if p != c], min(count, len(pool) - 1))
+        return [text[:i] + d.encode() + text[i + 1 :] for d in picked]
+    return []
 
 
-def mutate_literal(source: _Text, expr: ast.expr, rng: random.Random) -> tuple[int, int, bytes]:
-    """A different value for the literal ``expr``: its span in ``source`` and the new text,
-    one constant changed; raises ``ValueError`` when none of its constants can be."""
+def _constant_rank(node: ast.Constant) -> int:
+    """Which constants to change first: numbers (one of ten digits, nothing to read), then
+    strings (a changed word may read as a typo), then booleans (one other value only)."""
+    if isinstance(node.value, bool):
+        return 2
+    return 0 if isinstance(node.value, int | float) else 1
+
+
+def mutate_literal(
+    source: _Text, expr: ast.expr, rng: random.Random, count: int = 1
+) -> tuple[int, int, list[bytes]]:
+    """Up to ``count`` different values for the literal ``expr``: its span in ``source`` and
+    the new texts, pairwise different, each with the same one constant changed at the same
+    spot (:func:`_variants`); raises ``ValueError`` when none of its constants can be."""
     start = source.offset(expr.lineno, expr.col_offset)
     end = source.offset(expr.end_lineno or expr.lineno, expr.end_col_offset or 0)
     old_text = source.data[start:end]
@@ -228,19 +239,23 @@ def mutate_literal(source: _Text, expr: ast.expr, rng: random.Random) -> tuple[i
         if isinstance(n, ast.Constant) and type(n.value) in (bool, int, float, str, bytes)
     ]
     for _ in range(20):
-        node = rng.choice(constants)
+        best = min(_constant_rank(n) for n in constants)
+        node = rng.choice([n for n in constants if _constant_rank(n) == best])
         a = source.offset(node.lineno, node.col_offset) - start
         b = source.offset(node.end_lineno or node.lineno, node.end_col_offset or 0) - start
-        changed = _mutate_constant(old_text[a:b], node.value, rng)
-        if changed is None:
-            continue
-        new_text = old_text[:a] + changed + old_text[b:]
-        try:
-            new = ast.literal_eval(new_text.decode("utf-8").strip())
-        except (ValueError, SyntaxError, UnicodeDecodeError):
-            continue
-        if type(new) is type(old) and new != old and not new == old:  # noqa: SIM201
-            return start, end, new_text
+        found: list[tuple[object, bytes]] = []
+        for changed in _variants(old_text[a:b], node.value, rng, count):
+            new_text = old_text[:a] + changed + old_text[b:]
+            try:
+                new = ast.literal_eval(new_text.decode("utf-8").strip())
+            except (ValueError, SyntaxError, UnicodeDecodeError):
+                continue
+            different = type(new) is type(old) and new != old and not new == old  # noqa: SIM201
+            if different and all(new != other for other, _ in found):
+                found.append((new, new_text))
+        if found:
+            return start, end, [t for _, t in found]
+        constants = [n for n in constants if n is not node] or constants
     raise ValueError("no constant of the literal can be changed")
 
 
@@ -277,14 +292,16 @@ def _copy(
     test: TestDef,
     name: str,
     rng: random.Random,
+    literal: tuple[int, int, bytes] | None,
 ) -> bytes:
+    """``test`` renamed ``name``, with ``literal`` (a span of ``source`` and its new text)
+    changed, or without one a failing equality assertion of two numbers at its end."""
     node = test.node
     first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
     start, end = source.line_start(first), source.line_end(node.end_lineno or node.lineno)
     edits: list[tuple[int, int, bytes]] = []
-    literals = expectations(test)
-    if literals:
-        edits.append(mutate_literal(source, rng.choice(literals), rng))
+    if literal is not None:
+        edits.append(literal)
     else:
         indent = b" " * node.body[0].col_offset
         a, b = rng.randrange(2, 500), rng.randrange(500, 1000)
@@ -335,23 +352,17 @@ def derive(
     f2p, p2p = listed(fail_to_pass), listed(pass_to_pass)
     if not f2p and not p2p:
         return None
-    # FAIL_TO_PASS tests first, then PASS_TO_PASS; those with a literal expectation first in
-    # each. Code that runs the package as it is can tell a copy of a PASS_TO_PASS test apart
-    # (its twin passes, the copy fails) and spare it; a copy of a FAIL_TO_PASS test fails like
-    # its twin, so such code can only guess which of the two to answer: each one halves what
-    # forging earns.
-    chosen = [
-        test
-        for group in (f2p, p2p)
-        for test in sorted(group, key=lambda t: (not expectations(t), rng.random()))
-    ][:count]
     source = _Text(text)
     names = {t.node.name for t in tests}
     inserts: list[tuple[int, bytes]] = []
     ids: list[str] = []
-    for test in chosen:
+    copied: list[str] = []
+    plan = _plan(source, f2p, p2p, rng, count)
+    if not plan:
+        return None
+    for test, literal in plan:
         name = _new_name(names, rng)
-        copy = _copy(source, test, name, rng)
+        copy = _copy(source, test, name, rng, literal)
         siblings = [t for t in tests if t.cls == test.cls]
         where = rng.choice(siblings).node
         before = rng.random() < 0.5
@@ -363,9 +374,64 @@ def derive(
             at = source.line_end(where.end_lineno or where.lineno)
             inserts.append((at, gap + copy))
         ids.append(test_id(path, test.cls, name, log_format))
+        copied.append(test.id)
     data = source.data
     for at, new in sorted(inserts, key=lambda i: i[0], reverse=True):
         data = data[:at] + new + data[at:]
     if not data.endswith(b"\n"):
         data += b"\n"
-    return Derived(data.decode("utf-8"), tuple(ids), tuple(t.id for t in chosen))
+    return Derived(data.decode("utf-8"), tuple(ids), tuple(copied))
+
+
+def _plan(
+    source: _Text,
+    f2p: list[TestDef],
+    p2p: list[TestDef],
+    rng: random.Random,
+    count: int,
+) -> list[tuple[TestDef, tuple[int, int, bytes] | None]]:
+    """The copies to plant: which test each copies and its changed literal (``None``: a
+    failing assertion is appended instead).
+
+    Code that runs the package as it is sees a PASS_TO_PASS test pass and its copy fail, so it
+    can spare such a copy; a copy of a FAIL_TO_PASS test fails like the test it copies. Code
+    that pairs tests differing in one literal must then guess which of a group is the real
+    one: the ``count`` copies go to the FAIL_TO_PASS tests with a literal expectation, several
+    to a test where there are fewer tests than copies, every copy of a test changing the same
+    constant at the same spot to a different value. Such code answers the real test with
+    probability one in the group's size (a test and its copies), the product over the groups
+    for a forgery that must answer them all. Tests without one are copied once each after
+    those, FAIL_TO_PASS first.
+    """
+    with_literal = [t for t in f2p if expectations(t)]
+    rng.shuffle(with_literal)
+    plan: list[tuple[TestDef, tuple[int, int, bytes] | None]] = []
+    if with_literal:
+        groups = with_literal[:count]
+        sizes = [count // len(groups) + (i < count % len(groups)) for i in range(len(groups))]
+        for test, size in zip(groups, sizes, strict=True):
+            literals = expectations(test)
+            try:
+                start, end, texts = mutate_literal(source, rng.choice(literals), rng, size)
+            except ValueError:
+                continue
+            plan.extend((test, (start, end, t)) for t in texts)
+    if plan:
+        return plan
+    rest = [
+        test
+        for group in (f2p, p2p)
+        for test in sorted(group, key=lambda t: (not expectations(t), rng.random()))
+    ][:count]
+    single: list[tuple[TestDef, tuple[int, int, bytes] | None]] = []
+    for test in rest:
+        literals = expectations(test)
+        if not literals:
+            single.append((test, None))
+            continue
+        try:
+            start, end, texts = mutate_literal(source, rng.choice(literals), rng)
+        except ValueError:
+            continue
+        single.append((test, (start, end, texts[0])))
+    return single
