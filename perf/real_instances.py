@@ -1,5 +1,6 @@
 """Real benchmark instances through ``check_tasks``: verdicts, flakiness and throughput, local
-sandboxes against Docker sandboxes in the same run (docs/validation.md is made from its output).
+sandboxes against Docker sandboxes in the same run (its results: perf/real_instances.md; how to run
+it: docs/validation.md).
 
     python perf/real_instances.py [--suite lite|verified|gitbug|byo ...] [--repo owner/name ...]
                                   [--instance ID ...] [--runs 3] [--jobs 1] [--docker] [--httpbin URL] [--json FILE]

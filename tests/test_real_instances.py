@@ -1,7 +1,7 @@
 """Real benchmark instances graded end to end in local sandboxes, from fetched public repositories.
 
-Three kinds, each kept to a few instances (docs/validation.md has the whole table, made by
-perf/real_instances.py):
+Three kinds, each kept to a few instances (perf/real_instances.md has the whole table, made by
+perf/real_instances.py; docs/validation.md says how to run it):
 
 - **Bringing your own repository**: bug fixes of two repositories no recipe knows (click,
   marshmallow), written once as raw SWE-bench-format records (the generic recipe plus per-record
