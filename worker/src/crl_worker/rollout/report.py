@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from crl_worker.api.contract import PROGRESS_KEY, RUNNER_FIELD_MANAGER, Env
 from crl_worker.api.progress import ProgressReport, WireReport
+from crl_worker.sandbox.kubeapi import client_configuration
 
 log = logging.getLogger(__name__)
 
@@ -168,20 +169,9 @@ class ConfigMapReporter:
     def _core_api(self) -> Any:
         """The CoreV1 API client, made on first use (credentials may not exist until then)."""
         if self._api is None:
-            from kubernetes import client, config
+            from kubernetes import client
 
-            conf = client.Configuration()
-            in_cluster = False
-            if self.kubeconfig is None:
-                try:
-                    config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
-                    in_cluster = True
-                except config.ConfigException:
-                    pass  # not in a pod: $KUBECONFIG or ~/.kube/config
-            if not in_cluster:
-                config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=self.kubeconfig, client_configuration=conf
-                )
+            conf = client_configuration(self.kubeconfig)
             self._api = client.CoreV1Api(client.ApiClient(conf))
         return self._api
 

@@ -30,18 +30,12 @@ class KubeApi:
         from kubernetes import client, config
 
         try:
-            if kubeconfig is None and _in_cluster():
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-            else:
-                config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=kubeconfig, context=context
-                )
+            self.configuration = client_configuration(kubeconfig, context)
         except config.ConfigException as exc:
             raise SandboxError(
                 f"cannot load Kubernetes credentials ({exc}); run in a pod with a service account"
                 " or pass --kubeconfig"
             ) from exc
-        self.configuration = client.Configuration.get_default_copy()
         self._api_client = client.ApiClient(self.configuration)
         self.core = client.CoreV1Api(self._api_client)
         self.custom = client.CustomObjectsApi(self._api_client)
@@ -243,6 +237,21 @@ def api_error(what: str, exc: Any) -> SandboxError:
     return SandboxError(f"{what} failed ({status}): {message}")
 
 
-def _in_cluster() -> bool:
+def client_configuration(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """The official client's configuration, with credentials found as kubectl finds them:
+    ``kubeconfig`` (and ``context``) when given; otherwise the pod's service account, and
+    outside a pod ``$KUBECONFIG`` or ``~/.kube/config``. A fresh object: the client's global
+    default is left alone. Raises ``kubernetes.config.ConfigException`` when none works."""
+    from kubernetes import client, config
 
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    conf = client.Configuration()
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            config.load_incluster_config(client_configuration=conf)  # type: ignore[no-untyped-call]
+            return conf
+        except config.ConfigException:
+            pass  # not a pod's service account after all: as kubectl, try the kubeconfig
+    config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=kubeconfig, context=context, client_configuration=conf
+    )
+    return conf
