@@ -53,7 +53,7 @@ from crl_worker.tasks.model import Task
 from crl_worker.tasks.records import rows_with_refs
 from tests.fixtures.docker import SANDBOX_PACKAGES, debian_image, running_engine
 from tests.fixtures.fetched import fetched, git_mirror
-from tests.test_real_instances import DATA, PAIRS, gitbug_records, swebench_record
+from tests.fixtures.real_instances import DATA, PAIRS, gitbug_records, swebench_record
 
 JAVA_PACKAGES = ("git", "openjdk-17-jdk-headless", "maven")
 #: The Python of the Debian bookworm base images.

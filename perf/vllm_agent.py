@@ -50,8 +50,8 @@ from tests.fixtures.vllm import (  # noqa: E402
     rendered_container,
     training_run,
     vllm_python,
+    write_adapter,
 )
-from tests.test_vllm_real_lora import write_adapter  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:

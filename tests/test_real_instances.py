@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,126 +30,13 @@ from crl_worker.harness.check import InstanceCheck, check_tasks
 from crl_worker.sandbox import interpreters
 from crl_worker.tasks import Task, load_tasks
 from tests.fixtures.fetched import git_mirror, require
-
-DATA = Path(__file__).resolve().parents[1] / "shared" / "data"
-if not DATA.is_dir():  # helpers' checkouts see the shared folder one level up
-    DATA = Path("/work/shared/data")
-
-
-@dataclass(frozen=True)
-class FixPair:
-    """A bug fixed between two commits of a public repository, and the tests that show it."""
-
-    repo: str
-    base: str
-    fix: str
-    source_dir: str
-    """The folder holding the package (the gold patch is the diff under it)."""
-    test_files: tuple[str, ...]
-    fail_to_pass: tuple[str, ...]
-    pass_to_pass: tuple[str, ...]
-    install: tuple[str, ...]
-    """What the environment needs beyond ``pip install -e .`` (pins, test extras)."""
-    version: str
-
-    @property
-    def instance_id(self) -> str:
-        """SWE-bench style: ``owner__name-<fix commit, short>``."""
-        return f"{self.repo.replace('/', '__')}-{self.fix[:10]}"
-
-
-PAIRS = (
-    # The optional argument's metavar was bracketed twice in the usage line. click's tests turn
-    # warnings into errors, and pytest 9 warns on its parametrize iterators: the collection fails
-    # (an environment error) unless pytest is pinned to the release the project used.
-    FixPair(
-        repo="pallets/click",
-        base="8929d392781c8113bc569f388c15c47b94f86581",
-        fix="762c97eef7c1b3779678992f26a553a2a8c80793",
-        source_dir="src",
-        test_files=("tests/test_basic.py",),
-        fail_to_pass=(
-            "tests/test_basic.py::test_choice_argument_optional_metavar",
-            "tests/test_basic.py::test_datetime_argument_optional_metavar",
-        ),
-        pass_to_pass=(
-            "tests/test_basic.py::test_boolean_switch[args0-True-True]",
-            # Cut at the first space, as SWE-bench stores ids: matched by prefix.
-            "tests/test_basic.py::test_int_option[args2-Error:",
-        ),
-        install=("python -m pip install pytest==8.3.5", "python -m pip install -e ."),
-        version="8.2",
-    ),
-    # A field given as a class instead of an instance raised an error with the wrong message.
-    # The tests import pytz and simplejson: the 'tests' extra.
-    FixPair(
-        repo="marshmallow-code/marshmallow",
-        base="cd976d5d2220a5e2f553fec2082a5d254a7019da",
-        fix="8f493e66b38d71269a8388b120b537a7fbd60ca8",
-        source_dir="src",
-        test_files=("tests/test_schema.py",),
-        fail_to_pass=("tests/test_schema.py::test_fields_must_be_declared_as_instances",),
-        pass_to_pass=(
-            "tests/test_schema.py::test_serializer_dump",
-            "tests/test_schema.py::test_serializing_none",
-            "tests/test_schema.py::test_serializing_basic_object[UserSchema]",
-        ),
-        install=("python -m pip install pytest", "python -m pip install -e '.[tests]'"),
-        version="3.21",
-    ),
+from tests.fixtures.real_instances import (
+    DATA,
+    PAIRS,
+    gitbug_records,
+    native_record,
+    swebench_record,
 )
-
-
-def _diff(copy: Path, base: str, fix: str, *paths: str) -> str:
-    done = subprocess.run(
-        ["git", "--git-dir", str(copy), "diff", base, fix, "--", *paths],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout
-
-
-def swebench_record(pair: FixPair, copy: Path) -> dict[str, Any]:
-    """The pair as a user writes it in SWE-bench's format: lists as JSON strings, as in
-    SWE-bench's own files, and the environment in per-record keys (no recipe knows the repo)."""
-    return {
-        "instance_id": pair.instance_id,
-        "repo": pair.repo,
-        "base_commit": pair.base,
-        "patch": _diff(copy, pair.base, pair.fix, pair.source_dir),
-        "test_patch": _diff(copy, pair.base, pair.fix, *pair.test_files),
-        "FAIL_TO_PASS": json.dumps(list(pair.fail_to_pass)),
-        "PASS_TO_PASS": json.dumps(list(pair.pass_to_pass)),
-        "version": pair.version,
-        "problem_statement": f"fixed by {pair.fix}",
-        "install": list(pair.install),
-    }
-
-
-def native_record(pair: FixPair, copy: Path) -> dict[str, Any]:
-    """The same pair as a hand-written native task record (every harness field spelled out)."""
-    return {
-        "instance_id": pair.instance_id,
-        "repo": pair.repo,
-        "base_commit": pair.base,
-        "patch": _diff(copy, pair.base, pair.fix, pair.source_dir),
-        "test_patch": _diff(copy, pair.base, pair.fix, *pair.test_files),
-        "fail_to_pass": list(pair.fail_to_pass),
-        "pass_to_pass": list(pair.pass_to_pass),
-        "version": pair.version,
-        "problem_statement": f"fixed by {pair.fix}",
-        "language": "python",
-        "python": None,
-        "install": list(pair.install),
-        "test": {
-            "command": "python -m pytest -rA -v -p no:cacheprovider -o addopts= {tests}",
-            "log_format": "pytest",
-            "select": "files",
-        },
-        "env": {"PYTHONDONTWRITEBYTECODE": "1"},
-        "timeouts": {"setup": 900, "test": 600, "command": 120},
-    }
 
 
 def _write(path: Path, records: Sequence[dict[str, Any]]) -> Path:
@@ -281,26 +166,6 @@ async def test_recipe_fixes_hold_on_real_instances(
 
 #: GitBug-Java bugs built with Maven in seconds (docs/validation.md): (data file, fixing commit).
 GITBUG_BUGS = (("davidmoten-word-wrap", "e59eedf0bac7"),)
-
-
-def gitbug_records(copy: Path, bugs: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    """GitBug-Java's records for ``bugs`` from its data files, without ``clone_url`` (a record's
-    source wins over ``$CRL_GIT_MIRROR``, and GitHub is not reachable from every machine)."""
-    out = []
-    for name, fix in bugs:
-        text = subprocess.run(
-            ["git", "--git-dir", str(copy), "show", f"HEAD:data/bugs/{name}.json"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        for line in text.splitlines():
-            record = json.loads(line) if line.strip() else None
-            if record is not None and record["commit_hash"].startswith(fix):
-                record.pop("clone_url", None)
-                out.append(record)
-    assert len(out) == len(bugs), f"not every bug is in GitBug-Java's data under {copy}"
-    return out
 
 
 async def test_gitbug_java_bugs_resolve_with_gold_and_not_without(

@@ -27,7 +27,7 @@ import yaml
 from crl_worker.train import toy
 from crl_worker.train.weights import AdapterUpdate, LoraAdapterSync
 from tests.fixtures.lora_run import RUN, SUBPROCESS_ENV, write_run
-from tests.fixtures.vllm import LORA_RANK, VllmServer
+from tests.fixtures.vllm import VllmServer, write_adapter
 
 log = logging.getLogger(__name__)
 
@@ -35,27 +35,6 @@ log = logging.getLogger(__name__)
 GAP_BOUND = 1e-4
 #: The adapter's effect must stand out of the noise by far (measured: above 0.1).
 EFFECT_FLOOR = 1e-2
-
-
-def write_adapter(model_dir: str, dest: Path, seed: int) -> Path:
-    """A PEFT adapter of the trainer's shape (rank 8, alpha 16, q_proj and v_proj) with random
-    weights from ``seed``."""
-    import peft
-    import torch
-    import transformers
-
-    base = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype="float32")
-    config = peft.LoraConfig(
-        r=LORA_RANK, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0
-    )
-    model = peft.get_peft_model(base, config)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for name, param in model.named_parameters():
-            if "lora_" in name:
-                param.data.normal_(0.0, 0.3)
-    model.save_pretrained(dest)
-    return dest
 
 
 def peft_model(model_dir: str, adapter: Path) -> Any:
