@@ -35,7 +35,9 @@ numbers (``self.assertEqual`` in a ``TestCase``) is added at its end: the packag
 first, but a tamperer that reads the failing line could spare it. With no listed test to copy
 at all, :func:`make_canary` plants the old synthetic class and function (no package call).
 
-Python runners only (``pytest``, ``unittest`` log formats); other formats get no canary.
+Python's runners (``pytest``, ``unittest`` log formats) and JUnit reports (``junit``: derived
+copies of ``@Test`` methods with a literal ``assertEquals`` expectation, in the test classes the
+test patch touches; no fallback); other formats get no canary.
 """
 
 from __future__ import annotations
@@ -46,13 +48,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from crl_worker.harness.mutants import derive
+from crl_worker.harness.mutants_java import derive as derive_java
 from crl_worker.harness.result import TestStatus
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.selection import is_test_file, patch_files, test_arguments
 
-#: Log formats whose runners collect a ``unittest.TestCase`` appended to a test module.
-CANARY_FORMATS = frozenset({"pytest", "unittest"})
+#: Log formats whose test runs get canaries: Python's runners (derived copies, or a synthetic
+#: ``unittest.TestCase`` appended to a test module) and JUnit's reports (derived copies of
+#: ``@Test`` methods only: :mod:`crl_worker.harness.mutants_java`).
+CANARY_FORMATS = frozenset({"pytest", "unittest", "junit"})
 #: How many canaries :func:`derive_canary` plants (at most; one a listed test).
 COUNT = 4
 #: Words the synthetic canary's names are made of.
@@ -80,6 +85,10 @@ def canary_files(task: Task) -> list[str]:
     """The test modules the test patch touches that the run executes: where canaries go."""
     if task.test_spec.log_format not in CANARY_FORMATS or not task.test_patch.strip():
         return []
+    if task.test_spec.log_format == "junit":
+        # Selected by test ids (``Class#method``), which the canaries' ids join: any test class
+        # the patch touches can hold them.
+        return [f for f in patch_files(task.test_patch) if is_test_file(f, "java")]
     files = [f for f in patch_files(task.test_patch) if is_test_file(f, "python")]
     if "{tests}" in task.test_spec.command:
         selected = set(test_arguments(task))
@@ -118,21 +127,29 @@ def derive_canary(
     # The module with a FAIL_TO_PASS test first.
     order = sorted(sources, key=lambda p: not any(p in i or _module(p) in i for i in f2p))
     for path in order:
-        derived = derive(
-            path,
-            sources[path],
-            task.test_spec.log_format,
-            task.fail_to_pass,
-            task.pass_to_pass,
-            rng,
-            COUNT,
-        )
+        if path.endswith(".java"):
+            derived = derive_java(
+                path, sources[path], task.fail_to_pass, task.pass_to_pass, rng, COUNT
+            )
+        else:
+            derived = derive(
+                path,
+                sources[path],
+                task.test_spec.log_format,
+                task.fail_to_pass,
+                task.pass_to_pass,
+                rng,
+                COUNT,
+            )
         if derived is not None:
             return Canary(path=path, ids=derived.ids, text=derived.text, sources=derived.sources)
     return None
 
 
 def _module(path: str) -> str:
+    """The module (or Java class) a test file holds, dotted: what its tests' ids contain."""
+    if path.endswith(".java"):
+        return path.removesuffix(".java").rpartition("/java/")[2].replace("/", ".")
     return path.removesuffix(".py").replace("/", ".")
 
 
@@ -141,7 +158,7 @@ def make_canary(task: Task) -> Canary | None:
     appended to a test module, no package call: the fallback of :func:`derive_canary`), or
     ``None`` when its runner or selection has no place for one."""
     files = canary_files(task)
-    if not files:
+    if not files or task.test_spec.log_format not in ("pytest", "unittest"):
         return None
     path = files[0]
     suffix = secrets.token_hex(3)

@@ -179,7 +179,7 @@ class _Text:
         return self.starts[min(line, len(self.starts) - 1)]
 
 
-def _variants(text: bytes, value: object, rng: random.Random, count: int) -> list[bytes]:
+def variants(text: bytes, value: object, rng: random.Random, count: int) -> list[bytes]:
     """Up to ``count`` texts for the constant ``text`` (of ``value``), each changed at the same
     one spot to a different character, the spot and the characters drawn from ``rng``: the
     original and its variants differ only there, so nothing tells the original apart."""
@@ -228,7 +228,7 @@ def mutate_literal(
 ) -> tuple[int, int, list[bytes]]:
     """Up to ``count`` different values for the literal ``expr``: its span in ``source`` and
     the new texts, pairwise different, each with the same one constant changed at the same
-    spot (:func:`_variants`); raises ``ValueError`` when none of its constants can be."""
+    spot (:func:`variants`); raises ``ValueError`` when none of its constants can be."""
     start = source.offset(expr.lineno, expr.col_offset)
     end = source.offset(expr.end_lineno or expr.lineno, expr.end_col_offset or 0)
     old_text = source.data[start:end]
@@ -244,7 +244,7 @@ def mutate_literal(
         a = source.offset(node.lineno, node.col_offset) - start
         b = source.offset(node.end_lineno or node.lineno, node.end_col_offset or 0) - start
         found: list[tuple[object, bytes]] = []
-        for changed in _variants(old_text[a:b], node.value, rng, count):
+        for changed in variants(old_text[a:b], node.value, rng, count):
             new_text = old_text[:a] + changed + old_text[b:]
             try:
                 new = ast.literal_eval(new_text.decode("utf-8").strip())

@@ -1,0 +1,132 @@
+"""Canaries for JUnit test runs (harness/mutants_java.py): copies of a task's own ``@Test``
+methods with one literal expectation changed, planted among its methods, that must fail.
+
+Through Maven on the Java fixture (``stringkit``, JUnit 5): the gold patch still resolves with
+canaries in the run, and package code that starts a process rewriting Surefire's reports (every
+failure removed, after Maven wrote them and before the harness reads them) is caught: its
+canaries pass, so the run is tampered with, reward 0. Without canaries that forgery resolves.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from crl_worker import rewards
+from crl_worker.harness import mutants_java
+from crl_worker.harness.evaluate import evaluate
+from crl_worker.sandbox.registry import create_sandbox
+from tests.fixtures.repos import STRINGKIT_FAIL_TO_PASS, STRINGKIT_PASS_TO_PASS, java_repo
+
+CLASS = "com.example.text.StringsTest"
+TESTS = Path(__file__).parent / "fixtures/stringkit/tests/src/test/java/com/example/text"
+
+#: Package code that starts a process of its own (outliving the test JVM) which removes every
+#: failure from Surefire's reports as soon as they are written, atomically.
+FORGER = r"""
+    static {
+        try {
+            new ProcessBuilder("setsid", "python3", "forge.py").inheritIO().start();
+        } catch (Exception ignored) {
+        }
+    }
+"""
+FORGE_PY = """\
+import glob, os, re, time
+import xml.etree.ElementTree as ET
+end = time.time() + 120
+while time.time() < end:
+    for path in glob.glob("target/surefire-reports/TEST-*.xml"):
+        try:
+            text = open(path).read()
+            ET.fromstring(text)  # whole: Maven has finished writing it
+        except (OSError, ET.ParseError):
+            continue
+        forged = re.sub(r"<failure\\b.*?</failure>|<failure\\b[^>]*/>", "", text, flags=re.S)
+        if forged != text:
+            with open(path + ".tmp", "w") as out:
+                out.write(forged)
+            os.replace(path + ".tmp", path)
+    time.sleep(0.005)
+"""
+
+
+def test_copies_of_a_junit_test_change_one_literal_of_its_expectation() -> None:
+    text = (TESTS / "StringsTest.java").read_text()
+    listed = [f"{CLASS}#abbreviateCutsLongText", f"{CLASS}#abbreviateNeverExceedsWidth"]
+    spots: set[int] = set()
+    for seed in range(20):
+        derived = mutants_java.derive("StringsTest.java", text, listed, [], random.Random(seed), 4)
+        assert derived is not None
+        # The parameterized test is not copied; the other one four times, in one group.
+        assert derived.sources == (f"{CLASS}#abbreviateCutsLongText",) * 4
+        values = re.findall(
+            r'assertEquals\("([^"]*)", Strings\.abbreviate\("Hello, w', derived.text
+        )
+        assert len(values) == 5 and len(set(values)) == 5 and "Hello, ..." in values
+        diff = {i for v in values for i in range(len(v)) if v[i] != "Hello, ..."[i]}
+        assert len(diff) == 1, values
+        spots |= diff
+        for test_id in derived.ids:
+            name = test_id.split("#")[1]
+            assert f"void {name}(" not in text and f"void {name}() {{" in derived.text
+            assert not name.startswith("test")  # the class's own style: no prefix
+    assert len(spots) > 1
+    # PASS_TO_PASS tests only where no FAIL_TO_PASS one qualifies; assertThrows is not copied.
+    p2p = mutants_java.derive(
+        "StringsTest.java", text, [], list(STRINGKIT_PASS_TO_PASS), random.Random(1), 4
+    )
+    assert p2p is not None and f"{CLASS}#abbreviateRejectsTinyWidth" not in p2p.sources
+    assert (
+        mutants_java.derive("StringsTest.java", "class X {}", listed, [], random.Random(1), 4)
+        is None
+    )
+
+
+def test_unsafe_junit_tests_are_not_copied() -> None:
+    text = """\
+package p;
+class T {
+    @Test(expected = IllegalStateException.class)
+    public void expects() { assertEquals(3, f()); }
+    @Test @Disabled void disabled() { assertEquals(3, f()); }
+    @Test void assumes() { assumeTrue(on()); assertEquals(3, f()); }
+    @Test void delta() { assertEquals(3.0, g(), 0.5); }
+    @Test void message() { assertEquals("why", 3, f()); }
+    @Test void nested() { if (on()) { assertEquals(3, f()); } }
+    @Test void copied() throws Exception { assertEquals(-12L, f()); }
+}
+"""
+    ids = [f"p.T#{n}" for n in ("expects", "disabled", "assumes", "delta", "message", "nested")]
+    assert mutants_java.derive("T.java", text, ids, [], random.Random(0), 4) is None
+    derived = mutants_java.derive("T.java", text, [*ids, "p.T#copied"], [], random.Random(0), 4)
+    assert derived is not None and set(derived.sources) == {"p.T#copied"}
+    values = re.findall(r"assertEquals\((-\d+L), f\(\)\); }", derived.text)
+    assert len(set(values)) == 5 and "-12L" in values
+
+
+@pytest.mark.skipif(shutil.which("mvn") is None, reason="Maven (mvn) is not installed")
+async def test_junit_canaries_catch_rewritten_reports_and_spare_the_gold_patch(
+    tmp_path: Path,
+) -> None:
+    fixture = java_repo(tmp_path)
+    task = fixture.task
+    assert list(task.fail_to_pass) == list(STRINGKIT_FAIL_TO_PASS)
+    source = "src/main/java/com/example/text/Strings.java"
+    async with create_sandbox({"type": "local"}, task) as box:
+        gold = await evaluate(box, task, model_patch=task.patch, canary=True)
+        assert gold.resolved and gold.tampered is None, gold.log[-3000:]
+        assert "canary tests planted" in gold.log
+        await box.reset()
+        code = (await box.read_file(source)).decode()
+        at = code.index("{", code.index("class Strings")) + 1
+        await box.write_file(source, (code[:at] + FORGER + code[at:]).encode())
+        await box.write_file("forge.py", FORGE_PY.encode())
+        forged = await evaluate(box, task, canary=True)
+    assert not forged.resolved, forged.log[-3000:]
+    assert forged.tampered is not None and "canary" in forged.tampered, forged.log[-3000:]
+    assert rewards.tests_score(forged) == 0.0

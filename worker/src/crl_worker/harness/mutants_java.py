@@ -1,0 +1,306 @@
+"""Mutants of a task's own JUnit tests: :mod:`crl_worker.harness.mutants` for Java sources.
+
+:func:`derive` takes a JUnit test class's source (JUnit 4 or 5), the ids of the tests the task
+lists (``package.Class#method``, as :func:`~crl_worker.harness.parsers.junit_id` names them)
+and a random generator, and returns the source with copies of listed ``@Test`` methods planted
+among its methods, each with the same literal expectation changed, as the Python mutants are
+(see :mod:`crl_worker.harness.canary` for what a copy is and why).
+
+No Java parser runs here: a small scanner that knows comments, string, text-block and character
+literals finds the top-level class's methods and their bodies. A method is copied only when
+that is safe: annotated ``@Test`` alone (no arguments, such as JUnit 4's ``expected``; no
+``@Disabled``/``@Ignore``, no parameterized or repeated test), no ``return``, no assumption
+(``assume*``), and a top-level statement ``assertEquals(<literal>, <expression>);`` with exactly
+two arguments (a third may be a delta, under which a changed number could still pass, or JUnit
+4's leading message), the literal a number, a string, a character or a boolean.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from crl_worker.harness.mutants import Derived, variants
+
+_IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+#: ``assertEquals(`` as a statement: bare (static import) or on ``Assert``/``Assertions``.
+_ASSERT = re.compile(r"(?:(?:org\.junit\.(?:jupiter\.api\.)?)?Assert(?:ions)?\.)?assertEquals\(")
+_NUMBER = re.compile(r"-?(?:[1-9][0-9_]*|0)(?:\.[0-9_]+)?(?:[eE][+-]?[0-9]+)?[lLfFdD]?")
+_STRING = re.compile(r'"(?:[^"\\\n]|\\[^u])*"')
+_CHAR = re.compile(r"'(?:[^'\\\n]|\\[^u])'")
+_UNSAFE = re.compile(r"\breturn\b|\bassume[A-Z]\w*\(|\bAssumptions?\.")
+_TEST_ANNOTATION = re.compile(r"@(?:org\.junit\.(?:jupiter\.api\.)?)?Test\b(?!\s*\()")
+
+
+@dataclass(frozen=True)
+class _Method:
+    name: str
+    start: int
+    """Offset of its first annotation (or its first modifier)."""
+    body_open: int
+    """Offset of the ``{`` of its body."""
+    end: int
+    """Offset just past the ``}`` of its body."""
+    annotations: tuple[str, ...]
+
+
+def _skip_literal(text: str, i: int) -> int:
+    """The offset past the comment or literal starting at ``i`` (``i`` itself if none does)."""
+    if text.startswith("//", i):
+        j = text.find("\n", i)
+        return len(text) if j < 0 else j
+    if text.startswith("/*", i):
+        j = text.find("*/", i + 2)
+        return len(text) if j < 0 else j + 2
+    if text.startswith('"""', i):
+        j = text.find('"""', i + 3)
+        while j > 0 and text[j - 1] == "\\":
+            j = text.find('"""', j + 1)
+        return len(text) if j < 0 else j + 3
+    if text[i] in "\"'":
+        j = i + 1
+        while j < len(text) and text[j] != text[i] and text[j] != "\n":
+            j += 2 if text[j] == "\\" else 1
+        return j + 1
+    return i
+
+
+def _code(text: str) -> str:
+    """``text`` with every comment and literal blanked (same length): what is left is code."""
+    out = list(text)
+    i = 0
+    while i < len(text):
+        j = _skip_literal(text, i)
+        if j == i:
+            i += 1
+            continue
+        for k in range(i, min(j, len(text))):
+            if out[k] != "\n":
+                out[k] = " "
+        i = j
+    return "".join(out)
+
+
+def _close(code: str, i: int, pair: str = "{}") -> int:
+    """The offset of the bracket closing the one at ``i`` in blanked ``code`` (-1: none)."""
+    depth = 0
+    for j in range(i, len(code)):
+        if code[j] == pair[0]:
+            depth += 1
+        elif code[j] == pair[1]:
+            depth -= 1
+            if depth == 0:
+                return j
+    return -1
+
+
+def _class_body(code: str) -> tuple[str, int, int] | None:
+    """The first top-level class: its name and the offsets of its body's braces."""
+    m = re.search(r"\bclass\s+([A-Za-z_$][\w$]*)[^{;]*\{", code)
+    if m is None:
+        return None
+    end = _close(code, m.end() - 1)
+    return (m.group(1), m.end() - 1, end) if end > 0 else None
+
+
+def _methods(code: str, open_at: int, close_at: int) -> list[_Method]:
+    """The methods declared directly in the class body between ``open_at`` and ``close_at``."""
+    found: list[_Method] = []
+    i, segment_start = open_at + 1, open_at + 1
+    while i < close_at:
+        c = code[i]
+        if c == ";" or c == "}":
+            i += 1
+            segment_start = i
+        elif c == "{":
+            end = _close(code, i)
+            if end < 0:
+                return found
+            head = code[segment_start:i]
+            m = re.search(r"\bvoid\s+([A-Za-z_$][\w$]*)\s*\(\s*\)\s*(?:throws[^{]*)?$", head)
+            if m is not None and "class " not in head and "=" not in head:
+                annotations = tuple(re.findall(r"@[\w.]+(?:\s*\([^)]*\))?", head))
+                lead = len(head) - len(head.lstrip())
+                found.append(_Method(m.group(1), segment_start + lead, i, end + 1, annotations))
+            i = end + 1
+            segment_start = i
+        else:
+            i += 1
+    return found
+
+
+def _copyable(code: str, method: _Method) -> bool:
+    if len(method.annotations) != 1 or not _TEST_ANNOTATION.fullmatch(method.annotations[0]):
+        return False
+    return _UNSAFE.search(code[method.body_open : method.end]) is None
+
+
+def _arguments(code: str, open_paren: int) -> list[tuple[int, int]] | None:
+    """The spans of the top-level arguments of the call whose ``(`` is at ``open_paren``."""
+    close = _close(code, open_paren, "()")
+    if close < 0:
+        return None
+    spans, start, depth = [], open_paren + 1, 0
+    for j in range(open_paren + 1, close):
+        if code[j] in "([{":
+            depth += 1
+        elif code[j] in ")]}":
+            depth -= 1
+        elif code[j] == "," and depth == 0:
+            spans.append((start, j))
+            start = j + 1
+    spans.append((start, close))
+    return spans
+
+
+def _literal_kind(literal: str) -> object | None:
+    """A value of the literal's type (what :func:`~crl_worker.harness.mutants.variants`
+    changes by), or ``None`` when ``literal`` is not one this module changes."""
+    if literal in ("true", "false"):
+        return literal == "true"
+    if _STRING.fullmatch(literal) or _CHAR.fullmatch(literal):
+        return literal
+    if _NUMBER.fullmatch(literal) and any(c.isdigit() for c in literal):
+        return 0
+    return None
+
+
+def expectations(text: str, code: str, method: _Method) -> list[tuple[int, int]]:
+    """The spans of the literal expected values of the method's top-level two-argument
+    ``assertEquals`` statements."""
+    found: list[tuple[int, int]] = []
+    depth_base = method.body_open
+    for m in _ASSERT.finditer(code, method.body_open, method.end):
+        before = code[depth_base : m.start()]
+        if before.count("{") - before.count("}") != 1 or code[: m.start()].rstrip()[-1:] not in (
+            ";",
+            "{",
+            "}",
+        ):
+            continue
+        spans = _arguments(code, m.end() - 1)
+        if spans is None or len(spans) != 2:
+            continue
+        a, b = spans[0]
+        literal = text[a:b].strip()
+        if _literal_kind(literal) is not None:
+            lead = len(text[a:b]) - len(text[a:b].lstrip())
+            found.append((a + lead, a + lead + len(literal)))
+    return found
+
+
+def _mutations(text: str, span: tuple[int, int], rng: random.Random, count: int) -> list[str]:
+    literal = text[span[0] : span[1]]
+    kind = _literal_kind(literal)
+    if kind is None:
+        return []
+    sign = literal.startswith("-")
+    body = literal[1:] if sign else literal
+    found: list[str] = []
+    for new in variants(body.encode(), kind, rng, count):
+        changed = ("-" if sign else "") + new.decode()
+        if changed == literal or changed in found or _literal_kind(changed) is None:
+            continue
+        number = isinstance(kind, int) and not isinstance(kind, bool)
+        if not (number and _number(changed) == _number(literal)):
+            found.append(changed)
+    return found
+
+
+def _number(literal: str) -> float:
+    return float(literal.rstrip("lLfFdD").replace("_", ""))
+
+
+def _words(names: Collection[str]) -> list[str]:
+    words: list[str] = []
+    for name in names:
+        for word in _WORD.findall(name.removeprefix("test")):
+            if word.lower() not in words and word.lower() != "test":
+                words.append(word.lower())
+    return words or ["value", "case", "result"]
+
+
+def _new_name(existing: set[str], rng: random.Random) -> str:
+    """A method name in the class's own style (``testXxx`` where most names are so, else
+    lower camel case) from the words of its test names."""
+    prefixed = sum(n.startswith("test") for n in existing) * 2 > len(existing)
+    words = _words(existing)
+    lengths = [max(2, len(_WORD.findall(n.removeprefix("test")))) for n in existing] or [3]
+    for attempt in range(100):
+        picked = rng.sample(words, min(len(words), rng.choice(lengths)))
+        if attempt >= 50:
+            picked.append(str(rng.randrange(2, 99)))
+        camel = "".join(w.capitalize() for w in picked)
+        name = "test" + camel if prefixed else camel[:1].lower() + camel[1:]
+        if name not in existing and _IDENT.fullmatch(name):
+            existing.add(name)
+            return name
+    raise ValueError("no new method name")
+
+
+def derive(
+    path: str,
+    text: str,
+    fail_to_pass: Collection[str],
+    pass_to_pass: Collection[str],
+    rng: random.Random,
+    count: int,
+) -> Derived | None:
+    """``text`` (the JUnit test class at ``path``) with up to ``count`` mutated copies of its
+    listed ``@Test`` methods planted among its methods, or ``None`` when it lists none that can
+    be copied. FAIL_TO_PASS methods get the copies, in groups that change the same literal at
+    the same spot (as :func:`crl_worker.harness.mutants.derive`); PASS_TO_PASS ones only where
+    no FAIL_TO_PASS method qualifies, one copy each."""
+    code = _code(text)
+    found = _class_body(code)
+    if found is None:
+        return None
+    cls, open_at, close_at = found
+    package = re.search(r"^\s*package\s+([\w.]+)\s*;", code, re.M)
+    fqn = f"{package.group(1)}.{cls}" if package else cls
+    methods = _methods(code, open_at, close_at)
+    by_id = {f"{fqn}#{m.name}": m for m in methods}
+
+    def listed(ids: Collection[str]) -> list[_Method]:
+        return [
+            by_id[i]
+            for i in dict.fromkeys(ids)
+            if i in by_id and _copyable(code, by_id[i]) and expectations(text, code, by_id[i])
+        ]
+
+    plan: list[tuple[_Method, tuple[int, int], str]] = []
+    for group, per_test in ((listed(fail_to_pass), None), (listed(pass_to_pass), 1)):
+        if plan or not group:
+            continue
+        rng.shuffle(group)
+        group = group[:count]
+        sizes = [count // len(group) + (i < count % len(group)) for i in range(len(group))]
+        for method, size in zip(group, sizes, strict=True):
+            span = rng.choice(expectations(text, code, method))
+            for new in _mutations(text, span, rng, per_test or size):
+                plan.append((method, span, new))
+    if not plan:
+        return None
+    names = {m.name for m in methods}
+    inserts: list[tuple[int, str]] = []
+    ids: list[str] = []
+    for method, (a, b), new in plan:
+        name = _new_name(names, rng)
+        head = text[method.start : method.body_open]
+        head = re.sub(rf"\b{re.escape(method.name)}(\s*\()", rf"{name}\1", head, count=1)
+        body = text[method.body_open : a] + new + text[b : method.end]
+        where = rng.choice(methods)
+        indent = text[text.rfind("\n", 0, where.start) + 1 : where.start]
+        copy = head + body
+        if rng.random() < 0.5:
+            inserts.append((where.start, copy + "\n\n" + indent))
+        else:
+            inserts.append((where.end, "\n\n" + indent + copy))
+        ids.append(f"{fqn}#{name}")
+    out = text
+    for at, new in sorted(inserts, key=lambda i: i[0], reverse=True):
+        out = out[:at] + new + out[at:]
+    return Derived(out, tuple(ids), tuple(f"{fqn}#{m.name}" for m, _, _ in plan))
