@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 from crl_operator.apply import Kube, load_api_client  # noqa: E402
 from crl_operator.builders import RenderState, render  # noqa: E402
 from crl_operator.children import deployment_state  # noqa: E402
-from crl_operator.reconcile import WORKLOAD_KINDS  # noqa: E402
+from crl_operator.writes import WORKLOAD_KINDS  # noqa: E402
 from crl_worker.api import RolloutPool, TrainingRun  # noqa: E402
 from tests.fixtures.operator_process import OperatorProcess, metric_sum, parse_metrics  # noqa: E402
 

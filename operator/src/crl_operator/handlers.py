@@ -32,6 +32,7 @@ from crl_operator.apply import CHILD_KINDS, KINDS, Kube, KubeError, child_key
 from crl_operator.builders.meta import LABEL_MANAGED_BY, MANAGED_BY
 from crl_operator.cache import Cache, Key
 from crl_operator.children import deployment_state, job_state
+from crl_operator.kinds import HANDLERS
 from crl_operator.metrics import CHILDREN
 from crl_operator.reconcile import Reconciler
 from crl_operator.settings import Settings, configure_kopf
@@ -39,7 +40,8 @@ from crl_operator.status import POOL_LABEL
 
 log = logging.getLogger(__name__)
 
-PRIMARY_KINDS = ("TrainingRun", "RolloutPool", "Benchmark")
+#: The operator's own kinds: one per handler (crl_operator.kinds).
+PRIMARY_KINDS = tuple(HANDLERS)
 #: Every kind the operator watches and lists at startup: its resources, their children, and
 #: sandbox pods (for the pools' counts).
 WATCHED_KINDS = (*PRIMARY_KINDS, *[k for k in CHILD_KINDS if k not in PRIMARY_KINDS], "Pod")

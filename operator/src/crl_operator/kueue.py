@@ -26,7 +26,7 @@ from crl_operator.admission import (
 from crl_operator.apply import Kube, KubeError, controller_uid, kind_info
 from crl_operator.cache import Cache
 from crl_operator.status import Problem
-from crl_worker.api import AnyResource, Benchmark, RolloutPool, TrainingRun
+from crl_worker.api import Benchmark, TrainingRun
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +97,8 @@ class KueueWorkloads:
             self._priorities[name] = (value, now)
         return value
 
-    def admission(self, resource: AnyResource, uid: str) -> Admission | None:
+    def admission(self, resource: TrainingRun | Benchmark, uid: str) -> Admission | None:
         """Kueue's admission of a TrainingRun or Benchmark that names a queue, else None."""
-        if isinstance(resource, RolloutPool):
-            return None
         queue = resource.spec.scheduling.queue_name
         if not queue:
             return None
