@@ -259,7 +259,8 @@ def mutate_literal(
     raise ValueError("no constant of the literal can be changed")
 
 
-def _words(names: Collection[str]) -> list[str]:
+def name_words(names: Collection[str]) -> list[str]:
+    """The words of test ``names`` (snake or camel case, without ``test``), each once."""
     words: list[str] = []
     for name in names:
         for word in _WORD.findall(name.removeprefix("test")):
@@ -270,7 +271,7 @@ def _words(names: Collection[str]) -> list[str]:
 
 def _new_name(existing: set[str], rng: random.Random) -> str:
     snake = any("_" in n.removeprefix("test_") or n.startswith("test_") for n in existing)
-    words = _words(existing)
+    words = name_words(existing)
     lengths = [max(2, len(_WORD.findall(n.removeprefix("test")))) for n in existing] or [3]
     for _ in range(100):
         picked = rng.sample(words, min(len(words), rng.choice(lengths)))

@@ -22,7 +22,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from crl_worker.harness.mutants import Derived, variants
+from crl_worker.harness.mutants import Derived, name_words, variants
 
 _IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
@@ -214,20 +214,11 @@ def _number(literal: str) -> float:
     return float(literal.rstrip("lLfFdD").replace("_", ""))
 
 
-def _words(names: Collection[str]) -> list[str]:
-    words: list[str] = []
-    for name in names:
-        for word in _WORD.findall(name.removeprefix("test")):
-            if word.lower() not in words and word.lower() != "test":
-                words.append(word.lower())
-    return words or ["value", "case", "result"]
-
-
 def _new_name(existing: set[str], rng: random.Random) -> str:
     """A method name in the class's own style (``testXxx`` where most names are so, else
     lower camel case) from the words of its test names."""
     prefixed = sum(n.startswith("test") for n in existing) * 2 > len(existing)
-    words = _words(existing)
+    words = name_words(existing)
     lengths = [max(2, len(_WORD.findall(n.removeprefix("test")))) for n in existing] or [3]
     for attempt in range(100):
         picked = rng.sample(words, min(len(words), rng.choice(lengths)))
