@@ -36,6 +36,7 @@ from crl_cli.common import (
     single_resource,
     usage_error,
 )
+from crl_cli.options import Instances, Limit
 from crl_worker.api import Benchmark
 from crl_worker.api.contract import Env
 
@@ -159,13 +160,8 @@ def bench(
             ' {"type": "docker", "network": "none"} with tasks that name their images.',
         ),
     ] = None,
-    limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="At most this many instances.")
-    ] = None,
-    instance: Annotated[
-        list[str] | None,
-        typer.Option("--instance", "-i", help="Only this instance id (repeatable)."),
-    ] = None,
+    limit: Limit = None,
+    instance: Instances = None,
     jobs: Annotated[
         int | None,
         typer.Option("--jobs", "-j", min=1, help="Attempts at a time (default: spec.parallelism)."),

@@ -14,10 +14,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from crl_cli.common import INVALID, USAGE, Output, err, out, sandbox_config
-from crl_cli.tasks import _VERDICT_STYLE, _load, _run_until_sigterm
-from crl_worker.errors import SandboxError
-from crl_worker.sandbox.registry import parse_config
+from crl_cli.common import INVALID, USAGE, Output, err, out
+from crl_cli.options import Sandbox, TableOrJsonLines, TaskFile, Timeout
+from crl_cli.tasks import _VERDICT_STYLE, _load, _run_until_sigterm, _sandbox
 
 
 def register(tasks: typer.Typer) -> None:
@@ -26,7 +25,7 @@ def register(tasks: typer.Typer) -> None:
 
 
 def grade(
-    file: Annotated[Path, typer.Argument(help="Task file: .json, .jsonl or .parquet.")],
+    file: TaskFile,
     predictions: Annotated[
         Path,
         typer.Argument(
@@ -38,20 +37,9 @@ def grade(
         str, typer.Option("--format", "-f", help="Record format of FILE (default: detected).")
     ] = "",
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Predictions at a time.")] = 1,
-    timeout: Annotated[
-        float | None,
-        typer.Option("--timeout", min=1, help="Seconds per test run (default: each task's)."),
-    ] = None,
-    sandbox: Annotated[
-        str | None,
-        typer.Option(
-            "--sandbox",
-            help='Sandbox config as JSON or a JSON file (default: {"type": "local"}).',
-        ),
-    ] = None,
-    output: Annotated[
-        Output, typer.Option("--output", "-o", help="text (a table) or json (one object per line).")
-    ] = Output.text,
+    timeout: Timeout = None,
+    sandbox: Sandbox = None,
+    output: TableOrJsonLines = Output.text,
 ) -> None:
     """Grade other agents' predictions, each in a pristine sandbox with only its source changes
     and canary tests (the integrity path of every episode). Exits 0 when every prediction was
@@ -70,11 +58,7 @@ def grade(
         raise typer.Exit(USAGE) from exc
     ids = list(dict.fromkeys(p.instance_id for p in wanted))
     loaded = _load(file, format, ids or None, None)
-    try:
-        config = parse_config(sandbox_config(sandbox))
-    except SandboxError as exc:
-        err.print(f"[red]error:[/] --sandbox: {escape(str(exc))}", highlight=False)
-        raise typer.Exit(USAGE) from exc
+    config = _sandbox(sandbox)
 
     def progress(found: GradedPrediction) -> None:
         if output is Output.text:

@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from crl_cli.common import INVALID, USAGE, Output, err, out, sandbox_config
+from crl_cli.common import INVALID, USAGE, Output, err, out, sandbox_config, usage_error
+from crl_cli.options import Instances, Limit, Sandbox, TableOrJsonLines, TaskFile, Timeout
 from crl_worker.api.common import TaskFilter, TaskFormat
 from crl_worker.errors import CrlError, SandboxError
 from crl_worker.harness.check import InstanceCheck, check_tasks
@@ -137,6 +138,15 @@ def _unread(loaded: LoadResult) -> list[tuple[str, str]]:
     ]
 
 
+def _sandbox(value: str | None) -> BaseModel:
+    """The validated `--sandbox` config. Parsed once, before any instance: a bad config is the
+    command line's mistake (a usage exit), not a sandbox failure to report on every instance."""
+    try:
+        return parse_config(sandbox_config(value))
+    except SandboxError as exc:
+        raise usage_error(f"--sandbox: {exc}") from exc
+
+
 def _run_until_sigterm(work: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run(work)``, with SIGTERM stopping it the way Ctrl-C does: the work is
     cancelled, so its sandboxes close (their processes killed, their folders removed) before the
@@ -164,7 +174,7 @@ def _run_until_sigterm(work: Coroutine[Any, Any, T]) -> T:
 
 @app.command()
 def check(
-    file: Annotated[Path, typer.Argument(help="Task file: .json, .jsonl or .parquet.")],
+    file: TaskFile,
     format: Annotated[
         str,
         typer.Option(
@@ -178,28 +188,12 @@ def check(
     runs: Annotated[
         int, typer.Option("--runs", "-n", min=1, help="Runs of each patch, to find flaky tests.")
     ] = 1,
-    instance: Annotated[
-        list[str] | None,
-        typer.Option("--instance", "-i", help="Only this instance id (repeatable)."),
-    ] = None,
-    limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="At most this many instances.")
-    ] = None,
+    instance: Instances = None,
+    limit: Limit = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Instances at a time.")] = 1,
-    timeout: Annotated[
-        float | None,
-        typer.Option("--timeout", min=1, help="Seconds per test run (default: each task's)."),
-    ] = None,
-    sandbox: Annotated[
-        str | None,
-        typer.Option(
-            "--sandbox",
-            help='Sandbox config as JSON or a JSON file (default: {"type": "local"}).',
-        ),
-    ] = None,
-    output: Annotated[
-        Output, typer.Option("--output", "-o", help="text (a table) or json (one object per line).")
-    ] = Output.text,
+    timeout: Timeout = None,
+    sandbox: Sandbox = None,
+    output: TableOrJsonLines = Output.text,
     patch: Annotated[
         Path | None,
         typer.Option(
@@ -213,13 +207,7 @@ def check(
     """Run each instance with its gold patch (must resolve) and without (must not)."""
     candidate = _read_patch(patch)
     loaded = _load(file, format, instance, limit)
-    try:
-        # Once, before any instance: a bad config is the command line's mistake, not a
-        # sandbox failure to report on every instance.
-        config = parse_config(sandbox_config(sandbox))
-    except SandboxError as exc:
-        err.print(f"[red]error:[/] --sandbox: {escape(str(exc))}", highlight=False)
-        raise typer.Exit(USAGE) from exc
+    config = _sandbox(sandbox)
 
     def progress(found: InstanceCheck) -> None:
         if output is Output.text:
@@ -289,7 +277,7 @@ def _bases(values: list[str] | None) -> dict[str, str]:
 
 @app.command()
 def images(
-    file: Annotated[Path, typer.Argument(help="Task file: .json, .jsonl or .parquet.")],
+    file: TaskFile,
     out_file: Annotated[
         Path | None,
         typer.Option(
@@ -300,13 +288,8 @@ def images(
     format: Annotated[
         str, typer.Option("--format", "-f", help="Record format (default: detected).")
     ] = "",
-    instance: Annotated[
-        list[str] | None,
-        typer.Option("--instance", "-i", help="Only this instance id (repeatable)."),
-    ] = None,
-    limit: Annotated[
-        int | None, typer.Option("--limit", min=1, help="At most this many instances.")
-    ] = None,
+    instance: Instances = None,
+    limit: Limit = None,
     base: Annotated[
         list[str] | None,
         typer.Option(
@@ -348,9 +331,7 @@ def images(
         str,
         typer.Option("--network", help="The builds' network mode (install commands download)."),
     ] = "host",
-    output: Annotated[
-        Output, typer.Option("--output", "-o", help="text (a table) or json (one object per line).")
-    ] = Output.text,
+    output: TableOrJsonLines = Output.text,
 ) -> None:
     """Build each task's image (toolchain, environment, instance; reused when unchanged)."""
     from crl_worker.sandbox.images import TaskImage, TaskImageBuilder  # the docker SDK: here only
@@ -447,13 +428,7 @@ def derive_implement_command(
     limit: Annotated[
         int, typer.Option("--limit", min=1, help="Derived tasks per repair task at most.")
     ] = 3,
-    sandbox: Annotated[
-        str | None,
-        typer.Option(
-            "--sandbox",
-            help='Sandbox config as JSON or a JSON file (default: {"type": "local"}).',
-        ),
-    ] = None,
+    sandbox: Sandbox = None,
 ) -> None:
     """Derive implement-from-spec tasks: remove the body of functions the tests cover, keep
     the signature and docstring, withhold the deciding tests (the harness adds them only to
@@ -462,11 +437,7 @@ def derive_implement_command(
     from crl_worker.harness.derive import Derivation, DeriveError, derive_implement
 
     loaded = _load(file, format, instance, None)
-    try:
-        config = parse_config(sandbox_config(sandbox))
-    except SandboxError as exc:
-        err.print(f"[red]error:[/] --sandbox: {escape(str(exc))}", highlight=False)
-        raise typer.Exit(USAGE) from exc
+    config = _sandbox(sandbox)
     if out_dir.exists() and not out_dir.is_dir():
         err.print(f"[red]error:[/] --out {escape(str(out_dir))} is not a folder", highlight=False)
         raise typer.Exit(USAGE)
