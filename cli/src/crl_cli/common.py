@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from crl_worker.api.resources import Resource
+from crl_worker.api.resources import AnyResource, Resource
 from crl_worker.api.validation import ManifestError, load_resources
 
 R = TypeVar("R", bound=Resource)
@@ -40,17 +40,23 @@ def usage_error(message: str) -> typer.Exit:
     return typer.Exit(USAGE)
 
 
+def resources_or_exit(file: str | Path, code: int) -> list[AnyResource]:
+    """Every resource of the manifest ``file``, validated as the API server would; when any is
+    bad, every problem printed, then exit ``code``."""
+    try:
+        return load_resources(file)
+    except ManifestError as exc:
+        for problem in exc.problems:
+            err.print(str(problem), highlight=False, markup=False)
+        raise typer.Exit(code) from None
+
+
 def single_resource(file: Path, kind: type[R], command: str) -> R:
     """The one ``kind`` resource of the manifest ``file``, validated as the API server would;
     every problem printed, then a usage exit."""
     if not file.is_file():
         raise usage_error(f"{file} is not a file")
-    try:
-        resources = load_resources(file)
-    except ManifestError as exc:
-        for problem in exc.problems:
-            err.print(str(problem), highlight=False, markup=False)
-        raise typer.Exit(USAGE) from None
+    resources = resources_or_exit(file, USAGE)
     found = [r for r in resources if isinstance(r, kind)]
     if len(found) != 1:
         raise usage_error(

@@ -19,16 +19,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from crl_cli.bench import register as register_bench
-from crl_cli.common import INVALID, Output, err, out, usage_error
+from crl_cli.common import INVALID, Output, err, out, resources_or_exit, usage_error
 from crl_cli.taskgrade import register as register_grade
 from crl_cli.tasks import app as tasks_app
 from crl_cli.train import register as register_train
 from crl_worker.api import API_VERSION, KINDS
 from crl_worker.api.validation import (
     DocumentResult,
-    ManifestError,
     Problem,
-    load_resources,
     validate_file,
 )
 from crl_worker.yamlutil import dump_all
@@ -199,12 +197,7 @@ def render(
     """
     from crl_operator.builders import BuildError, render_offline
 
-    try:
-        resources = load_resources(file)
-    except ManifestError as exc:
-        for p in exc.problems:
-            err.print(str(p), highlight=False, markup=False)
-        raise typer.Exit(INVALID) from None
+    resources = resources_or_exit(file, INVALID)
     try:
         children, notes = render_offline(resources, namespace)
     except BuildError as exc:
