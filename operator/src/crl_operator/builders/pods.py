@@ -213,6 +213,29 @@ def task_mount(source: TaskSource) -> TaskMount:
     return TaskMount(volumes=[], mounts=[], path=source.path)
 
 
+def account_rbac(
+    meta: dict[str, Any], account: str, namespace: str, rules: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """ServiceAccount `account` (the identity a workload's pods run as), and a Role and
+    RoleBinding of the same name granting it `rules`, nothing else; all three with `meta`."""
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        },
+    ]
+
+
 def job(
     resource: AnyResource,
     name: str,

@@ -32,6 +32,7 @@ from crl_operator.builders.meta import (
 )
 from crl_operator.builders.pods import (
     RESTRICTED_CONTAINER,
+    account_rbac,
     config_mount,
     config_volume,
     env,
@@ -271,31 +272,19 @@ def gateway_objects(pool: RolloutPool, namespace: str, config_hash: str) -> list
         "livenessProbe": http_probe("/healthz", "metrics", period=15, failures=4, initial=10),
         "securityContext": {**RESTRICTED_CONTAINER, "readOnlyRootFilesystem": True},
     }
+    rules = [
+        *GATEWAY_RULES,
+        # Its own RolloutPool, read only when CRL_POOL_UID is missing (the owner uid of the
+        # sandbox pods).
+        {
+            "apiGroups": ["coderepair.io"],
+            "resources": ["rolloutpools"],
+            "resourceNames": [name],
+            "verbs": ["get"],
+        },
+    ]
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta,
-            # Its own RolloutPool, read only when CRL_POOL_UID is missing (the owner uid of
-            # the sandbox pods).
-            "rules": [
-                *GATEWAY_RULES,
-                {
-                    "apiGroups": ["coderepair.io"],
-                    "resources": ["rolloutpools"],
-                    "resourceNames": [name],
-                    "verbs": ["get"],
-                },
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": gw},
-            "subjects": [{"kind": "ServiceAccount", "name": gw, "namespace": namespace}],
-        },
+        *account_rbac(meta, gw, namespace, rules),
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from crl_operator.builders.meta import COMPONENT_PROGRESS, child_name, object_meta, owner_name
+from crl_operator.builders.pods import account_rbac
 from crl_worker.api import Benchmark, TrainingRun
 
 Reporting = Benchmark | TrainingRun
@@ -44,26 +45,12 @@ def reporter_rbac(
     on the resource's progress ConfigMap (by name), nothing else. `component` labels them as
     the worker they belong to."""
     meta = object_meta(resource, account, component, namespace)
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+    rules = [
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta,
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    "resourceNames": [progress_name(resource)],
-                    "verbs": ["get", "patch"],
-                }
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
-        },
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [progress_name(resource)],
+            "verbs": ["get", "patch"],
+        }
     ]
+    return account_rbac(meta, account, namespace, rules)
