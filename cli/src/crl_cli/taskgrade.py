@@ -14,7 +14,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from crl_cli.common import INVALID, USAGE, Output, err, out
+from crl_cli.common import INVALID, Output, err, out, usage_error
 from crl_cli.options import Sandbox, TableOrJsonLines, TaskFile, Timeout
 from crl_cli.tasks import _VERDICT_STYLE, _load, _run_until_sigterm, _sandbox
 
@@ -54,8 +54,7 @@ def grade(
     try:
         wanted = load_predictions(predictions)
     except PredictionsError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(USAGE) from exc
+        raise usage_error(str(exc)) from exc
     ids = list(dict.fromkeys(p.instance_id for p in wanted))
     loaded = _load(file, format, ids or None, None)
     config = _sandbox(sandbox)

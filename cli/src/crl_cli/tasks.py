@@ -252,8 +252,7 @@ def _read_patch(path: Path | None) -> str | None:
     try:
         return path.read_text(encoding="utf-8", errors="surrogateescape")
     except OSError as exc:
-        err.print(f"[red]error:[/] --patch: {escape(str(exc))}", highlight=False)
-        raise typer.Exit(USAGE) from exc
+        raise usage_error(f"--patch: {exc}") from exc
 
 
 def _kept(result: TaskImage, published: set[str]) -> str:
