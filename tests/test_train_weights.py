@@ -221,6 +221,7 @@ WEIGHT_ROUTES = [
     "/start_weight_update",
     "/update_weights",
     "/finish_weight_update",
+    "/reset_prefix_cache",
     "/resume",
 ]
 
@@ -248,6 +249,35 @@ async def test_full_weights_follow_vllms_choreography_and_arrive_intact() -> Non
         await sync.push(TensorUpdate(2, iter(model_tensors(2))))
         assert [p for p in fake.paths() if p != "/metrics"] == WEIGHT_ROUTES
         assert fake.state()["weights"] == digests(model_tensors(2))
+        await sync.aclose()
+
+
+async def test_no_kv_of_the_old_weights_survives_a_push() -> None:
+    # A request frozen by /pause?mode=keep holds blocks: the reset must preempt it (vLLM
+    # refuses a plain reset then), and must happen before /resume.
+    async with FakeVllm(receiver="gloo", buffer_size_bytes=600, running=3) as fake:
+        sync = nccl(fake)
+        await sync.push(TensorUpdate(1, iter(model_tensors(1))))
+        assert fake.prefix_cache_resets == 1 and fake.running == 0
+        [reset] = [body for _, path, body in fake.requests if path == "/reset_prefix_cache"]
+        assert reset == {"reset_running_requests": "true"}
+        paths = fake.paths()
+        assert paths.index("/finish_weight_update") < paths.index("/reset_prefix_cache")
+        assert paths.index("/reset_prefix_cache") < paths.index("/resume")
+        await sync.aclose()
+
+
+async def test_a_refused_cache_reset_fails_the_push_and_stays_paused() -> None:
+    async with FakeVllm(receiver="gloo", buffer_size_bytes=600) as fake:
+        sync = nccl(fake)
+        await sync.push(TensorUpdate(1, iter(model_tensors(1))))
+        fake.faults["/reset_prefix_cache"] = Fault(500, "engine dead")
+        with pytest.raises(WeightSyncError, match=r"resetting the prefix cache.*engine dead"):
+            await sync.push(TensorUpdate(2, iter(model_tensors(2))))
+        assert sync.version == 1
+        assert fake.paused  # nothing is generated from the stale cache
+        await sync.push(TensorUpdate(2, iter(model_tensors(2))))
+        assert (sync.version, fake.paused) == (2, False)
         await sync.aclose()
 
 

@@ -87,7 +87,9 @@ class NcclWeightSync:
     Order of one push (every server at once, each step waiting for all of them):
     ``POST /pause?mode=keep`` (in-flight requests freeze, KV kept) → ``POST
     /start_weight_update`` → ``POST /update_weights`` with the tensor manifest while the
-    transport broadcasts the tensors → ``POST /finish_weight_update`` → ``POST /resume``.
+    transport broadcasts the tensors → ``POST /finish_weight_update`` → ``POST
+    /reset_prefix_cache?reset_running_requests=true`` (no KV of the old weights survives) →
+    ``POST /resume``.
     The group (``GET /get_world_size`` of each server, then ``POST
     /init_weight_transfer_engine`` to every server while the transport hosts the rendezvous)
     is built on the first push and again after the set of servers changed or one restarted.
@@ -311,7 +313,42 @@ class NcclWeightSync:
         await each(
             "/finish_weight_update", "finishing the weight update", timeout=self._transfer_timeout
         )
+        # Still paused: drop every KV block computed under the old weights before anything is
+        # scheduled again (see :func:`_reset_prefix_cache`). A server that cannot is left
+        # paused, like a failed transfer, and the push fails.
+        await on_all(urls, self._reset_prefix_cache, what="resetting the prefix cache")
         await each("/resume", "resuming generation")
+
+    async def _reset_prefix_cache(self, url: str) -> None:
+        """``POST /reset_prefix_cache?reset_running_requests=true`` on a paused server.
+
+        vLLM keys its prefix cache on token ids (and ``cache_salt``), not on weights, so after
+        a full-weight update every GRPO group's shared prompt would otherwise be served from KV
+        computed under the previous version. With ``reset_running_requests`` the scheduler
+        first preempts the requests that ``/pause?mode=keep`` froze (their blocks freed; they
+        recompute prompt and generated tokens under the new weights once resumed), then drops
+        every block hash; without it the reset refuses while any request holds blocks, which
+        with overlapped rollouts is always. Doing it before ``/resume`` leaves no window in
+        which a request can meet an old block. vLLM answers ``{"success": bool}``.
+        """
+        response = await self._servers.call(
+            "POST",
+            f"{server_root(url)}/reset_prefix_cache",
+            what="resetting the prefix cache",
+            params={"reset_running_requests": "true"},
+            timeout=self._transfer_timeout,
+        )
+        try:
+            body = response.json()
+        except ValueError:  # older vLLMs answer a bare 200
+            body = {}
+        success = body.get("success", True) if isinstance(body, dict) else True
+        if success is not True:
+            raise WeightSyncError(
+                f"resetting the prefix cache: the inference server at {url} answered "
+                f"{response.text[:200]}: KV computed under the old weights could still be "
+                "served, so generation stays paused"
+            )
 
     async def _with_transport(
         self, blocking: Callable[[], None], requests: Awaitable[Any], *, what: str
