@@ -282,7 +282,6 @@ class NcclWeightSync:
                 "names": [s.name for s in manifest],
                 "dtype_names": [s.dtype for s in manifest],
                 "shapes": [list(s.shape) for s in manifest],
-                "is_checkpoint_format": True,
             }
             if not by_url[url].packed_in_init:
                 info["packed"] = True
