@@ -235,6 +235,7 @@ async def test_full_weights_follow_vllms_choreography_and_arrive_intact() -> Non
         assert routes == ["/init_weight_transfer_engine", *WEIGHT_ROUTES]
         assert fake.state()["weights"] == digests(model_tensors(1))
         assert (sync.version, sync.model_name(), fake.paused) == (1, "base-model", False)
+        assert fake.weight_version == "1"  # finish names the version (GET /weight_info)
         bodies = {path: body for _, path, body in fake.requests}
         assert bodies["/pause"] == {"mode": "keep"}
         init = bodies["/init_weight_transfer_engine"]["init_info"]

@@ -139,6 +139,7 @@ async def test_a_push_changes_what_is_served_and_no_cached_kv_outlives_it(
     finally:
         await sync.aclose()
     assert call(server, "GET", "/is_paused").json() == {"is_paused": False}
+    assert call(server, "GET", "/weight_info").json() == {"weight_version": "1"}
     after = call(server, "POST", "/weight_checker", {"action": "checksum"}).json()["checksums"]
     assert set(after) == set(before) and after != before
 

@@ -146,7 +146,7 @@ class NcclWeightSync:
         servers = await self._servers.resolve()
         if not self._members or [m.url for m in self._members] != servers:
             await self._init_group(servers)
-        await self._transfer(manifest, stream)
+        await self._transfer(version, manifest, stream)
         self.version = version
         logger.info("policy version %d broadcast to %d server(s)", version, len(servers))
 
@@ -260,7 +260,9 @@ class NcclWeightSync:
         )
         self._members = members
 
-    async def _transfer(self, manifest: Sequence[TensorSpec], stream: Iterator[Any]) -> None:
+    async def _transfer(
+        self, version: int, manifest: Sequence[TensorSpec], stream: Iterator[Any]
+    ) -> None:
         by_url = {m.url: m for m in self._members}
         urls = list(by_url)
 
@@ -309,8 +311,13 @@ class NcclWeightSync:
             with contextlib.suppress(Exception):
                 await each("/finish_weight_update", "closing the failed update", timeout=60)
             raise
+        # The version names the weights on the server (vLLM >= 0.32: GET /weight_info; older
+        # servers ignore the body).
         await each(
-            "/finish_weight_update", "finishing the weight update", timeout=self._transfer_timeout
+            "/finish_weight_update",
+            "finishing the weight update",
+            json={"weight_version": str(version)},
+            timeout=self._transfer_timeout,
         )
         # Still paused: drop every KV block computed under the old weights before anything is
         # scheduled again (see :func:`_reset_prefix_cache`). A server that cannot is left
