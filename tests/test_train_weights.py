@@ -27,6 +27,7 @@ from crl_worker.train.weights import (
     NoSync,
     TensorUpdate,
     TorchDistributedTransport,
+    WeightsMismatch,
     WeightSync,
     WeightSyncError,
     WeightUpdate,
@@ -282,6 +283,33 @@ async def test_a_refused_cache_reset_fails_the_push_and_stays_paused() -> None:
         await sync.aclose()
 
 
+async def test_the_served_weights_are_compared_with_what_was_sent() -> None:
+    async with FakeVllm(receiver="gloo", buffer_size_bytes=600) as fake:
+        sync = nccl(fake, verify_every=1)
+        await sync.push(TensorUpdate(1, iter(model_tensors(1))))  # the first check: a baseline
+        await sync.push(TensorUpdate(2, iter(model_tensors(2))))
+        assert (sync.verified.checked, sync.verified.skipped) == (5, [])
+        # An update that does not land for one tensor: found before generation resumes.
+        fake.drop = {"model.layers.0.mlp.up_proj.weight"}
+        with pytest.raises(WeightsMismatch, match=r"did not change.*mlp\.up_proj"):
+            await sync.push(TensorUpdate(3, iter(model_tensors(3))))
+        assert (sync.version, fake.paused) == (2, True)
+        # The retry that lands is compared with the last check that passed, and goes through.
+        fake.drop = set()
+        await sync.push(TensorUpdate(3, iter(model_tensors(3))))
+        assert (sync.version, fake.paused) == (3, False)
+        await sync.aclose()
+
+
+async def test_the_served_weights_are_checked_every_nth_push_only() -> None:
+    async with FakeVllm(receiver="gloo", buffer_size_bytes=600) as fake:
+        sync = nccl(fake, verify_every=2)
+        for version in (1, 2, 3):
+            await sync.push(TensorUpdate(version, iter(model_tensors(version))))
+        assert fake.paths().count("/weight_checker") == 2  # pushes 1 and 3
+        await sync.aclose()
+
+
 async def test_vllm_before_0_28_gets_packed_in_the_update_info() -> None:
     async with FakeVllm(receiver="gloo", buffer_size_bytes=600, vllm_version="0.27.1") as fake:
         sync = nccl(fake)
@@ -421,3 +449,32 @@ async def test_a_mode_known_only_at_run_time_is_checked_before_the_push(tmp_path
     in_process = make_weight_sync("none", None, "toy-policy", RUN, keep=2)
     await push_update(in_process, AdapterUpdate(2, adapter(tmp_path, 2)))
     assert in_process.version == 2
+
+
+def test_a_served_weights_mismatch_is_a_weight_sync_finding_of_its_own() -> None:
+    from types import SimpleNamespace
+
+    from crl_worker.train.pushes import WeightPushes
+    from crl_worker.train.watchdog import Watchdog
+
+    monitor = SimpleNamespace(weight_push=lambda *a, **k: None, weight_sync_problem=lambda r: None)
+    job: Any = SimpleNamespace(
+        settings=SimpleNamespace(weight_sync="nccl"),
+        rank=0,
+        broadcast=lambda value: value,
+        monitor=monitor,
+        watchdog=Watchdog({}),
+        trainer=None,
+        sync=None,
+        policy_version=1,
+    )
+    pushes = WeightPushes(job)
+
+    def mismatched(version: int) -> str:
+        pushes._mismatch = True
+        return "the served weights after pushing version 2 are not the trainer's"
+
+    pushes._push_full = mismatched  # type: ignore[method-assign]
+    assert pushes._push(2) is False
+    assert job.watchdog.state.reason == "WeightsMismatch"
+    assert job.policy_version == 1

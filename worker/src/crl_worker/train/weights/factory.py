@@ -29,6 +29,7 @@ def make_weight_sync(
     *,
     peers: Sequence[str] | None = None,
     manifest: Sequence[TensorSpec] | None = None,
+    verify_every: int = 0,
 ) -> LoraAdapterSync: ...
 
 
@@ -43,6 +44,7 @@ def make_weight_sync(
     *,
     peers: Sequence[str] | None = None,
     manifest: Sequence[TensorSpec] | None = None,
+    verify_every: int = 0,
 ) -> NcclWeightSync: ...
 
 
@@ -57,6 +59,7 @@ def make_weight_sync(
     *,
     peers: Sequence[str] | None = None,
     manifest: Sequence[TensorSpec] | None = None,
+    verify_every: int = 0,
 ) -> NoSync: ...
 
 
@@ -71,6 +74,7 @@ def make_weight_sync(
     *,
     peers: Sequence[str] | None = None,
     manifest: Sequence[TensorSpec] | None = None,
+    verify_every: int = 0,
 ) -> AnyWeightSync: ...
 
 
@@ -84,11 +88,13 @@ def make_weight_sync(
     *,
     peers: Sequence[str] | None = None,
     manifest: Sequence[TensorSpec] | None = None,
+    verify_every: int = 0,
 ) -> AnyWeightSync:
     """The weight sync for ``mode`` (``launch.weight_sync_mode``, or ``none`` in-process).
 
     ``peers``: every replica (see :func:`~crl_worker.train.weights.servers.peers_url`); ``manifest``: the full-weight stream's
-    tensors (NCCL only; without it each push holds the whole stream to describe it first).
+    tensors (NCCL only; without it each push holds the whole stream to describe it first);
+    ``verify_every``: check the served weights every that many full-weight pushes (0: never).
     """
     if mode == "none":
         return NoSync(base_model)
@@ -101,5 +107,12 @@ def make_weight_sync(
             base_url, base_model, run_name, keep=keep, api_key=api_key, peers=peers
         )
     if mode == "nccl":
-        return NcclWeightSync(base_url, base_model, peers=peers, api_key=api_key, manifest=manifest)
+        return NcclWeightSync(
+            base_url,
+            base_model,
+            peers=peers,
+            api_key=api_key,
+            manifest=manifest,
+            verify_every=verify_every,
+        )
     raise ValueError(f"unknown weight sync mode {mode!r}")
