@@ -478,3 +478,24 @@ def test_a_served_weights_mismatch_is_a_weight_sync_finding_of_its_own() -> None
     assert pushes._push(2) is False
     assert job.watchdog.state.reason == "WeightsMismatch"
     assert job.policy_version == 1
+
+
+def test_a_stacked_served_parameter_is_built_from_its_checkpoint_parts() -> None:
+    from crl_worker.train.weights.verify import served_name, sources
+
+    names = {f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkvo"} | {
+        "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.mlp.up_proj.weight",
+    }
+    key = "dp0:pp0:pcp0:tp0:model.layers.0.self_attn.qkv_proj.weight"
+    assert sources(served_name(key), names) == tuple(
+        f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv"
+    )
+    assert sources("model.layers.0.mlp.gate_up_proj.weight", names) == (
+        "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.mlp.up_proj.weight",
+    )
+    assert sources("model.layers.0.self_attn.o_proj.weight", names) == (
+        "model.layers.0.self_attn.o_proj.weight",
+    )
+    assert sources("model.embed_tokens.weight", names) is None  # not sent: not compared

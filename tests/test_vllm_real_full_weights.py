@@ -158,3 +158,41 @@ async def test_a_push_changes_what_is_served_and_no_cached_kv_outlives_it(
     assert cached_tokens == cold_tokens
     assert cached == pytest.approx(cold, abs=1e-4)
     assert cold != pytest.approx(old[1], abs=1e-2)  # the weights did change what is served
+
+
+async def test_a_request_in_flight_across_a_push_completes(
+    full_weights_server: VllmServer, new_weights: list[tuple[str, object]]
+) -> None:
+    # The pause freezes it, the cache reset preempts it (its blocks are freed), and on resume
+    # it recomputes its prompt and tokens so far under the new weights and runs to the end.
+    server = full_weights_server
+    body = {
+        "model": server.served_name,
+        "prompt": a_prompt(server, 11)[:64],
+        "max_tokens": 1500,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    chunks = 0
+    finish = None
+    pushed = False
+    sync = gloo_sync(server, new_weights)  # type: ignore[arg-type]
+    try:
+        async with (
+            httpx.AsyncClient(timeout=300) as client,
+            client.stream("POST", f"{server.base_url}/completions", json=body) as response,
+        ):
+            async for line in response.aiter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                choice = json.loads(line[len("data: ") :])["choices"][0]
+                chunks += 1
+                finish = choice.get("finish_reason") or finish
+                if chunks == 5 and not pushed:
+                    await sync.push(TensorUpdate(2, iter(new_weights)))  # type: ignore[arg-type]
+                    pushed = True
+    finally:
+        await sync.aclose()
+    assert pushed and finish == "length"
+    assert call(server, "GET", "/weight_info").json() == {"weight_version": "2"}
