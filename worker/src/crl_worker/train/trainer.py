@@ -187,6 +187,7 @@ class TrainingJob:
             peers=[peers_url(s.inference_url, peers_host)] if peers_host else None,
             manifest=manifest,
             verify_every=self.watchdog.check_every,
+            transport="gloo" if os.environ.get(Env.WEIGHT_TRANSPORT) == "gloo" else "vllm",
         )
 
     async def _stop_services(self) -> None:
