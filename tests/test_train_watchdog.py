@@ -170,6 +170,9 @@ def test_the_limits_come_from_the_environment_and_bad_values_keep_the_defaults()
     for bad in ("soon", "0", "-1", "nan", "inf"):
         kept = Watchdog({"CRL_PUSH_DEADLINE_SECONDS": bad, "CRL_MAX_LOGPROB_GAP": bad})
         assert (kept.push_deadline, kept.max_gap) == (PUSH_DEADLINE, MAX_LOGPROB_GAP), bad
+    assert Watchdog({}).check_every == 0
+    assert Watchdog({"CRL_WEIGHT_CHECK_EVERY": "5"}).check_every == 5
+    assert Watchdog({"CRL_WEIGHT_CHECK_EVERY": "often"}).check_every == 0
     assert Watchdog({}).gap({"sampling/sampling_logp_difference/mean": 0.2}) == 0.2
     assert Watchdog({}).gap({"loss": 1.0}) is None
 

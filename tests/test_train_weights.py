@@ -27,6 +27,7 @@ from crl_worker.train.weights import (
     NoSync,
     TensorUpdate,
     TorchDistributedTransport,
+    WeightsMismatch,
     WeightSync,
     WeightSyncError,
     WeightUpdate,
@@ -221,6 +222,7 @@ WEIGHT_ROUTES = [
     "/start_weight_update",
     "/update_weights",
     "/finish_weight_update",
+    "/reset_prefix_cache",
     "/resume",
 ]
 
@@ -234,6 +236,7 @@ async def test_full_weights_follow_vllms_choreography_and_arrive_intact() -> Non
         assert routes == ["/init_weight_transfer_engine", *WEIGHT_ROUTES]
         assert fake.state()["weights"] == digests(model_tensors(1))
         assert (sync.version, sync.model_name(), fake.paused) == (1, "base-model", False)
+        assert fake.weight_version == "1"  # finish names the version (GET /weight_info)
         bodies = {path: body for _, path, body in fake.requests}
         assert bodies["/pause"] == {"mode": "keep"}
         init = bodies["/init_weight_transfer_engine"]["init_info"]
@@ -248,6 +251,62 @@ async def test_full_weights_follow_vllms_choreography_and_arrive_intact() -> Non
         await sync.push(TensorUpdate(2, iter(model_tensors(2))))
         assert [p for p in fake.paths() if p != "/metrics"] == WEIGHT_ROUTES
         assert fake.state()["weights"] == digests(model_tensors(2))
+        await sync.aclose()
+
+
+async def test_no_kv_of_the_old_weights_survives_a_push() -> None:
+    # A request frozen by /pause?mode=keep holds blocks: the reset must preempt it (vLLM
+    # refuses a plain reset then), and must happen before /resume.
+    async with FakeVllm(receiver="gloo", buffer_size_bytes=600, running=3) as fake:
+        sync = nccl(fake)
+        await sync.push(TensorUpdate(1, iter(model_tensors(1))))
+        assert fake.prefix_cache_resets == 1 and fake.running == 0
+        [reset] = [body for _, path, body in fake.requests if path == "/reset_prefix_cache"]
+        assert reset == {"reset_running_requests": "true"}
+        paths = fake.paths()
+        assert paths.index("/finish_weight_update") < paths.index("/reset_prefix_cache")
+        assert paths.index("/reset_prefix_cache") < paths.index("/resume")
+        await sync.aclose()
+
+
+async def test_a_refused_cache_reset_fails_the_push_and_stays_paused() -> None:
+    async with FakeVllm(receiver="gloo", buffer_size_bytes=600) as fake:
+        sync = nccl(fake)
+        await sync.push(TensorUpdate(1, iter(model_tensors(1))))
+        fake.faults["/reset_prefix_cache"] = Fault(500, "engine dead")
+        with pytest.raises(WeightSyncError, match=r"resetting the prefix cache.*engine dead"):
+            await sync.push(TensorUpdate(2, iter(model_tensors(2))))
+        assert sync.version == 1
+        assert fake.paused  # nothing is generated from the stale cache
+        await sync.push(TensorUpdate(2, iter(model_tensors(2))))
+        assert (sync.version, fake.paused) == (2, False)
+        await sync.aclose()
+
+
+async def test_the_served_weights_are_compared_with_what_was_sent() -> None:
+    async with FakeVllm(receiver="gloo", buffer_size_bytes=600) as fake:
+        sync = nccl(fake, verify_every=1)
+        await sync.push(TensorUpdate(1, iter(model_tensors(1))))  # the first check: a baseline
+        await sync.push(TensorUpdate(2, iter(model_tensors(2))))
+        assert (sync.verified.checked, sync.verified.skipped) == (5, [])
+        # An update that does not land for one tensor: found before generation resumes.
+        fake.drop = {"model.layers.0.mlp.up_proj.weight"}
+        with pytest.raises(WeightsMismatch, match=r"did not change.*mlp\.up_proj"):
+            await sync.push(TensorUpdate(3, iter(model_tensors(3))))
+        assert (sync.version, fake.paused) == (2, True)
+        # The retry that lands is compared with the last check that passed, and goes through.
+        fake.drop = set()
+        await sync.push(TensorUpdate(3, iter(model_tensors(3))))
+        assert (sync.version, fake.paused) == (3, False)
+        await sync.aclose()
+
+
+async def test_the_served_weights_are_checked_every_nth_push_only() -> None:
+    async with FakeVllm(receiver="gloo", buffer_size_bytes=600) as fake:
+        sync = nccl(fake, verify_every=2)
+        for version in (1, 2, 3):
+            await sync.push(TensorUpdate(version, iter(model_tensors(version))))
+        assert fake.paths().count("/weight_checker") == 2  # pushes 1 and 3
         await sync.aclose()
 
 
@@ -390,3 +449,53 @@ async def test_a_mode_known_only_at_run_time_is_checked_before_the_push(tmp_path
     in_process = make_weight_sync("none", None, "toy-policy", RUN, keep=2)
     await push_update(in_process, AdapterUpdate(2, adapter(tmp_path, 2)))
     assert in_process.version == 2
+
+
+def test_a_served_weights_mismatch_is_a_weight_sync_finding_of_its_own() -> None:
+    from types import SimpleNamespace
+
+    from crl_worker.train.pushes import WeightPushes
+    from crl_worker.train.watchdog import Watchdog
+
+    monitor = SimpleNamespace(weight_push=lambda *a, **k: None, weight_sync_problem=lambda r: None)
+    job: Any = SimpleNamespace(
+        settings=SimpleNamespace(weight_sync="nccl"),
+        rank=0,
+        broadcast=lambda value: value,
+        monitor=monitor,
+        watchdog=Watchdog({}),
+        trainer=None,
+        sync=None,
+        policy_version=1,
+    )
+    pushes = WeightPushes(job)
+
+    def mismatched(version: int) -> str:
+        pushes._mismatch = True
+        return "the served weights after pushing version 2 are not the trainer's"
+
+    pushes._push_full = mismatched  # type: ignore[method-assign]
+    assert pushes._push(2) is False
+    assert job.watchdog.state.reason == "WeightsMismatch"
+    assert job.policy_version == 1
+
+
+def test_a_stacked_served_parameter_is_built_from_its_checkpoint_parts() -> None:
+    from crl_worker.train.weights.verify import served_name, sources
+
+    names = {f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkvo"} | {
+        "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.mlp.up_proj.weight",
+    }
+    key = "dp0:pp0:pcp0:tp0:model.layers.0.self_attn.qkv_proj.weight"
+    assert sources(served_name(key), names) == tuple(
+        f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv"
+    )
+    assert sources("model.layers.0.mlp.gate_up_proj.weight", names) == (
+        "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.mlp.up_proj.weight",
+    )
+    assert sources("model.layers.0.self_attn.o_proj.weight", names) == (
+        "model.layers.0.self_attn.o_proj.weight",
+    )
+    assert sources("model.embed_tokens.weight", names) is None  # not sent: not compared

@@ -85,6 +85,13 @@ class Env(StrEnum):
     """Seconds a weight push may take before the trainer's watchdog counts it as hung (600)."""
     MAX_LOGPROB_GAP = "CRL_MAX_LOGPROB_GAP"
     """The largest mean |trainer - server| logprob gap per step the watchdog accepts (0.1)."""
+    WEIGHT_TRANSPORT = "CRL_WEIGHT_TRANSPORT"
+    """How full weights travel: ``vllm`` (vLLM's PyNccl group, for its ``nccl`` backend; the
+    default) or ``gloo`` (torch.distributed gloo, for the ``crl_gloo`` backend of the project's
+    vLLM plugin on a CPU-only server: docs/weight-sync.md)."""
+    WEIGHT_CHECK_EVERY = "CRL_WEIGHT_CHECK_EVERY"
+    """Check the served weights (vLLM's ``/weight_checker``) on the first full-weight push and
+    every that many after it (1: every push); 0, the default, turns the check off."""
     PROGRESS_INTERVAL = "CRL_PROGRESS_INTERVAL_SECONDS"
     """Seconds between two rollout progress events of the trainer (15)."""
 
@@ -144,6 +151,8 @@ ENVIRONMENT: dict[Env, EnvVar] = {
     Env.GRADING_CONFIRM: EnvVar(frozenset(), user_set=True),
     Env.PUSH_DEADLINE: EnvVar(frozenset(), user_set=True),
     Env.MAX_LOGPROB_GAP: EnvVar(frozenset(), user_set=True),
+    Env.WEIGHT_CHECK_EVERY: EnvVar(frozenset(), user_set=True),
+    Env.WEIGHT_TRANSPORT: EnvVar(frozenset(), user_set=True),
     Env.PROGRESS_INTERVAL: EnvVar(frozenset(), user_set=True),
 }
 

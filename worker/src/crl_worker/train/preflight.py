@@ -66,7 +66,8 @@ def check_sampling(settings: TrainSettings) -> None:
             "must be above 0 for training: GRPO compares sampled rollouts of a task, and the "
             "loss divides by the temperature",
         )
-    if settings.weight_sync == "nccl":
+    # The gloo transport (CRL_WEIGHT_TRANSPORT=gloo, the project's vLLM plugin) needs no vllm.
+    if settings.weight_sync == "nccl" and os.environ.get(Env.WEIGHT_TRANSPORT) != "gloo":
         import importlib.util
 
         if importlib.util.find_spec("vllm") is None:

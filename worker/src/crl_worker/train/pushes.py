@@ -22,6 +22,7 @@ from crl_worker.train.watchdog import (
     LOGPROB_GAP,
     PUSH_FAILED,
     PUSH_TIMED_OUT,
+    WEIGHTS_MISMATCH,
     WRONG_VERSION,
     WeightSyncStopped,
 )
@@ -43,6 +44,8 @@ class WeightPushes:
         self.job = job
         self._timed_out = False
         """The last push ran past the watchdog's deadline."""
+        self._mismatch = False
+        """The last push landed, but the served weights are not what was sent."""
 
     async def _within_deadline(self, push: Coroutine[Any, Any, None]) -> None:
         """``push``, cancelled once the watchdog's deadline passes (then a TimeoutError that
@@ -67,7 +70,13 @@ class WeightPushes:
         if error is None and self.job.rank == 0:
             error = self._check_served(version)
         elif error is not None:
-            reason = PUSH_TIMED_OUT if self._timed_out else PUSH_FAILED
+            reason = (
+                PUSH_TIMED_OUT
+                if self._timed_out
+                else WEIGHTS_MISMATCH
+                if self._mismatch
+                else PUSH_FAILED
+            )
             error = f"{reason}|pushing version {version} failed: {error}"
         error = self.job.broadcast(error)
         self.job.monitor.weight_push(time.monotonic() - started, ok=error is None)
@@ -190,9 +199,13 @@ class WeightPushes:
         for item in gathered(model, zero3):
             hand(item)
         hand(None)
+        from crl_worker.train.weights import WeightsMismatch
+
+        self._mismatch = False
         try:
             future.result()
         except Exception as exc:
+            self._mismatch = isinstance(exc, WeightsMismatch)
             return str(exc)
         return None
 

@@ -186,6 +186,8 @@ class TrainingJob:
             api_key=s.api_key,
             peers=[peers_url(s.inference_url, peers_host)] if peers_host else None,
             manifest=manifest,
+            verify_every=self.watchdog.check_every,
+            transport="gloo" if os.environ.get(Env.WEIGHT_TRANSPORT) == "gloo" else "vllm",
         )
 
     async def _stop_services(self) -> None:

@@ -49,6 +49,7 @@ from crl_worker.train.weights.transports import (
     pack_chunks,
     tensor_specs,
 )
+from crl_worker.train.weights.verify import ServedWeightsCheck, WeightsMismatch
 
 __all__ = [
     "CONTROL_TIMEOUT",
@@ -60,6 +61,7 @@ __all__ = [
     "LoraAdapterSync",
     "NcclWeightSync",
     "NoSync",
+    "ServedWeightsCheck",
     "TensorSpec",
     "TensorUpdate",
     "TorchDistributedTransport",
@@ -69,6 +71,7 @@ __all__ = [
     "WeightSyncMode",
     "WeightTransport",
     "WeightUpdate",
+    "WeightsMismatch",
     "make_weight_sync",
     "pack_chunks",
     "peers_url",

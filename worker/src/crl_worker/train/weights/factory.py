@@ -10,7 +10,7 @@ from crl_worker.train.weights.lora import LoraAdapterSync
 from crl_worker.train.weights.nccl import NcclWeightSync
 from crl_worker.train.weights.nosync import NoSync
 from crl_worker.train.weights.protocol import WeightSyncMode
-from crl_worker.train.weights.transports import TensorSpec
+from crl_worker.train.weights.transports import TensorSpec, TorchDistributedTransport
 
 #: What :func:`make_weight_sync` builds when the mode is known only at run time: pushing to it
 #: needs the kind checked (:func:`~crl_worker.train.weights.push_update`), as no one update
@@ -29,6 +29,8 @@ def make_weight_sync(
     *,
     peers: Sequence[str] | None = None,
     manifest: Sequence[TensorSpec] | None = None,
+    verify_every: int = 0,
+    transport: Literal["vllm", "gloo"] = "vllm",
 ) -> LoraAdapterSync: ...
 
 
@@ -43,6 +45,8 @@ def make_weight_sync(
     *,
     peers: Sequence[str] | None = None,
     manifest: Sequence[TensorSpec] | None = None,
+    verify_every: int = 0,
+    transport: Literal["vllm", "gloo"] = "vllm",
 ) -> NcclWeightSync: ...
 
 
@@ -57,6 +61,8 @@ def make_weight_sync(
     *,
     peers: Sequence[str] | None = None,
     manifest: Sequence[TensorSpec] | None = None,
+    verify_every: int = 0,
+    transport: Literal["vllm", "gloo"] = "vllm",
 ) -> NoSync: ...
 
 
@@ -71,6 +77,8 @@ def make_weight_sync(
     *,
     peers: Sequence[str] | None = None,
     manifest: Sequence[TensorSpec] | None = None,
+    verify_every: int = 0,
+    transport: Literal["vllm", "gloo"] = "vllm",
 ) -> AnyWeightSync: ...
 
 
@@ -84,11 +92,15 @@ def make_weight_sync(
     *,
     peers: Sequence[str] | None = None,
     manifest: Sequence[TensorSpec] | None = None,
+    verify_every: int = 0,
+    transport: Literal["vllm", "gloo"] = "vllm",
 ) -> AnyWeightSync:
     """The weight sync for ``mode`` (``launch.weight_sync_mode``, or ``none`` in-process).
 
     ``peers``: every replica (see :func:`~crl_worker.train.weights.servers.peers_url`); ``manifest``: the full-weight stream's
-    tensors (NCCL only; without it each push holds the whole stream to describe it first).
+    tensors (NCCL only; without it each push holds the whole stream to describe it first);
+    ``verify_every``: check the served weights every that many full-weight pushes (0: never);
+    ``transport``: vLLM's PyNccl group, or gloo (the project's vLLM plugin, CPU servers).
     """
     if mode == "none":
         return NoSync(base_model)
@@ -101,5 +113,13 @@ def make_weight_sync(
             base_url, base_model, run_name, keep=keep, api_key=api_key, peers=peers
         )
     if mode == "nccl":
-        return NcclWeightSync(base_url, base_model, peers=peers, api_key=api_key, manifest=manifest)
+        return NcclWeightSync(
+            base_url,
+            base_model,
+            peers=peers,
+            api_key=api_key,
+            manifest=manifest,
+            verify_every=verify_every,
+            transport=TorchDistributedTransport("gloo") if transport == "gloo" else None,
+        )
     raise ValueError(f"unknown weight sync mode {mode!r}")

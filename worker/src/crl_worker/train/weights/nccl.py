@@ -31,6 +31,7 @@ from crl_worker.train.weights.transports import (
     WeightTransport,
     tensor_specs,
 )
+from crl_worker.train.weights.verify import ServedWeightsCheck, tensor_digest
 
 if TYPE_CHECKING:
     import torch
@@ -87,7 +88,9 @@ class NcclWeightSync:
     Order of one push (every server at once, each step waiting for all of them):
     ``POST /pause?mode=keep`` (in-flight requests freeze, KV kept) → ``POST
     /start_weight_update`` → ``POST /update_weights`` with the tensor manifest while the
-    transport broadcasts the tensors → ``POST /finish_weight_update`` → ``POST /resume``.
+    transport broadcasts the tensors → ``POST /finish_weight_update`` → ``POST
+    /reset_prefix_cache?reset_running_requests=true`` (no KV of the old weights survives) →
+    ``POST /resume``.
     The group (``GET /get_world_size`` of each server, then ``POST
     /init_weight_transfer_engine`` to every server while the transport hosts the rendezvous)
     is built on the first push and again after the set of servers changed or one restarted.
@@ -115,7 +118,11 @@ class NcclWeightSync:
         manifest: Sequence[TensorSpec] | None = None,
         reload: Callable[[], Iterable[tuple[str, torch.Tensor]]] | None = None,
         transfer_timeout: float = TRANSFER_TIMEOUT,
+        verify_every: int = 0,
     ) -> None:
+        """``verify_every``: check the served weights with vLLM's ``/weight_checker`` on the
+        first push and every ``verify_every``-th after it (0: never); see
+        :mod:`crl_worker.train.weights.verify`."""
         self.version = 0
         self.base_model = base_model
         self._servers = Servers(base_url, peers, api_key)
@@ -125,6 +132,10 @@ class NcclWeightSync:
         self._reload = reload
         self._transfer_timeout = transfer_timeout
         self._members: list[_Member] = []
+        self._verify_every = verify_every
+        self._pushes = 0
+        self.verified = ServedWeightsCheck()
+        """The served-weights check: its digests at the last check that passed."""
 
     def model_name(self) -> str:
         """The served model name: full weights replace the base model's in place."""
@@ -144,7 +155,9 @@ class NcclWeightSync:
         servers = await self._servers.resolve()
         if not self._members or [m.url for m in self._members] != servers:
             await self._init_group(servers)
-        await self._transfer(manifest, stream)
+        self._pushes += 1
+        verify = self._verify_every > 0 and (self._pushes - 1) % self._verify_every == 0
+        await self._transfer(version, manifest, stream, verify=verify)
         self.version = version
         logger.info("policy version %d broadcast to %d server(s)", version, len(servers))
 
@@ -258,7 +271,14 @@ class NcclWeightSync:
         )
         self._members = members
 
-    async def _transfer(self, manifest: Sequence[TensorSpec], stream: Iterator[Any]) -> None:
+    async def _transfer(
+        self,
+        version: int,
+        manifest: Sequence[TensorSpec],
+        stream: Iterator[Any],
+        *,
+        verify: bool = False,
+    ) -> None:
         by_url = {m.url: m for m in self._members}
         urls = list(by_url)
 
@@ -280,7 +300,6 @@ class NcclWeightSync:
                 "names": [s.name for s in manifest],
                 "dtype_names": [s.dtype for s in manifest],
                 "shapes": [list(s.shape) for s in manifest],
-                "is_checkpoint_format": True,
             }
             if not by_url[url].packed_in_init:
                 info["packed"] = True
@@ -293,6 +312,9 @@ class NcclWeightSync:
             )
 
         checked = _checked_stream(stream, manifest)
+        digests: dict[str, str] = {}
+        if verify:
+            checked = _digested(checked, digests)
         try:
             await self._with_transport(
                 lambda: self._transport.send(checked),
@@ -308,10 +330,90 @@ class NcclWeightSync:
             with contextlib.suppress(Exception):
                 await each("/finish_weight_update", "closing the failed update", timeout=60)
             raise
+        # The version names the weights on the server (vLLM >= 0.32: GET /weight_info; older
+        # servers ignore the body).
         await each(
-            "/finish_weight_update", "finishing the weight update", timeout=self._transfer_timeout
+            "/finish_weight_update",
+            "finishing the weight update",
+            json={"weight_version": str(version)},
+            timeout=self._transfer_timeout,
         )
+        # Still paused: drop every KV block computed under the old weights before anything is
+        # scheduled again (see :func:`_reset_prefix_cache`). A server that cannot is left
+        # paused, like a failed transfer, and the push fails.
+        await on_all(urls, self._reset_prefix_cache, what="resetting the prefix cache")
+        if verify:
+            # Still paused: weights that are not the trainer's generate nothing.
+            await self._verify(version, urls, digests)
         await each("/resume", "resuming generation")
+
+    async def _verify(self, version: int, urls: list[str], digests: dict[str, str]) -> None:
+        """Compare the servers' ``/weight_checker`` digests with what was sent (raises
+        :class:`~crl_worker.train.weights.verify.WeightsMismatch`)."""
+
+        async def served(url: str) -> tuple[dict[str, str], str | None]:
+            root = server_root(url)
+            sums = await self._servers.call(
+                "POST",
+                f"{root}/weight_checker",
+                what="reading the served weights' checksums",
+                json={"action": "checksum"},
+                timeout=self._transfer_timeout,
+            )
+            try:
+                info = await self._servers.call(
+                    "GET", f"{root}/weight_info", what="reading the served weight version"
+                )
+                reported = info.json().get("weight_version")
+            except WeightSyncError:
+                reported = None  # a vLLM without /weight_info
+            return dict(sums.json()["checksums"]), None if reported is None else str(reported)
+
+        answers = await on_all(urls, served, what="checking the served weights")
+        self.verified.check(
+            version,
+            digests,
+            {u: a[0] for u, a in zip(urls, answers, strict=True)},
+            {u: a[1] for u, a in zip(urls, answers, strict=True)},
+        )
+        logger.info(
+            "version %d: the served weights are the trainer's (%d tensors compared, %d not "
+            "comparable)",
+            version,
+            self.verified.checked,
+            len(self.verified.skipped),
+        )
+
+    async def _reset_prefix_cache(self, url: str) -> None:
+        """``POST /reset_prefix_cache?reset_running_requests=true`` on a paused server.
+
+        vLLM keys its prefix cache on token ids (and ``cache_salt``), not on weights, so after
+        a full-weight update every GRPO group's shared prompt would otherwise be served from KV
+        computed under the previous version. With ``reset_running_requests`` the scheduler
+        first preempts the requests that ``/pause?mode=keep`` froze (their blocks freed; they
+        recompute prompt and generated tokens under the new weights once resumed), then drops
+        every block hash; without it the reset refuses while any request holds blocks, which
+        with overlapped rollouts is always. Doing it before ``/resume`` leaves no window in
+        which a request can meet an old block. vLLM answers ``{"success": bool}``.
+        """
+        response = await self._servers.call(
+            "POST",
+            f"{server_root(url)}/reset_prefix_cache",
+            what="resetting the prefix cache",
+            params={"reset_running_requests": "true"},
+            timeout=self._transfer_timeout,
+        )
+        try:
+            body = response.json()
+        except ValueError:  # older vLLMs answer a bare 200
+            body = {}
+        success = body.get("success", True) if isinstance(body, dict) else True
+        if success is not True:
+            raise WeightSyncError(
+                f"resetting the prefix cache: the inference server at {url} answered "
+                f"{response.text[:200]}: KV computed under the old weights could still be "
+                "served, so generation stays paused"
+            )
 
     async def _with_transport(
         self, blocking: Callable[[], None], requests: Awaitable[Any], *, what: str
@@ -360,6 +462,15 @@ class NcclWeightSync:
             raise WeightSyncError(f"{what}: the trainer's side failed: {failure[0]}") from failure[
                 0
             ]
+
+
+def _digested(
+    stream: Iterator[tuple[str, torch.Tensor]], digests: dict[str, str]
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """The stream, recording each tensor's digest in ``digests`` as it passes."""
+    for name, tensor in stream:
+        digests[name] = tensor_digest(tensor)
+        yield name, tensor
 
 
 def _checked_stream(
