@@ -28,6 +28,7 @@ from crl_worker.sandbox.docker import (
     OWNER_SCRIPT,
     DemuxReader,
     DockerSandbox,
+    DockerTransport,
     pack_file,
     parse_owner,
     unpack_entry,
@@ -155,7 +156,7 @@ def test_written_files_keep_mode_and_owner(tmp_path: Path) -> None:
     existing.write_text("#!/bin/sh\n")
     existing.chmod(0o750)
 
-    def owner(target: Path) -> tuple[int, int, int]:
+    def owner(target: Path) -> tuple[int, int, int] | None:
         out = subprocess.run(
             ["sh", "-c", OWNER_SCRIPT, "-", str(target.parent), str(target)],
             capture_output=True, text=True, check=True,
@@ -167,7 +168,9 @@ def test_written_files_keep_mode_and_owner(tmp_path: Path) -> None:
     assert owner(new) == (0o644, os.getuid(), os.getgid())
     assert new.parent.is_dir()  # created on the way
     assert parse_owner("- 1000 1001") == (0o644, 1000, 1001)
-    assert parse_owner("garbage") == (0o644, 0, 0)
+    # Output that is not the script's (an exec whose output the engine lost) is not a mode.
+    assert parse_owner("garbage") is None and parse_owner("") is None
+    assert parse_owner("9 0 0") is None
     with tarfile.open(fileobj=io.BytesIO(pack_file("x", b"", mode=0o600, uid=7, gid=8))) as tar:
         (member,) = tar.getmembers()
         assert (member.mode, member.uid, member.gid) == (0o600, 7, 8)
@@ -288,3 +291,44 @@ async def test_remote_signal_script_for_a_group_leader(tmp_path: Path) -> None:
         await session.close()
         proc.kill()
         await proc.wait()
+
+
+class _LossyContainer:
+    """The two calls write_file makes, run on this machine: ``exec_run`` in a real ``sh`` whose
+    first output is dropped (as an engine under load can drop a short exec's), ``put_archive``
+    kept for the test to read."""
+
+    def __init__(self) -> None:
+        self.execs = 0
+        self.archives: list[bytes] = []
+
+    def exec_run(self, argv: list[str], **_: object) -> object:
+        done = subprocess.run(argv, capture_output=True, check=False)
+        self.execs += 1
+        out = b"" if self.execs == 1 else done.stdout
+
+        class Result:
+            exit_code = done.returncode
+            output = (out, done.stderr)
+
+        return Result()
+
+    def put_archive(self, path: str, data: bytes) -> bool:
+        self.archives.append(data)
+        return True
+
+
+def test_a_lost_owner_read_is_read_again_not_guessed(tmp_path: Path) -> None:
+    """A file written over an executable one keeps its mode even when the engine drops the
+    first stat's output (CI once saw an executable turned 644: "Permission denied")."""
+    target = tmp_path / "run.sh"
+    target.write_text("#!/bin/sh\n")
+    target.chmod(0o755)
+    transport = DockerTransport(workdir=str(tmp_path), env={})
+    container = _LossyContainer()
+    transport.container = container  # type: ignore[assignment]
+    asyncio.run(transport.write_file(str(target), b"#!/bin/sh\necho run\n"))
+    assert container.execs == 2
+    with tarfile.open(fileobj=io.BytesIO(container.archives[0])) as tar:
+        (member,) = tar.getmembers()
+    assert member.mode == 0o755

@@ -94,13 +94,16 @@ OWNER_SCRIPT = (
 )
 
 
-def parse_owner(text: str) -> tuple[int, int, int]:
+def parse_owner(text: str) -> tuple[int, int, int] | None:
     """Mode, uid and gid for a written file from :data:`OWNER_SCRIPT`'s output (a new file gets
-    mode 644 and its directory's owner, as if the sandbox's user had created it)."""
+    mode 644 and its directory's owner, as if the sandbox's user had created it); ``None`` when
+    the output is not the script's (an exec whose output was lost)."""
     fields = text.split()
     if len(fields) != 3 or not fields[1].isdigit() or not fields[2].isdigit():
-        return 0o644, 0, 0
-    mode = int(fields[0], 8) if fields[0].isdigit() else 0o644
+        return None
+    if fields[0] != "-" and not (fields[0].isdigit() and set(fields[0]) <= set("01234567")):
+        return None
+    mode = int(fields[0], 8) if fields[0] != "-" else 0o644
     return mode, int(fields[1]), int(fields[2])
 
 
@@ -379,12 +382,22 @@ class DockerTransport:
         assert self.container is not None
         target = posixpath.normpath(path)
         parent, name = posixpath.split(target)
-        code, out, err = await self.exec_once(["sh", "-c", OWNER_SCRIPT, "-", parent, target])
-        if code != 0:
-            raise SandboxError(
-                f"{self.name}: cannot create {parent}: {err.decode(errors='replace')}"
-            )
-        mode, uid, gid = parse_owner(out.decode(errors="replace"))
+        owner = None
+        for _ in range(3):
+            # An exec's output can be lost by the engine under load; a file written with a
+            # guessed mode would silently lose its executable bit: read it again instead.
+            code, out, err = await self.exec_once(["sh", "-c", OWNER_SCRIPT, "-", parent, target])
+            if code != 0:
+                raise SandboxError(
+                    f"{self.name}: cannot create {parent}: {err.decode(errors='replace')}"
+                )
+            owner = parse_owner(out.decode(errors="replace"))
+            if owner is not None:
+                break
+            logger.warning("%s: no mode and owner read for %s (%r); again", self.name, path, out)
+        if owner is None:
+            raise SandboxError(f"{self.name}: cannot read the mode and owner of {path}")
+        mode, uid, gid = owner
         archive = pack_file(name, data, mode=mode, uid=uid, gid=gid)
         try:
             ok = await asyncio.to_thread(self.container.put_archive, parent, archive)
