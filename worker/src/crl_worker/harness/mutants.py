@@ -259,6 +259,12 @@ def mutate_literal(
     raise ValueError("no constant of the literal can be changed")
 
 
+def group_sizes(count: int, groups: int) -> list[int]:
+    """``count`` copies shared among ``groups`` tests as evenly as can be, the first ones
+    taking the remainder."""
+    return [count // groups + (i < count % groups) for i in range(groups)]
+
+
 def name_words(names: Collection[str]) -> list[str]:
     """The words of test ``names`` (snake or camel case, without ``test``), each once."""
     words: list[str] = []
@@ -409,7 +415,7 @@ def _plan(
     plan: list[tuple[TestDef, tuple[int, int, bytes] | None]] = []
     if with_literal:
         groups = with_literal[:count]
-        sizes = [count // len(groups) + (i < count % len(groups)) for i in range(len(groups))]
+        sizes = group_sizes(count, len(groups))
         for test, size in zip(groups, sizes, strict=True):
             literals = expectations(test)
             try:

@@ -22,7 +22,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from crl_worker.harness.mutants import Derived, name_words, variants
+from crl_worker.harness.mutants import Derived, group_sizes, name_words, variants
 
 _IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
@@ -268,7 +268,7 @@ def derive(
             continue
         rng.shuffle(group)
         group = group[:count]
-        sizes = [count // len(group) + (i < count % len(group)) for i in range(len(group))]
+        sizes = group_sizes(count, len(group))
         for method, size in zip(group, sizes, strict=True):
             span = rng.choice(expectations(text, code, method))
             for new in _mutations(text, span, rng, per_test or size):
