@@ -47,6 +47,11 @@ def parser() -> argparse.ArgumentParser:
         "--metrics-port", type=int, help=f"Prometheus port (default: ${Env.METRICS_PORT})"
     )
     p.add_argument(
+        "--quarantine",
+        type=Path,
+        help="a quarantine.json written by crl train --validate: its tasks are left out",
+    )
+    p.add_argument(
         "--preflight-only",
         action="store_true",
         help="check the config (exit 0, or 2 naming the field) and start nothing; run once "
@@ -112,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
             steps=args.steps,
         )
         tasks = load_tasks(settings)
+        if args.quarantine is not None:
+            from crl_worker.train.validation import drop_quarantined
+
+            tasks = drop_quarantined(tasks, args.quarantine)
         from crl_worker.train.preflight import preflight
 
         preflight(settings, tasks, world=world)
