@@ -17,6 +17,7 @@ from crl_worker.harness.validate import ValidationReport, validate_tasks, write_
 from crl_worker.tasks.model import Task
 from crl_worker.train.errors import TrainConfigError
 from crl_worker.train.settings import resolve_settings
+from crl_worker.train.tasklist import load_tasks
 
 
 def validate_run(
@@ -27,8 +28,6 @@ def validate_run(
 
     Raises :class:`TrainConfigError` when the manifest or its tasks cannot be read, or when no
     task is valid."""
-    from crl_worker.train.__main__ import load_tasks
-
     settings = resolve_settings(config, output=output)
     tasks = load_tasks(settings)
     report = asyncio.run(validate_tasks(tasks, runs=runs, jobs=jobs))
