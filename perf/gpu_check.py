@@ -21,7 +21,7 @@ TFLOP/s for the H100 SXM and the H200; ``--peak-tflops`` for another GPU); ``upd
 training FLOPs over the step time outside the rollouts.
 
     python perf/gpu_check.py --out gpu_check.json        # on a GPU (docs/training.md)
-    python perf/gpu_check.py --tiny --out /tmp/tiny.json # the CPU dry run CI runs (~10 s)
+    python perf/gpu_check.py --tiny --out /tmp/tiny.json # the CPU dry run CI runs (~30 CPU-s)
 """
 
 from __future__ import annotations
@@ -349,6 +349,29 @@ def report(results: list[Result], header: dict[str, Any]) -> None:
         )
 
 
+def versions() -> dict[str, str | None]:
+    """The installed versions of the libraries the figures depend on."""
+    import importlib.metadata
+
+    found: dict[str, str | None] = {}
+    for name in ("torch", "transformers", "trl", "peft", "accelerate"):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def write_figures(path: Path | None, header: dict[str, Any], results: list[Result]) -> None:
+    """The JSON document (header and every configuration so far), replaced whole."""
+    if path is None:
+        return
+    document = {**header, "configs": [asdict(r) for r in results]}
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(document, indent=2) + "\n")
+    partial.replace(path)
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -420,6 +443,14 @@ def main(argv: list[str] | None = None) -> int:
     if peak is None:
         logger.warning("the peak FLOP/s of %s is unknown: MFU is left out (--peak-tflops)", name)
     started = time.monotonic()
+    header: dict[str, Any] = {
+        "device": name or "cpu",
+        "peak_tflops": None if peak is None else peak / 1e12,
+        "steps": args.steps,
+        "generations": args.generations,
+        "turns": args.turns,
+        "versions": versions(),
+    }
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="crl-gpu-check-") as scratch:
         root = Path(scratch)
@@ -428,33 +459,24 @@ def main(argv: list[str] | None = None) -> int:
             if time.monotonic() - started > args.time_limit:
                 results.append(Result(config.name, error="skipped: past --time-limit"))
                 continue
-            model_dir = root / f"model-{config.shape}"
-            if not model_dir.exists():
-                dtype = "bfloat16" if gpu else "float32"
-                write_model(
-                    model_dir, SHAPES[config.shape], dtype=dtype, device="cuda" if gpu else "cpu"
-                )
             logger.info("gpu check: %s", config.name)
             try:
+                model_dir = root / f"model-{config.shape}"
+                if not model_dir.exists():
+                    write_model(
+                        model_dir,
+                        SHAPES[config.shape],
+                        dtype="bfloat16" if gpu else "float32",
+                        device="cuda" if gpu else "cpu",
+                    )
                 results.append(run_config(root, config, args, gpu, peak))
             except Exception as exc:  # one failed configuration leaves the others' figures
                 logger.exception("gpu check: %s failed", config.name)
                 results.append(Result(config.name, error=f"{type(exc).__name__}: {exc}"[:500]))
-    header = {
-        "device": name or "cpu",
-        "peak_tflops": None if peak is None else peak / 1e12,
-        "steps": args.steps,
-        "generations": args.generations,
-        "turns": args.turns,
-        "torch": torch.__version__,
-        "seconds": round(time.monotonic() - started, 1),
-    }
+            # After each configuration: a run stopped later keeps what was measured.
+            header["seconds"] = round(time.monotonic() - started, 1)
+            write_figures(args.out, header, results)
     report(results, header)
-    if args.out is not None:
-        document = {**header, "configs": [asdict(r) for r in results]}
-        partial = args.out.with_name(args.out.name + ".partial")
-        partial.write_text(json.dumps(document, indent=2) + "\n")
-        partial.replace(args.out)
     return 0 if all(r.error is None for r in results) else 1
 
 
