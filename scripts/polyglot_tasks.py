@@ -67,6 +67,11 @@ _ASK = (
 _RUNNERS = {"go": "`go test`", "rust": "`cargo test`", "cpp": "CMake and Catch2"}
 
 
+def say(message: str) -> None:
+    """One line of the script's report on standard output."""
+    sys.stdout.write(message + "\n")
+
+
 class ConvertError(Exception):
     """An exercise that cannot be converted; the message says why."""
 
@@ -254,14 +259,14 @@ def main(argv: list[str] | None = None) -> int:
             for name in names:
                 try:
                     records.append(convert(read_exercise(root, language, name), args.out))
-                    print(f"ok      {language}/{name}")
+                    say(f"ok      {language}/{name}")
                 except (ConvertError, subprocess.SubprocessError, OSError) as exc:
                     failed += 1
-                    print(f"skipped {language}/{name}: {exc}")
+                    say(f"skipped {language}/{name}: {exc}")
     args.out.mkdir(parents=True, exist_ok=True)
     lines = [json.dumps(r, sort_keys=True) for r in records]
     (args.out / "tasks.jsonl").write_text("".join(line + "\n" for line in lines))
-    print(f"{len(records)} converted, {failed} skipped -> {args.out / 'tasks.jsonl'}")
+    say(f"{len(records)} converted, {failed} skipped -> {args.out / 'tasks.jsonl'}")
     return 0 if records else 1
 
 
