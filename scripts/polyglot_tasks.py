@@ -246,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-e", "--exercise", action="append", help="exercise name (repeatable)")
     parser.add_argument("--limit", type=int, default=0, help="at most N exercises per language")
     args = parser.parse_args(argv)
+    args.out = args.out.resolve()
     records, failed = [], 0
     with tempfile.TemporaryDirectory(prefix="crl-polyglot-src-") as scratch:
         root = _checkout(args.source.resolve(), Path(scratch))

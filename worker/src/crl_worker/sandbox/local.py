@@ -325,7 +325,12 @@ class LocalSandbox(ShellSandbox):
             "TMPDIR": str(self.root / "tmp"),
             "UV_CACHE_DIR": str(_cache_dir("UV_CACHE_DIR", "uv")),
             "PIP_CACHE_DIR": str(_cache_dir("PIP_CACHE_DIR", "pip")),
+            **({"GOCACHE": str(_cache_dir("GOCACHE", "go-build"))} if self._go else {}),
         }
+
+    @property
+    def _go(self) -> bool:
+        return self.task is not None and self.task.language == "go"
 
     def confinement(self, *, installing: bool) -> isolation.Plan:
         """What this sandbox's shell sees of the machine's files (docs/security.md).
@@ -384,13 +389,20 @@ class LocalSandbox(ShellSandbox):
             gradle = Path(os.environ.get("GRADLE_USER_HOME") or Path(home) / ".gradle")
             if gradle.is_dir():
                 plan.keep(gradle, writable=True)
-        for name, tool in (("UV_CACHE_DIR", "uv"), ("PIP_CACHE_DIR", "pip")):
+        caches = [("UV_CACHE_DIR", "uv"), ("PIP_CACHE_DIR", "pip")]
+        # Go's build cache: the standard library compiled once per machine, not per sandbox;
+        # read-only for the agent (go ignores failed writes), so nothing there can stand in for
+        # a later sandbox's packages.
+        caches += [("GOCACHE", "go-build")] if self._go else []
+        for name, tool in caches:
             cache = Path(self.transport.env.get(name) or _cache_dir(name, tool))
             cache.mkdir(parents=True, exist_ok=True)
             plan.keep(cache, writable=installing)
         for name in self.config.env_passthrough:
             value = os.environ.get(name, "")
             if name in ("UV_CACHE_DIR", "PIP_CACHE_DIR") or not value.startswith("/"):
+                continue
+            if name == "GOCACHE" and self._go:
                 continue
             if os.path.exists(value):
                 plan.keep(value, writable=installing and name in _CACHE_VARIABLES)

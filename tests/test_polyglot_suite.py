@@ -1,0 +1,114 @@
+"""The bundled polyglot suite (examples/suites/polyglot): Go, Rust and C++ exercises whose
+tests are withheld until grading, loaded by the ``polyglot`` format, checked in local
+sandboxes with the real toolchains, and run by ``crl bench`` with the gold agent."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crl_worker.harness.check import check_tasks
+from crl_worker.harness.diffsplit import touched_files
+from crl_worker.tasks.loaders import load_records, load_tasks
+from crl_worker.tasks.model import Task
+from crl_worker.tasks.records import rows_with_refs
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "examples" / "suites" / "polyglot"
+TOOLS = {"go": "go", "rust": "cargo", "cpp": "cmake"}
+
+
+def _suite() -> dict[str, Task]:
+    loaded = load_tasks(SUITE / "tasks.jsonl", "polyglot")
+    assert loaded.ok, loaded.errors
+    return {t.instance_id: t for t in loaded.tasks}
+
+
+def _need(*languages: str) -> None:
+    missing = [TOOLS[x] for x in languages if shutil.which(TOOLS[x]) is None]
+    if missing:
+        pytest.skip(f"no {', '.join(missing)} on PATH")
+
+
+def test_records_hide_the_tests_and_the_reference(tmp_path: Path) -> None:
+    tasks = _suite()
+    assert sorted(tasks) == [
+        f"{lang}__{name}" for lang in ("cpp", "go", "rust") for name in ("digit-sum", "word-tally")
+    ]
+    for task in tasks.values():
+        where = task.metadata["exercise_dir"]
+        assert task.task_type == "implement" and task.fail_to_pass
+        assert task.problem_statement.startswith("# Instructions")
+        hidden = touched_files(task.test_patch)
+        assert hidden and all(p.startswith(where) and "test" in p for p in hidden)
+        # The bundle's only commit holds neither the tests nor the reference solution.
+        clone = tmp_path / task.instance_id
+        subprocess.run(["git", "clone", "-q", task.source or "", str(clone)], check=True)
+        files = subprocess.run(
+            ["git", "-C", str(clone), "log", "--all", "--format=", "--name-only"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        assert not set(hidden) & set(files) and not [f for f in files if "/.meta/" in f]
+        assert subprocess.run(
+            ["git", "-C", str(clone), "rev-list", "--all", "--count"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip() == "1"  # fmt: skip
+    go = tasks["go__digit-sum"]
+    assert go.test_spec.log_format == "go" and "go test -json" in go.test_spec.command
+    assert "TestDigitSum/several_digits" in go.fail_to_pass
+    assert tasks["rust__digit-sum"].test_spec.log_format == "cargo"
+    assert "--include-ignored" in tasks["rust__digit-sum"].test_spec.command
+    cpp = tasks["cpp__word-tally"]
+    assert cpp.test_spec.log_format == "junit" and cpp.test_spec.junit_reports
+    assert "word-tally.global#ties_go_to_the_first_alphabetically" in cpp.fail_to_pass
+
+
+def test_bad_polyglot_records_name_the_field() -> None:
+    rows = [
+        {"language": "go", "exercise": "x", "base_commit": "a" * 40},
+        {"language": "javascript", "exercise": "x", "base_commit": "a" * 40},
+    ]
+    result = load_records(rows_with_refs(rows), "polyglot")
+    assert not result.tasks
+    assert [e.field for e in result.errors] == ["FAIL_TO_PASS", "language"]
+    assert "javascript has no runner" in str(result.errors[1])
+
+
+async def test_reference_resolves_and_stub_does_not(tmp_path: Path) -> None:
+    """Go and Rust (a few seconds each): the stub that does not compile (Go) and the one that
+    panics (Rust) are graded unresolved, not environment errors."""
+    _need("go", "rust")
+    tasks = _suite()
+    picked = [tasks["go__word-tally"], tasks["rust__digit-sum"]]
+    results = await check_tasks(
+        picked, jobs=2, sandbox_config={"type": "local", "root": str(tmp_path)}
+    )
+    for found in results:
+        assert found.ok, (found.instance_id, found.problems)
+        assert (found.gold_verdict, found.no_patch_verdict) == ("resolved", "unresolved")
+
+
+def test_crl_bench_gold_reports_each_language(tmp_path: Path) -> None:
+    """One exercise per language through ``crl bench --agent gold``; summary.json has a row per
+    language. The C++ one compiles Catch2's main (the slow part: tens of seconds)."""
+    _need("go", "rust", "cpp")
+    picked = ["go__digit-sum", "rust__word-tally", "cpp__digit-sum"]
+    done = subprocess.run(
+        [sys.executable, "-m", "crl_cli", "bench", str(ROOT / "examples" /
+         "local-benchmark-polyglot.yaml"), "--agent", "gold", "--results", str(tmp_path / "out"),
+         "-o", "json", *[a for i in picked for a in ("-i", i)]],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["resolved"] == 3 and summary["errored"] == 0
+    assert {(r["language"], r["resolved"]) for r in summary["languages"]} == {
+        ("cpp", 1),
+        ("go", 1),
+        ("rust", 1),
+    }
