@@ -5,6 +5,7 @@ sandboxes with the real toolchains, and run by ``crl bench`` with the gold agent
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,16 +18,25 @@ from crl_worker.harness.diffsplit import touched_files
 from crl_worker.tasks.loaders import load_records, load_tasks
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.records import rows_with_refs
+from tests.fixtures.fetched import require
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "examples" / "suites" / "polyglot"
 TOOLS = {"go": "go", "rust": "cargo", "cpp": "cmake"}
+POLYGLOT_REPO = "Aider-AI/polyglot-benchmark"
 
 
 def _suite() -> dict[str, Task]:
     loaded = load_tasks(SUITE / "tasks.jsonl", "polyglot")
     assert loaded.ok, loaded.errors
     return {t.instance_id: t for t in loaded.tasks}
+
+
+def _env() -> dict[str, str]:
+    """This process's environment without the settings that would point ``crl bench`` at a
+    cluster, a model or other results."""
+    dropped = ("CRL_POOL_URL", "CRL_RESULTS_DIR", "CRL_CONFIG", "CRL_API_KEY", "OPENAI_API_KEY")
+    return {k: v for k, v in os.environ.items() if k not in dropped}
 
 
 def _need(*languages: str) -> None:
@@ -102,7 +112,7 @@ def test_crl_bench_gold_reports_each_language(tmp_path: Path) -> None:
         [sys.executable, "-m", "crl_cli", "bench", str(ROOT / "examples" /
          "local-benchmark-polyglot.yaml"), "--agent", "gold", "--results", str(tmp_path / "out"),
          "-o", "json", *[a for i in picked for a in ("-i", i)]],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+        capture_output=True, text=True, timeout=900, cwd=ROOT, env=_env(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -112,3 +122,32 @@ def test_crl_bench_gold_reports_each_language(tmp_path: Path) -> None:
         ("go", 1),
         ("rust", 1),
     }
+
+
+async def test_real_exercises_convert_and_check(tmp_path: Path) -> None:
+    """Two exercises of Aider's benchmark (its fetched copy): converted by the script, then the
+    reference resolves and the stub does not (Go's stub does not even compile)."""
+    _need("go", "rust")
+    copy = require(POLYGLOT_REPO)[POLYGLOT_REPO]
+    out = tmp_path / "converted"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "polyglot_tasks.py"), str(copy), "--out",
+         str(out), "-l", "go", "-l", "rust", "-e", "bowling"],
+        capture_output=True, text=True, timeout=600, env=_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 converted, 0 skipped" in done.stdout
+    loaded = load_tasks(out / "tasks.jsonl", "polyglot")
+    assert loaded.ok and len(loaded.tasks) == 2, loaded.errors
+    go = next(t for t in loaded.tasks if t.language == "go")
+    assert "TestScore/all_strikes_is_a_perfect_game" in go.fail_to_pass
+    assert touched_files(go.test_patch) == [
+        "go/exercises/practice/bowling/bowling_test.go",
+        "go/exercises/practice/bowling/cases_test.go",
+    ]
+    results = await check_tasks(
+        loaded.tasks, jobs=2, sandbox_config={"type": "local", "root": str(tmp_path)}
+    )
+    for found in results:
+        assert found.ok, (found.instance_id, found.problems)
+        assert (found.gold_verdict, found.no_patch_verdict) == ("resolved", "unresolved")
