@@ -15,6 +15,7 @@ import pytest
 
 from crl_worker.harness.check import check_tasks
 from crl_worker.harness.diffsplit import touched_files
+from crl_worker.harness.integrity import source_diff
 from crl_worker.tasks.loaders import load_records, load_tasks
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.records import rows_with_refs
@@ -151,3 +152,32 @@ async def test_real_exercises_convert_and_check(tmp_path: Path) -> None:
     for found in results:
         assert found.ok, (found.instance_id, found.problems)
         assert (found.gold_verdict, found.no_patch_verdict) == ("resolved", "unresolved")
+
+
+def test_agent_added_tests_and_build_files_are_not_part_of_an_answer() -> None:
+    """What the integrity check strips before confirming a verdict: a Go test file of the
+    agent's own (its TestMain could print framed results), the module and build files, Rust
+    integration tests and Cargo configuration, C++ test sources and Catch2's main."""
+    where = "go/exercises/practice/bowling"
+    diff = "".join(
+        f"diff --git a/{p} b/{p}\nnew file mode 100644\n--- /dev/null\n+++ b/{p}\n@@ -0,0 +1 @@\n+x\n"
+        for p in (
+            f"{where}/bowling.go",
+            f"{where}/zz_test.go",
+            f"{where}/go.mod",
+            "rust/exercises/practice/bowling/src/lib.rs",
+            "rust/exercises/practice/bowling/tests/extra.rs",
+            "rust/exercises/practice/bowling/.cargo/config.toml",
+            "rust/exercises/practice/bowling/build.rs",
+            "cpp/exercises/practice/clock/clock.cpp",
+            "cpp/exercises/practice/clock/test/tests-main.cpp",
+            "cpp/exercises/practice/clock/CMakeLists.txt",
+        )
+    )
+    source, stripped = source_diff(diff)
+    assert touched_files(source) == [
+        f"{where}/bowling.go",
+        "rust/exercises/practice/bowling/src/lib.rs",
+        "cpp/exercises/practice/clock/clock.cpp",
+    ]
+    assert len(stripped) == 7
