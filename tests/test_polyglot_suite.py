@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from crl_worker.bench.summary import build_summary
 from crl_worker.harness.check import check_tasks
 from crl_worker.harness.diffsplit import touched_files
 from crl_worker.harness.integrity import source_diff
+from crl_worker.rollout.results import AttemptResult
 from crl_worker.tasks.loaders import load_records, load_tasks
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.records import rows_with_refs
@@ -181,3 +183,28 @@ def test_agent_added_tests_and_build_files_are_not_part_of_an_answer() -> None:
         "cpp/exercises/practice/clock/clock.cpp",
     ]
     assert len(stripped) == 7
+
+
+def test_summary_counts_each_language() -> None:
+    def attempt(instance: str, language: str | None, resolved: bool | None) -> AttemptResult:
+        return AttemptResult(
+            instance_id=instance, repo=f"o/{instance}", attempt=0, resolved=resolved,
+            exit_reason="submitted" if resolved is not None else "infrastructure_error",
+            infrastructure_error=None if resolved is not None else "sandbox died",
+            language=language,
+        )  # fmt: skip
+
+    records = [
+        attempt("go-a", "go", True),
+        attempt("go-b", "go", False),
+        attempt("rust-a", "rust", None),
+        attempt("old", None, True),  # written before results recorded the language
+    ]
+    summary = build_summary(records, suite="s", model="m", total=4, ks=[1], finished=True)
+    assert summary["languages"] == [
+        {"language": "go", "instances": 2, "attempts": 2, "resolved": 1, "errored": 0,
+         "resolveRate": 0.5},
+        {"language": "rust", "instances": 1, "attempts": 1, "resolved": 0, "errored": 1,
+         "resolveRate": None},
+    ]  # fmt: skip
+    assert [r["repo"] for r in summary["repositories"]] == ["o/go-a", "o/go-b", "o/old", "o/rust-a"]
