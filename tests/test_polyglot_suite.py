@@ -23,6 +23,9 @@ from crl_worker.tasks.model import Task
 from crl_worker.tasks.records import rows_with_refs
 from tests.fixtures.fetched import require
 
+#: The Go, Rust and C++ toolchains (tests/fixtures/schedule.py: the ``go`` group).
+pytestmark = pytest.mark.go
+
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "examples" / "suites" / "polyglot"
 TOOLS = {"go": "go", "rust": "cargo", "cpp": "cmake"}
@@ -43,7 +46,10 @@ def _env() -> dict[str, str]:
 
 
 def _need(*languages: str) -> None:
+    """Skip without the languages' toolchains; under CI=true their absence is a failure."""
     missing = [TOOLS[x] for x in languages if shutil.which(TOOLS[x]) is None]
+    if missing and os.environ.get("CI"):
+        pytest.fail(f"CI needs {', '.join(missing)} for the polyglot suite")
     if missing:
         pytest.skip(f"no {', '.join(missing)} on PATH")
 
