@@ -330,6 +330,7 @@ class LocalSandbox(ShellSandbox):
 
     @property
     def _go(self) -> bool:
+        """Whether this sandbox's task is a Go task (it gets the shared Go build cache)."""
         return self.task is not None and self.task.language == "go"
 
     def confinement(self, *, installing: bool) -> isolation.Plan:
