@@ -42,6 +42,7 @@ import logging
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable
@@ -74,6 +75,11 @@ CHECKOUT_FOLDER = "testbed"
 HARNESS_TOOLS = ("git", "patch")
 #: Host tools a Java sandbox gets besides the JDK.
 JAVA_TOOLS = ("mvn", "gradle")
+#: Host tools the sandboxes of the other compiled languages get (Rust's come from the toolchain
+#: itself, see :func:`rust_sysroot`: rustup's proxies need the hidden ``~/.rustup``).
+LANGUAGE_TOOLS = {"go": ("go", "gofmt"), "cpp": ("cmake", "make", "c++", "g++", "cc")}
+#: The Rust toolchain's programs linked into a Rust sandbox.
+RUST_TOOLS = ("cargo", "rustc", "rustdoc")
 
 
 #: uv copies into a sandbox's environment what it would hard-link from its shared cache: an
@@ -120,6 +126,34 @@ def link_tools(directory: Path, names: Iterable[str]) -> list[str]:
         if not link.exists():
             # Scripts such as mvn find their installation by resolving their own links.
             link.symlink_to(Path(found).resolve())
+    return missing
+
+
+def rust_sysroot() -> Path | None:
+    """The default Rust toolchain's folder (``rustc --print sysroot``), None without Rust."""
+    rustc = shutil.which("rustc", path=host_path())
+    if rustc is None:
+        return None
+    try:
+        out = subprocess.run(
+            [rustc, "--print", "sysroot"], capture_output=True, text=True, timeout=60, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return Path(out) if out and (Path(out) / "bin").is_dir() else None
+
+
+def link_rust(directory: Path) -> list[str]:
+    """Link the Rust toolchain's :data:`RUST_TOOLS` into ``directory``; the names not found."""
+    sysroot = rust_sysroot()
+    directory.mkdir(parents=True, exist_ok=True)
+    missing = []
+    for name in RUST_TOOLS:
+        binary = sysroot / "bin" / name if sysroot is not None else None
+        if binary is None or not binary.is_file():
+            missing.append(name)
+        elif not (directory / name).exists():
+            (directory / name).symlink_to(binary.resolve())
     return missing
 
 
@@ -206,7 +240,10 @@ class LocalSandbox(ShellSandbox):
         tools = [*HARNESS_TOOLS, *self.config.tools]
         if task.language == "java":
             tools += JAVA_TOOLS
+        tools += LANGUAGE_TOOLS.get(task.language, ())
         missing = await asyncio.to_thread(link_tools, self.root / "tools", tools)
+        if task.language == "rust":
+            missing += await asyncio.to_thread(link_rust, self.root / "tools")
         if missing:
             logger.debug("%s: host tools not found: %s", self.name, ", ".join(missing))
         env["PATH"] = f"{self.root / 'tools'}{os.pathsep}{SYSTEM_PATH}"
@@ -288,7 +325,13 @@ class LocalSandbox(ShellSandbox):
             "TMPDIR": str(self.root / "tmp"),
             "UV_CACHE_DIR": str(_cache_dir("UV_CACHE_DIR", "uv")),
             "PIP_CACHE_DIR": str(_cache_dir("PIP_CACHE_DIR", "pip")),
+            **({"GOCACHE": str(_cache_dir("GOCACHE", "go-build"))} if self._go else {}),
         }
+
+    @property
+    def _go(self) -> bool:
+        """Whether this sandbox's task is a Go task (it gets the shared Go build cache)."""
+        return self.task is not None and self.task.language == "go"
 
     def confinement(self, *, installing: bool) -> isolation.Plan:
         """What this sandbox's shell sees of the machine's files (docs/security.md).
@@ -326,6 +369,15 @@ class LocalSandbox(ShellSandbox):
             for link in tools.iterdir():
                 if link.is_symlink():
                     plan.keep(link.resolve())
+        if self.task.language == "rust":
+            # The toolchain's libraries (the standard library rustc links), not just its programs.
+            sysroot = rust_sysroot()
+            if sysroot is not None:
+                plan.keep(sysroot.resolve())
+        if self.task.language == "go":
+            go = shutil.which("go", path=host_path())
+            if go is not None:
+                plan.keep(Path(go).resolve().parent.parent)  # GOROOT: the standard library
         if self.task.language == "java":
             java_home = _java_home()
             if java_home is not None:
@@ -338,13 +390,20 @@ class LocalSandbox(ShellSandbox):
             gradle = Path(os.environ.get("GRADLE_USER_HOME") or Path(home) / ".gradle")
             if gradle.is_dir():
                 plan.keep(gradle, writable=True)
-        for name, tool in (("UV_CACHE_DIR", "uv"), ("PIP_CACHE_DIR", "pip")):
+        caches = [("UV_CACHE_DIR", "uv"), ("PIP_CACHE_DIR", "pip")]
+        # Go's build cache: the standard library compiled once per machine, not per sandbox;
+        # read-only for the agent (go ignores failed writes), so nothing there can stand in for
+        # a later sandbox's packages.
+        caches += [("GOCACHE", "go-build")] if self._go else []
+        for name, tool in caches:
             cache = Path(self.transport.env.get(name) or _cache_dir(name, tool))
             cache.mkdir(parents=True, exist_ok=True)
             plan.keep(cache, writable=installing)
         for name in self.config.env_passthrough:
             value = os.environ.get(name, "")
             if name in ("UV_CACHE_DIR", "PIP_CACHE_DIR") or not value.startswith("/"):
+                continue
+            if name == "GOCACHE" and self._go:
                 continue
             if os.path.exists(value):
                 plan.keep(value, writable=installing and name in _CACHE_VARIABLES)
