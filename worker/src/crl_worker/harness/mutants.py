@@ -13,6 +13,8 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from crl_worker.harness.names import body_words, canary_name
+
 #: Methods whose first two arguments are compared for equality.
 EQUAL_ASSERTIONS = frozenset(
     {
@@ -40,7 +42,6 @@ _UNSAFE_NAMES = frozenset(
         "exit",
     }
 )
-_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class Derived:
     text: str
     ids: tuple[str, ...]
     sources: tuple[str, ...]
+    #: Task tests renamed in ``text`` like their copies (new id, the task's id).
+    renamed: tuple[tuple[str, str], ...] = ()
 
 
 def _decorators_unsafe(node: ast.FunctionDef | ast.ClassDef) -> bool:
@@ -265,35 +268,6 @@ def group_sizes(count: int, groups: int) -> list[int]:
     return [count // groups + (i < count % groups) for i in range(groups)]
 
 
-def name_words(names: Collection[str]) -> list[str]:
-    """The words of test ``names`` (snake or camel case, without ``test``), each once."""
-    words: list[str] = []
-    for name in names:
-        for word in _WORD.findall(name.removeprefix("test")):
-            if word.lower() not in words and word.lower() != "test":
-                words.append(word.lower())
-    return words or ["value", "case", "result"]
-
-
-def _new_name(existing: set[str], rng: random.Random) -> str:
-    snake = any("_" in n.removeprefix("test_") or n.startswith("test_") for n in existing)
-    words = name_words(existing)
-    lengths = [max(2, len(_WORD.findall(n.removeprefix("test")))) for n in existing] or [3]
-    for _ in range(100):
-        picked = rng.sample(words, min(len(words), rng.choice(lengths)))
-        name = (
-            "test_" + "_".join(picked)
-            if snake
-            else "test" + "".join(w.capitalize() for w in picked)
-        )
-        if name not in existing:
-            existing.add(name)
-            return name
-    name = f"test_{'_'.join(rng.sample(words, min(2, len(words))))}_{rng.randrange(2, 99)}"
-    existing.add(name)
-    return name
-
-
 def _copy(
     source: _Text,
     test: TestDef,
@@ -333,9 +307,14 @@ def derive(
     pass_to_pass: Collection[str],
     rng: random.Random,
     count: int,
+    keep: str = "",
 ) -> Derived | None:
     """``text`` (the test module at ``path``) with up to ``count`` mutated copies of its listed
-    tests planted among its tests, or ``None`` when it lists none that can be copied."""
+    tests planted among its tests, or ``None`` when it lists none that can be copied.
+
+    A FAIL_TO_PASS test that has copies is renamed like them (:func:`renamable`; not when its
+    name is in ``keep``, the test command): the group's names all come from one draw, so no
+    name tells the real test apart."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
@@ -360,15 +339,27 @@ def derive(
     if not f2p and not p2p:
         return None
     source = _Text(text)
-    names = {t.node.name for t in tests}
-    inserts: list[tuple[int, bytes]] = []
+    taken = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    listed_f2p = {i.split("[", 1)[0] for i in fail_to_pass}
+    known = [t.node.name for t in tests if t.id not in listed_f2p]
+    inserts: list[tuple[int, bytes, int]] = []
     ids: list[str] = []
     copied: list[str] = []
+    renamed: list[tuple[str, str]] = []
     plan = _plan(source, f2p, p2p, rng, count)
     if not plan:
         return None
+    groups = {test.id for test, literal in plan if literal is not None and test in f2p}
+    for test in tests:
+        if test.id in groups and renamable(test, text, keep):
+            scope = [t.node.name for t in tests if t.cls == test.cls]
+            name = canary_name(test.node.name, scope, known, taken, rng, body_words(test.node))
+            at = _def_name_at(source, test.node)
+            inserts.append((at, name.encode(), len(test.node.name.encode())))
+            renamed.append((test_id(path, test.cls, name, log_format), test.id))
     for test, literal in plan:
-        name = _new_name(names, rng)
+        scope = [t.node.name for t in tests if t.cls == test.cls]
+        name = canary_name(test.node.name, scope, known, taken, rng, body_words(test.node))
         copy = _copy(source, test, name, rng, literal)
         siblings = [t for t in tests if t.cls == test.cls]
         where = rng.choice(siblings).node
@@ -376,18 +367,41 @@ def derive(
         first = min([where.lineno, *(d.lineno for d in where.decorator_list)])
         gap = b"\n\n" if test.cls is None else b"\n"
         if before:
-            inserts.append((source.line_start(first), copy + gap))
+            inserts.append((source.line_start(first), copy + gap, 0))
         else:
             at = source.line_end(where.end_lineno or where.lineno)
-            inserts.append((at, gap + copy))
+            inserts.append((at, gap + copy, 0))
         ids.append(test_id(path, test.cls, name, log_format))
         copied.append(test.id)
     data = source.data
-    for at, new in sorted(inserts, key=lambda i: i[0], reverse=True):
-        data = data[:at] + new + data[at:]
+    for at, new, replaced in sorted(inserts, key=lambda i: i[0], reverse=True):
+        data = data[:at] + new + data[at + replaced :]
     if not data.endswith(b"\n"):
         data += b"\n"
-    return Derived(data.decode("utf-8"), tuple(ids), tuple(copied))
+    return Derived(data.decode("utf-8"), tuple(ids), tuple(copied), tuple(renamed))
+
+
+#: Names in a test's code or arguments that may read its own name (snapshot and regression
+#: fixtures, ``request.node``, ``self.id()``): such a test keeps its name.
+_OWN_NAME_READERS = re.compile(r"request|snapshot|regression|^_testMethodName$|^id$|^node$")
+
+
+def renamable(test: TestDef, text: str, keep: str = "") -> bool:
+    """Whether ``test`` passes or fails the same under another name: its name appears once in
+    the module (its ``def``) and nowhere in ``keep``, and its code and arguments read nothing
+    that could depend on it (:data:`_OWN_NAME_READERS`)."""
+    name = test.node.name
+    if len(re.findall(rf"\b{re.escape(name)}\b", text)) != 1 or re.search(
+        rf"\b{re.escape(name)}\b", keep
+    ):
+        return False
+    used = _names(test.node) | {a.arg for a in ast.walk(test.node) if isinstance(a, ast.arg)}
+    return not any(_OWN_NAME_READERS.search(n) for n in used)
+
+
+def _def_name_at(source: _Text, node: ast.FunctionDef) -> int:
+    """Where ``node``'s name starts in ``source``."""
+    return source.data.index(b"def " + node.name.encode(), source.line_start(node.lineno)) + 4
 
 
 def _plan(
