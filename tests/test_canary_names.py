@@ -13,22 +13,27 @@ the copied test and names drawn to its profile: up to 0.48 over chance).
 from __future__ import annotations
 
 import random
-from pathlib import Path
+
+import pytest
 
 from crl_worker.harness import canary, mutants
 from crl_worker.harness.result import TestStatus
 from crl_worker.tasks.model import Task, TestSpec
-from tests.fixtures.canary_attacks import Tally, mini_modules, try_names
+from tests.fixtures.canary_attacks import Module, Tally, mini_modules, try_names, try_values
 
 #: How much better than chance any guess may pick the real test (chance is about 0.26 here;
 #: the noise of this many gradings is about 0.045).
 MARGIN = 0.15
 GRADINGS = 12
+#: The same for the strings of one module's groups (20 or more: the noise is about 0.09).
+STRING_MARGIN = 0.2
 
 
-def test_no_name_score_picks_the_real_test_out_of_its_copies(tmp_path: Path) -> None:
-    tally = Tally()
-    for module in mini_modules(tmp_path):
+@pytest.fixture(scope="module")
+def gradings(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Module, mutants.Derived]]:
+    """:data:`GRADINGS` derivations of canaries for each test module of the mini suite."""
+    found: list[tuple[Module, mutants.Derived]] = []
+    for module in mini_modules(tmp_path_factory.mktemp("mini")):
         for seed in range(GRADINGS):
             derived = mutants.derive(
                 module.path,
@@ -40,7 +45,16 @@ def test_no_name_score_picks_the_real_test_out_of_its_copies(tmp_path: Path) -> 
                 4,
             )
             assert derived is not None
-            try_names(module, derived, tally)
+            found.append((module, derived))
+    return found
+
+
+def test_no_name_score_picks_the_real_test_out_of_its_copies(
+    gradings: list[tuple[Module, mutants.Derived]],
+) -> None:
+    tally = Tally()
+    for module, derived in gradings:
+        try_names(module, derived, tally)
     assert tally.gradings >= 6 * GRADINGS
     advantage = tally.advantage()
     assert max(advantage.values()) <= MARGIN, sorted(advantage.items(), key=lambda kv: -kv[1])
@@ -89,3 +103,25 @@ def test_a_renamed_test_is_graded_under_the_task_id() -> None:
         "t.py::test_area_of_rectangle[3]": TestStatus.PASSED,
         derived.ids[0]: TestStatus.FAILED,
     }
+
+
+def test_no_dictionary_picks_the_real_string_out_of_its_copies(
+    gradings: list[tuple[Module, mutants.Derived]],
+) -> None:
+    # A string expectation changed by a letter reads as a typo ("hellp"); changed by a word of
+    # the module (an old word for an old one, a new for a new), each value of the group reads
+    # as the file's words. Per module (the string groups are in a few): each with enough of
+    # them must keep either guess (most or fewest known words) within STRING_MARGIN of chance
+    # (before: 0.28 over chance on slugkit-1's "hello").
+    checked = 0
+    for module in {m.instance: m for m, _ in gradings}.values():
+        hits: list[tuple[float, float, float]] = []
+        for _, derived in (g for g in gradings if g[0] is module):
+            try_values(module, derived, hits)
+        if len(hits) < 20:
+            continue
+        checked += 1
+        most = sum(h - c for h, _, c in hits) / len(hits)
+        least = sum(h - c for _, h, c in hits) / len(hits)
+        assert max(most, least) <= STRING_MARGIN, (module.instance, most, least, len(hits))
+    assert checked >= 2

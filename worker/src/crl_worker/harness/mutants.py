@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import random
 import re
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
@@ -182,10 +183,92 @@ class _Text:
         return self.starts[min(line, len(self.starts) - 1)]
 
 
-def variants(text: bytes, value: object, rng: random.Random, count: int) -> list[bytes]:
+#: A word of a string literal's text: letters not after a backslash (an escape) or a letter.
+_TEXT_WORD = re.compile(rb"(?<![\\A-Za-z])[A-Za-z]{2,}(?![A-Za-z])")
+
+
+def vocabulary(tree: ast.AST, skip: Collection[ast.AST] = ()) -> Counter[str]:
+    """How often each word (lower case, two letters or more) occurs in a module's identifiers
+    and string constants, leaving out the subtrees ``skip``: what a changed word of a string is
+    drawn from."""
+    found: Counter[str] = Counter()
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if node in skip:
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+        text = ""
+        if isinstance(node, ast.Name):
+            text = node.id
+        elif isinstance(node, ast.Attribute | ast.FunctionDef | ast.ClassDef):
+            text = node.attr if isinstance(node, ast.Attribute) else node.name
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        found.update(w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", text))
+    return Counter({w: n for w, n in found.items() if len(w) > 1})
+
+
+@dataclass(frozen=True)
+class Words:
+    """A module's words (:func:`vocabulary`): all of them, and those outside the tests the
+    task adds (what a reader of the repository before the task knows)."""
+
+    all: Counter[str]
+    old: Counter[str]
+
+
+def _cased(word: str, like: str) -> str:
+    if like.isupper():
+        return word.upper()
+    return word.capitalize() if like[:1].isupper() else word
+
+
+def word_variants(
+    text: bytes, body: tuple[int, int], words: Words, rng: random.Random, count: int
+) -> list[bytes]:
+    """Up to ``count`` texts of the string literal ``text`` (its contents at ``body``), each
+    with the same one word replaced by another word of the module (``words``), cased alike and
+    of about its length, a word the repository had before the task for one it had, a new one
+    for a new one where there are enough: every value of the group reads as words of the file,
+    as new or as old as the original's, so a dictionary does not tell the original apart. A
+    word that occurs elsewhere in the module is replaced first (its replacements do too)."""
+    spots: list[tuple[int, int, list[str]]] = []
+    for match in _TEXT_WORD.finditer(text, *body):
+        word = match.group().decode()
+        if not (word.islower() or word.isupper() or word[1:].islower()):
+            continue
+        near = [
+            w
+            for w in words.all
+            if w != word.lower() and abs(len(w) - len(word)) <= max(2, len(word) // 2)
+        ]
+        alike = [w for w in near if (w in words.old) == (word.lower() in words.old)]
+        options = sorted(_cased(w, word) for w in (alike if len(alike) >= count else near))
+        if len(options) >= min(count, 2):
+            spots.append((match.start(), match.end(), options))
+    if not spots:
+        return []
+    common = [s for s in spots if words.all[text[s[0] : s[1]].decode().lower()] > 1]
+    start, end, options = rng.choice(common or spots)
+    return [
+        text[:start] + w.encode() + text[end:]
+        for w in rng.sample(options, min(count, len(options)))
+    ]
+
+
+def variants(
+    text: bytes,
+    value: object,
+    rng: random.Random,
+    count: int,
+    words: Words | None = None,
+) -> list[bytes]:
     """Up to ``count`` texts for the constant ``text`` (of ``value``), each changed at the same
-    one spot to a different character, the spot and the characters drawn from ``rng``: the
-    original and its variants differ only there, so nothing tells the original apart."""
+    one spot to a different value, the spot and the values drawn from ``rng``: the original and
+    its variants differ only there, so nothing tells the original apart. A string with a word
+    gets another word of the module there (:func:`word_variants`, given its ``words``); else
+    one character is changed (a digit, a letter)."""
     if isinstance(value, bool):
         return [b"False" if value else b"True"]
     if isinstance(value, int | float):
@@ -201,6 +284,10 @@ def variants(text: bytes, value: object, rng: random.Random, count: int) -> list
         quote = text[-1:]
         body_start = text.index(quote) + (3 if text.endswith(quote * 3) else 1)
         body_end = len(text) - (3 if text.endswith(quote * 3) else 1)
+        if words is not None:
+            by_word = word_variants(text, (body_start, body_end), words, rng, count)
+            if by_word:
+                return by_word
         spots = [
             i
             for i in range(body_start, body_end)
@@ -227,7 +314,11 @@ def _constant_rank(node: ast.Constant) -> int:
 
 
 def mutate_literal(
-    source: _Text, expr: ast.expr, rng: random.Random, count: int = 1
+    source: _Text,
+    expr: ast.expr,
+    rng: random.Random,
+    count: int = 1,
+    words: Words | None = None,
 ) -> tuple[int, int, list[bytes]]:
     """Up to ``count`` different values for the literal ``expr``: its span in ``source`` and
     the new texts, pairwise different, each with the same one constant changed at the same
@@ -247,7 +338,7 @@ def mutate_literal(
         a = source.offset(node.lineno, node.col_offset) - start
         b = source.offset(node.end_lineno or node.lineno, node.end_col_offset or 0) - start
         found: list[tuple[object, bytes]] = []
-        for changed in variants(old_text[a:b], node.value, rng, count):
+        for changed in variants(old_text[a:b], node.value, rng, count, words):
             new_text = old_text[:a] + changed + old_text[b:]
             try:
                 new = ast.literal_eval(new_text.decode("utf-8").strip())
@@ -346,7 +437,9 @@ def derive(
     ids: list[str] = []
     copied: list[str] = []
     renamed: list[tuple[str, str]] = []
-    plan = _plan(source, f2p, p2p, rng, count)
+    new_tests = {t.node for t in tests if t.id in listed_f2p}
+    words = Words(vocabulary(tree), vocabulary(tree, new_tests))
+    plan = _plan(source, f2p, p2p, rng, count, words)
     if not plan:
         return None
     groups = {test.id for test, literal in plan if literal is not None and test in f2p}
@@ -410,6 +503,7 @@ def _plan(
     p2p: list[TestDef],
     rng: random.Random,
     count: int,
+    words: Words | None = None,
 ) -> list[tuple[TestDef, tuple[int, int, bytes] | None]]:
     """The copies to plant: which test each copies and its changed literal (``None``: a
     failing assertion is appended instead).
@@ -433,7 +527,7 @@ def _plan(
         for test, size in zip(groups, sizes, strict=True):
             literals = expectations(test)
             try:
-                start, end, texts = mutate_literal(source, rng.choice(literals), rng, size)
+                start, end, texts = mutate_literal(source, rng.choice(literals), rng, size, words)
             except ValueError:
                 continue
             plan.extend((test, (start, end, t)) for t in texts)
@@ -451,7 +545,7 @@ def _plan(
             single.append((test, None))
             continue
         try:
-            start, end, texts = mutate_literal(source, rng.choice(literals), rng)
+            start, end, texts = mutate_literal(source, rng.choice(literals), rng, 1, words)
         except ValueError:
             continue
         single.append((test, (start, end, texts[0])))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 #: Candidates drawn per canary name; the nearest few to the copied test's profile are kept.
-CANDIDATES = 48
+CANDIDATES = 32
 #: How many of the nearest candidates the name is drawn from (so it differs at every grading).
 NEAREST = 4
 
