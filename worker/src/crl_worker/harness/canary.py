@@ -12,12 +12,17 @@ PASS_TO_PASS tests, as the test patch leaves their files, at every grading anew:
   the package is called exactly as the real test calls it;
 - **an expectation changed**: one top-level ``assert <call> == <literal>`` or
   ``self.assertEqual(<call>, <literal>)`` (either order; the ``assert*Equal`` family) gets one
-  constant of its literal changed in place (a digit, a letter, ``True``/``False``), so the value
-  differs and the formatting is the file's; the statement is drawn at random among the test's
+  constant of its literal changed in place (a digit; a word of a string swapped for another
+  word of the module, else a letter; ``True``/``False``), so the value differs and the
+  formatting is the file's; the statement is drawn at random among the test's
   candidates. A correct answer makes the real test pass, so the copy fails; code that makes
   every comparison true, answers from the assertion it reads, or turns failures into passes
   makes it pass;
-- **named in the task's style**: ``test_`` and words drawn from the file's own test names;
+- **named in the task's style**: recombinations of the scope's own test names, drawn to the
+  profile of the copied test's name under an attacker's scores; the copied FAIL_TO_PASS test
+  is renamed the same way where that cannot change its outcome, so no name tells it from its
+  copies (:mod:`crl_worker.harness.names`; the run's statuses are mapped back to the task's
+  ids: :func:`restore_ids`);
 - **placed among the real tests**: each next to a randomly drawn test of its scope (module or
   class), not in one block;
 - **random at every grading**: which tests, which statement, which constant, names, places.
