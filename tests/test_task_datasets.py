@@ -50,7 +50,9 @@ def _pytest(repo: Path, args: list[str]) -> dict[str, Any]:
         cwd=repo,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+        # No bytecode: the gold patch changes calc.py within the second and keeps its size,
+        # so a .pyc of the first run would pass for the patched file.
+        env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1"},
     )
     return dict(parse_log("pytest", run.stdout))
 
