@@ -54,6 +54,12 @@ def sft_manifest(toy_files: Path, folder: Path, dataset: dict[str, Any]) -> Path
     )
 
 
+def exported(folder: Path) -> Any:
+    """The rows of an exported dataset, read without the code under test."""
+    files = sorted(str(p) for p in (folder / "data").glob("*.parquet"))
+    return datasets.load_dataset("parquet", data_files=files, split="train")
+
+
 def assistant_logprob(model_dir: Path, rows: Any) -> float:
     """Mean log-probability the model gives the tokens it sampled in ``rows``."""
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir)
@@ -76,7 +82,7 @@ def test_the_loss_falls_on_the_sampled_tokens_only(
         sft_manifest(toy_files, tmp_path, {"path": str(resolved)}), output=tmp_path / "out"
     )
     trainer = build_sft_trainer(settings, 1, [])
-    rows = load_sft_dataset(settings)
+    rows = exported(resolved)
     prepared = trainer.train_dataset
     assert len(prepared) == len(rows) >= 1
     by_ids = {tuple(r["input_ids"]): r["assistant_masks"] for r in rows}
@@ -101,8 +107,7 @@ def test_sft_run_on_resolved_trajectories(toy_files: Path, resolved: Path, tmp_p
     assert checkpoints(out) == ["checkpoint-2", "checkpoint-4"]
     assert (out / "latest").resolve().name == "checkpoint-4"
     # Trained toward its own resolved answers: they are likelier after SFT than before.
-    files = sorted(str(p) for p in (resolved / "data").glob("*.parquet"))
-    rows = datasets.load_dataset("parquet", data_files=files, split="train")
+    rows = exported(resolved)
     before = assistant_logprob(toy_files / "model", rows)
     after = assistant_logprob(out / "final", rows)
     assert after > before + 0.1, (before, after)
