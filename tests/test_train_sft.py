@@ -126,3 +126,16 @@ def test_a_dataset_that_is_not_there_names_the_field(toy_files: Path, tmp_path: 
     with pytest.raises(TrainConfigError, match=r"benchmarkResults: .*nowhere does not exist"):
         load_sft_dataset(settings)
     assert not (tmp_path / "o" / "sft-dataset").exists()
+
+
+def test_results_folders_are_exported_into_the_run_folder(
+    toy_files: Path, short_runs: ShortRuns, resolved: Path, tmp_path: Path
+) -> None:
+    # benchmarkResults takes any results folder the export reads: here the short GRPO run's.
+    dataset = {"benchmarkResults": str(short_runs.terminal), "perInstance": 1}
+    settings = resolve_settings(sft_manifest(toy_files, tmp_path, dataset), output=tmp_path / "o")
+    rows = load_sft_dataset(settings)
+    assert rows.column_names == ["input_ids", "assistant_masks"]
+    assert len(rows) == 1  # one toy instance, at most one per instance
+    assert tuple(rows[0]["input_ids"]) in {tuple(r["input_ids"]) for r in exported(resolved)}
+    assert (tmp_path / "o" / "sft-dataset" / "README.md").is_file()

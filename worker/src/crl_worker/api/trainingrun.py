@@ -94,9 +94,9 @@ class SftDataset(ApiModel):
     """A Hugging Face dataset id (`owner/name`) of the same columns (or of `messages` chats,
     which TRL tokenizes with the loss on the assistant's turns)."""
     benchmark_results: Path | None = None
-    """A Benchmark's results folder (`crl bench --results`): its resolved attempts are exported
-    into the run folder (`sft-dataset/`) first, at most `perInstance` per instance. Where it is
-    read from: as `path`."""
+    """A Benchmark's results folder (`crl bench --results`; a training run's folder works
+    too): its resolved attempts are exported into the run folder (`sft-dataset/`) first, at
+    most `perInstance` per instance. Where it is read from: as `path`."""
     split: Short = "train"
     """The split of a Hugging Face dataset."""
     per_instance: int | None = Field(default=None, ge=1, le=1024)
