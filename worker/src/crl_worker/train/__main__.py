@@ -19,7 +19,7 @@ from crl_worker.entrypoint import CONFIG_ERROR, entry_parser
 from crl_worker.logs import setup_logging
 from crl_worker.train.errors import TrainConfigError
 from crl_worker.train.events import START_EVENT
-from crl_worker.train.settings import resolve_settings
+from crl_worker.train.settings import TrainSettings, resolve_settings
 from crl_worker.train.tasklist import load_tasks
 
 logger = logging.getLogger("crl_worker.train")
@@ -59,6 +59,29 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _run_sft(settings: TrainSettings, *, preflight_only: bool) -> int:
+    """``spec.algorithm.type: sft``: check the dataset, then train (crl_worker.train.sft)."""
+    from crl_worker.train.sft import load_sft_dataset, run_sft
+
+    if preflight_only:
+        rows = len(load_sft_dataset(settings))
+        logger.info("the config of %s can be trained (%d rows)", settings.name, rows)
+        return 0
+    logger.info(
+        "supervised fine-tuning of %s: %d steps, run folder %s",
+        settings.name,
+        settings.total_steps,
+        settings.run_dir,
+        extra={
+            "event": START_EVENT,
+            "run": settings.name,
+            "total_steps": settings.total_steps,
+            "run_dir": str(settings.run_dir),
+        },
+    )
+    return run_sft(settings)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one trainer process; returns the exit status."""
     args = parser().parse_args(argv)
@@ -88,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
             metrics_port=args.metrics_port,
             steps=args.steps,
         )
+        if settings.spec.algorithm.type == "sft":
+            # Supervised fine-tuning trains on recorded trajectories: no tasks, no rollouts.
+            return _run_sft(settings, preflight_only=args.preflight_only)
         tasks = load_tasks(settings)
         if args.quarantine is not None:
             from crl_worker.train.validation import drop_quarantined
