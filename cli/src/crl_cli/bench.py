@@ -36,7 +36,7 @@ from crl_cli.common import (
     single_resource,
     usage_error,
 )
-from crl_cli.options import Instances, Limit
+from crl_cli.options import Instances, Limit, ValidateRuns
 from crl_worker.api import Benchmark
 from crl_worker.api.contract import Env
 
@@ -210,12 +210,7 @@ def bench(
             " in the results folder's quarantine.json.",
         ),
     ] = False,
-    validate_runs: Annotated[
-        int,
-        typer.Option(
-            "--validate-runs", min=1, help="Runs of each patch when validating (flaky tests)."
-        ),
-    ] = 2,
+    validate_runs: ValidateRuns = 2,
     output: Annotated[
         Output, typer.Option("--output", "-o", help="text (a table) or json (the summary).")
     ] = Output.text,

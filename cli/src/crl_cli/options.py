@@ -45,3 +45,11 @@ Sandbox = Annotated[
 TableOrJsonLines = Annotated[
     Output, typer.Option("--output", "-o", help="text (a table) or json (one object per line).")
 ]
+
+#: ``--validate-runs``: how often ``--validate`` runs each patch (to find flaky tests).
+ValidateRuns = Annotated[
+    int,
+    typer.Option(
+        "--validate-runs", min=1, help="Runs of each patch when validating (flaky tests)."
+    ),
+]

@@ -26,6 +26,7 @@ from typing import Annotated
 import typer
 
 from crl_cli.common import err, out, single_resource, usage_error
+from crl_cli.options import ValidateRuns
 from crl_cli.trainview import LOG_NAME, TrainView
 from crl_worker.api import TrainingRun
 
@@ -77,12 +78,7 @@ def train(
             " listed in RUN_FOLDER/quarantine.json.",
         ),
     ] = False,
-    validate_runs: Annotated[
-        int,
-        typer.Option(
-            "--validate-runs", min=1, help="Runs of each patch when validating (flaky tests)."
-        ),
-    ] = 2,
+    validate_runs: ValidateRuns = 2,
     validate_jobs: Annotated[
         int, typer.Option("--validate-jobs", min=1, help="Tasks validated at a time.")
     ] = 2,

@@ -165,22 +165,14 @@ def lora_config(lora: LoraSpec | None) -> Any:
     )
 
 
-def build_trainer(job: TrainingJob) -> tuple[Any, Any]:
-    """The configured ``GRPOTrainer`` and its tokenizer, for this process."""
+def placement(settings: TrainSettings, deepspeed: bool) -> tuple[bool, Any, dict[str, Any]]:
+    """Where and how a trainer of ``settings`` trains, for the GRPO and SFT configs alike:
+    whether on a GPU, the dtype the weights load in (float32 on the CPU instead of a half
+    precision), and the config's DeepSpeed (mixed precision off on the CPU) or CPU arguments."""
     import torch
-    from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl.trainer.grpo_config import GRPOConfig
-    from trl.trainer.grpo_trainer import GRPOTrainer
 
-    settings = job.settings
     spec = settings.spec
-    algorithm, trainer_spec = spec.algorithm, spec.trainer
-    world = job.world
-    deepspeed = uses_deepspeed(settings, world)
-    per_device, accumulation = batch_layout(settings, world)
-    _prepare_distributed(deepspeed)
-    on_gpu = trainer_spec.gpus_per_node > 0 and torch.cuda.is_available()
+    on_gpu = spec.trainer.gpus_per_node > 0 and torch.cuda.is_available()
     dtype = spec.model.dtype
     torch_dtype: Any = "auto" if dtype == "auto" else getattr(torch, dtype)
     if not on_gpu and dtype in ("bfloat16", "float16"):
@@ -198,6 +190,25 @@ def build_trainer(job: TrainingJob) -> tuple[Any, Any]:
         extra["accelerator_config"] = {"use_configured_state": True}
     else:
         extra["use_cpu"] = not on_gpu
+    return on_gpu, torch_dtype, extra
+
+
+def build_trainer(job: TrainingJob) -> tuple[Any, Any]:
+    """The configured ``GRPOTrainer`` and its tokenizer, for this process."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl.trainer.grpo_config import GRPOConfig
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    settings = job.settings
+    spec = settings.spec
+    algorithm, trainer_spec = spec.algorithm, spec.trainer
+    world = job.world
+    deepspeed = uses_deepspeed(settings, world)
+    per_device, accumulation = batch_layout(settings, world)
+    _prepare_distributed(deepspeed)
+    on_gpu, torch_dtype, extra = placement(settings, deepspeed)
+    dtype = spec.model.dtype
     curriculum = getattr(spec, "curriculum", None)
     ordered = curriculum is not None and getattr(curriculum, "order", "none") != "none"
     args = GRPOConfig(

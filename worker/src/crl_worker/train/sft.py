@@ -31,6 +31,7 @@ from crl_worker.train.build import (
     _prepare_distributed,
     _report_to,
     lora_config,
+    placement,
     resume_checkpoint,
     uses_deepspeed,
 )
@@ -138,7 +139,6 @@ def load_sft_dataset(settings: TrainSettings) -> Any:
 
 def build_sft_trainer(settings: TrainSettings, world: int, callbacks: list[Any]) -> Any:
     """The configured ``SFTTrainer`` for this process."""
-    import torch
     from transformers import AutoTokenizer
     from trl.trainer.sft_config import SFTConfig
     from trl.trainer.sft_trainer import SFTTrainer
@@ -148,23 +148,8 @@ def build_sft_trainer(settings: TrainSettings, world: int, callbacks: list[Any])
     sft = _sft(settings)
     deepspeed = uses_deepspeed(settings, world)
     _prepare_distributed(deepspeed)
-    on_gpu = trainer_spec.gpus_per_node > 0 and torch.cuda.is_available()
+    on_gpu, torch_dtype, extra = placement(settings, deepspeed)
     dtype = spec.model.dtype
-    torch_dtype: Any = "auto" if dtype == "auto" else getattr(torch, dtype)
-    if not on_gpu and dtype in ("bfloat16", "float16"):
-        torch_dtype = torch.float32
-    extra: dict[str, Any] = {}
-    if deepspeed:
-        from crl_worker.api.launch import deepspeed_config
-
-        ds = deepspeed_config(settings.run())
-        if not on_gpu:
-            ds["bf16"] = {"enabled": False}
-            ds["fp16"] = {"enabled": False}
-        extra["deepspeed"] = ds
-        extra["accelerator_config"] = {"use_configured_state": True}
-    else:
-        extra["use_cpu"] = not on_gpu
     train_dataset = load_sft_dataset(settings)
     tokenized = "input_ids" in train_dataset.column_names
     args = SFTConfig(
