@@ -48,7 +48,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from crl_worker.errors import SandboxError
-from crl_worker.sandbox import isolation, leftovers, repos
+from crl_worker.sandbox import isolation, leftovers, limits, repos
+from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.interpreters import (
     Interpreter,
@@ -151,6 +152,8 @@ class LocalSandbox(ShellSandbox):
         """Whether the shell has no network once the task is installed (``network: none``)."""
         self._namespaces: list[str] = []
         self._owner: int | None = None
+        self.cgroup: limits.Cgroup | None = None
+        """The sandbox's cgroup holding its resource limits (None: it runs without)."""
 
     @property
     def env(self) -> dict[str, str]:
@@ -228,6 +231,11 @@ class LocalSandbox(ShellSandbox):
         self._namespaces = namespaces
         self.confined = confined
         self.transport.prefix = self._prefix(installing=True)
+        self.cgroup = await asyncio.to_thread(
+            limits.make_cgroup, self.resource_limits, name=self.name
+        )
+        if self.cgroup is not None:
+            self.transport.enter = self.cgroup.enter_command()
 
         await self.open_session()
         for number, command in enumerate(task.install, 1):
@@ -251,6 +259,54 @@ class LocalSandbox(ShellSandbox):
         await self.end_session()
         await self.open_session()
         logger.info("%s ready in %s", self.name, self.workdir)
+
+    # --- resource limits -------------------------------------------------------------------
+
+    @property
+    def resource_limits(self) -> limits.Limits:
+        """The resource limits of the config (docs/sandboxes.md)."""
+        config = self.config
+        memory = limits.parse_size(config.mem_limit) if config.mem_limit else None
+        return limits.Limits(memory=memory, pids=config.pids_limit, cpus=config.cpus)
+
+    async def run(
+        self, command: str, *, timeout: float | None = None, max_output: int = DEFAULT_MAX_OUTPUT
+    ) -> CommandResult:
+        """Run ``command`` in the session; when it ran into a resource limit its result says
+        so (the candidate's doing, not a failure of the sandbox): past the memory limit the
+        kernel killed a process, the shell's if need be (a fresh shell then answers the next
+        command); past the process limit every process of the sandbox is killed and the shell
+        restarted."""
+        cgroup = self.cgroup
+        if cgroup is None:
+            return await super().run(command, timeout=timeout, max_output=max_output)
+        before = cgroup.usage()
+        began = asyncio.get_running_loop().time()
+        try:
+            result = await super().run(command, timeout=timeout, max_output=max_output)
+        except SandboxError:
+            found = limits.exceeded(cgroup, before)
+            if found is None:
+                raise
+            logger.info("%s: %s", self.name, found[0])
+            await self._restart(cgroup)
+            duration = asyncio.get_running_loop().time() - began
+            return CommandResult(exit_code=137, output=found[0], duration=duration)
+        found = limits.exceeded(cgroup, before)
+        if found is None:
+            return result
+        note, restart = found
+        logger.info("%s: %s", self.name, note)
+        if restart:
+            await self._restart(cgroup)
+        output = f"{result.output.rstrip()}\n{note}\n" if result.output else f"{note}\n"
+        return result.model_copy(update={"output": output})
+
+    async def _restart(self, cgroup: limits.Cgroup) -> None:
+        """A fresh shell after a limit was hit, with nothing of the old one left running."""
+        await self.end_session()
+        await asyncio.to_thread(cgroup.kill_all)
+        await self.open_session()
 
     # --- file confinement ------------------------------------------------------------------
 
@@ -447,6 +503,9 @@ class LocalSandbox(ShellSandbox):
         """Forget the exit hook, remove the sandbox's folder (unless kept) and give up its
         claim (after the session's processes were killed, on close)."""
         leftovers.unregister(id(self))
+        cgroup, self.cgroup = self.cgroup, None
+        if cgroup is not None:
+            await asyncio.to_thread(cgroup.remove)
         if self.root is not None:
             if not self.config.keep:
                 await asyncio.to_thread(shutil.rmtree, self.root, True)
@@ -457,5 +516,7 @@ class LocalSandbox(ShellSandbox):
     def _cleanup_at_exit(self) -> None:
         """At interpreter exit, for a sandbox still open: kill its processes, remove its folder."""
         self.transport.kill_now()
+        if self.cgroup is not None:
+            self.cgroup.remove()
         if self.root is not None and not self.config.keep:
             shutil.rmtree(self.root, ignore_errors=True)

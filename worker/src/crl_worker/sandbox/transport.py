@@ -206,6 +206,9 @@ class LocalTransport:
         self.join_network = False
         """Scripts that join the shell's namespaces join its network namespace too (the local
         backend's sandboxes without network)."""
+        self.enter: list[str] = []
+        """A command in front of everything the transport starts, ``prefix`` and ``nsenter``
+        included, that execs what follows (the local backend's: enter the sandbox's cgroup)."""
         self._proc: asyncio.subprocess.Process | None = None
         self._shell: tuple[int, int] | None = None
 
@@ -230,6 +233,7 @@ class LocalTransport:
     async def open_shell(self, workdir: str) -> tuple[ByteReader, ByteWriter]:
         """Start the shell as a child process with piped standard input and output."""
         proc = await asyncio.create_subprocess_exec(
+            *self.enter,
             *self.prefix,
             *SHELL_ARGV,
             stdin=asyncio.subprocess.PIPE,
@@ -252,7 +256,7 @@ class LocalTransport:
         if proc is None:
             return None
         if not self.prefix:
-            return proc.pid, proc.pid
+            return proc.pid, proc.pid  # ``enter`` execs the shell: the same process
         if self._shell is None:
             # The prefix execs its way to unshare, which forks the shell: the one child of
             # the process started. Being process 1, the shell leads a process group of its own.
@@ -337,7 +341,7 @@ class LocalTransport:
         return await run_captured(
             # Through the prefix too: what git runs from the repository's configuration sees no
             # other process (and dies with the script, or with the shell it joined).
-            [*prefix, *script_command(script)],
+            [*self.enter, *prefix, *script_command(script)],
             what=f"{self.name}: a script in {workdir}",
             cwd=workdir,
             env=env,
