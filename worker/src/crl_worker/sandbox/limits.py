@@ -390,6 +390,46 @@ def make_cgroup(limits: Limits, *, name: str = "sandbox") -> Cgroup | None:
     return None
 
 
+def mount_folder(folder: Path, size: int) -> str | None:
+    """Make the empty ``folder`` a tmpfs of ``size`` bytes (the sandbox's disk limit): None, or
+    why it cannot be (only root mounts here)."""
+    if os.geteuid() != 0:
+        return "only a worker running as root can mount the sandbox's folder"
+    from crl_worker.sandbox.confine import MS_NODEV, MS_NOSUID, mount
+
+    try:
+        mount("crl-sandbox", str(folder), "tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=0700")
+    except OSError as exc:
+        return str(exc)
+    return None
+
+
+def unmount_folder(folder: Path) -> None:
+    """Undo :func:`mount_folder` (nothing when ``folder`` is not a mount point)."""
+    if os.path.ismount(folder):
+        from crl_worker.sandbox.confine import unmount
+
+        try:
+            unmount(str(folder))
+        except OSError as exc:
+            logger.warning("cannot unmount the sandbox folder %s: %s", folder, exc)
+
+
+def disk_full(folder: Path, size: int) -> str | None:
+    """The note for a command's result when the sandbox's folder (a tmpfs of ``size`` bytes)
+    is full, else None."""
+    try:
+        free = os.statvfs(folder)
+    except OSError:
+        return None
+    if free.f_bavail * free.f_frsize >= min(1 << 20, size // 100):
+        return None
+    return (
+        f"crl: the sandbox's folder is full: the command exceeded its disk limit "
+        f"({show_size(size)})"
+    )
+
+
 def exceeded(cgroup: Cgroup, before: Usage) -> tuple[str, bool] | None:
     """What the sandbox's last command ran into since ``before``: the note for its result and
     whether its processes must go (the process limit: a fork bomb stays at it), or None."""

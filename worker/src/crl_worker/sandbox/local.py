@@ -48,8 +48,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from crl_worker.errors import SandboxError
-from crl_worker.sandbox import isolation, leftovers, limits, repos
-from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult
+from crl_worker.sandbox import identity, isolation, leftovers, limits, repos
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.interpreters import (
     Interpreter,
@@ -58,8 +57,8 @@ from crl_worker.sandbox.interpreters import (
     find_uv,
     host_path,
 )
+from crl_worker.sandbox.limited import LimitedSandbox
 from crl_worker.sandbox.session import SESSION_ENV
-from crl_worker.sandbox.shell import ShellSandbox
 from crl_worker.sandbox.transport import LocalTransport
 from crl_worker.tasks.model import Task
 
@@ -103,6 +102,22 @@ def _java_home() -> str | None:
     return str(Path(java).resolve().parent.parent)
 
 
+def _java_caches() -> tuple[Path, Path]:
+    """The worker's Maven repository and Gradle home."""
+    home = os.environ.get("HOME") or str(Path.home())
+    gradle = Path(os.environ.get("GRADLE_USER_HOME") or Path(home) / ".gradle")
+    return Path(home) / ".m2" / "repository", gradle
+
+
+def _can_overlay() -> bool:
+    """Whether a confined sandbox may mount an overlay: as root, or in a user namespace from
+    Linux 5.11 on."""
+    if os.geteuid() == 0:
+        return True
+    found = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return found is not None and (int(found.group(1)), int(found.group(2))) >= (5, 11)
+
+
 def link_tools(directory: Path, names: Iterable[str]) -> list[str]:
     """Link each host tool of ``names`` that is not in :data:`SYSTEM_PATH` into ``directory``.
 
@@ -124,7 +139,7 @@ def link_tools(directory: Path, names: Iterable[str]) -> list[str]:
     return missing
 
 
-class LocalSandbox(ShellSandbox):
+class LocalSandbox(LimitedSandbox):
     """A sandbox on this machine (see the module docs): provisioning here, the rest is
     :class:`~crl_worker.sandbox.shell.ShellSandbox` over a
     :class:`~crl_worker.sandbox.transport.LocalTransport`."""
@@ -152,8 +167,13 @@ class LocalSandbox(ShellSandbox):
         """Whether the shell has no network once the task is installed (``network: none``)."""
         self._namespaces: list[str] = []
         self._owner: int | None = None
-        self.cgroup: limits.Cgroup | None = None
-        """The sandbox's cgroup holding its resource limits (None: it runs without)."""
+        self.cgroup = None
+        self._disk = None
+        self._handed = False
+        self._overlays: list[isolation.Bind] = []
+        self.identity: tuple[int, int] | None = None
+        """(uid, gid) the agent's commands run as: the config's ``user`` when the worker is
+        root and the sandbox is confined, else None (the worker's own user)."""
 
     @property
     def env(self) -> dict[str, str]:
@@ -194,6 +214,7 @@ class LocalSandbox(ShellSandbox):
         await asyncio.to_thread(leftovers.sweep, root or Path(tempfile.gettempdir()))
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", task.instance_id)[:60]
         self.root = Path(tempfile.mkdtemp(prefix=f"{leftovers.FOLDER_PREFIX}{safe}-", dir=root))
+        self._disk = self._mount_disk(self.root)
         self._owner = leftovers.claim(self.root)
         leftovers.register(id(self), self._cleanup_at_exit)
         # Not the repository's name: old test suites put the checkout's parent folder first on
@@ -230,6 +251,7 @@ class LocalSandbox(ShellSandbox):
         self.transport.env = env
         self._namespaces = namespaces
         self.confined = confined
+        self.identity = identity.resolve(self.config.user) if confined else None
         self.transport.prefix = self._prefix(installing=True)
         self.cgroup = await asyncio.to_thread(
             limits.make_cgroup, self.resource_limits, name=self.name
@@ -254,59 +276,37 @@ class LocalSandbox(ShellSandbox):
                 )
         # From here on the caches are read-only: what the agent writes stays in its sandbox.
         self.transport.prefix = self._prefix(installing=False)
+        if self.identity is not None:
+            # The rest runs as the sandbox's user, in a folder that is now its own; the base
+            # state is recorded by it too (git refuses a repository of another owner).
+            await self.end_session()
+            await asyncio.to_thread(identity.hand_over, self.root, self.identity)
+            for bind in self._overlays:
+                assert bind.upper is not None
+                await asyncio.to_thread(
+                    identity.mirror_folders, Path(bind.source), Path(bind.upper), self.identity
+                )
+            self._handed = True
         await self.record_base_state()
         # Install commands may have cd-ed or exported: the agent starts from a fresh shell.
         await self.end_session()
         await self.open_session()
         logger.info("%s ready in %s", self.name, self.workdir)
 
-    # --- resource limits -------------------------------------------------------------------
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` (relative to the workdir); the sandbox's user owns it."""
+        await super().write_file(path, data)
+        await self._give(self._path(path))
 
-    @property
-    def resource_limits(self) -> limits.Limits:
-        """The resource limits of the config (docs/sandboxes.md)."""
-        config = self.config
-        memory = limits.parse_size(config.mem_limit) if config.mem_limit else None
-        return limits.Limits(memory=memory, pids=config.pids_limit, cpus=config.cpus)
+    async def write_confined(self, path: str, data: bytes) -> None:
+        """Write a file inside the working tree (no link may lead outside it); the sandbox's
+        user owns it."""
+        await super().write_confined(path, data)
+        await self._give(self._path(path))
 
-    async def run(
-        self, command: str, *, timeout: float | None = None, max_output: int = DEFAULT_MAX_OUTPUT
-    ) -> CommandResult:
-        """Run ``command`` in the session; when it ran into a resource limit its result says
-        so (the candidate's doing, not a failure of the sandbox): past the memory limit the
-        kernel killed a process, the shell's if need be (a fresh shell then answers the next
-        command); past the process limit every process of the sandbox is killed and the shell
-        restarted."""
-        cgroup = self.cgroup
-        if cgroup is None:
-            return await super().run(command, timeout=timeout, max_output=max_output)
-        before = cgroup.usage()
-        began = asyncio.get_running_loop().time()
-        try:
-            result = await super().run(command, timeout=timeout, max_output=max_output)
-        except SandboxError:
-            found = limits.exceeded(cgroup, before)
-            if found is None:
-                raise
-            logger.info("%s: %s", self.name, found[0])
-            await self._restart(cgroup)
-            duration = asyncio.get_running_loop().time() - began
-            return CommandResult(exit_code=137, output=found[0], duration=duration)
-        found = limits.exceeded(cgroup, before)
-        if found is None:
-            return result
-        note, restart = found
-        logger.info("%s: %s", self.name, note)
-        if restart:
-            await self._restart(cgroup)
-        output = f"{result.output.rstrip()}\n{note}\n" if result.output else f"{note}\n"
-        return result.model_copy(update={"output": output})
-
-    async def _restart(self, cgroup: limits.Cgroup) -> None:
-        """A fresh shell after a limit was hit, with nothing of the old one left running."""
-        await self.end_session()
-        await asyncio.to_thread(cgroup.kill_all)
-        await self.open_session()
+    async def _give(self, path: str) -> None:
+        if self.identity is not None and self.root is not None:
+            await asyncio.to_thread(identity.give, path, str(self.root), self.identity)
 
     # --- file confinement ------------------------------------------------------------------
 
@@ -314,7 +314,7 @@ class LocalSandbox(ShellSandbox):
         """Open the session; once a confined one answers, scripts join its namespaces."""
         await super().open_session()
         if self.confined and isolation.can_join(self._namespaces):
-            self.transport.join = isolation.join_command()
+            self.transport.join = isolation.join_command(self.identity if self._handed else None)
             self.transport.join_network = self.offline
 
     async def end_session(self) -> None:
@@ -331,7 +331,8 @@ class LocalSandbox(ShellSandbox):
             # Installed: from here on the shell and the base-state scripts have no network.
             namespaces = isolation.offline(namespaces)
             plan.loopback = True
-        return [*namespaces, *isolation.confine_command(plan)]
+        user = isolation.identity_command(self.identity) if self.identity and not installing else []
+        return [*namespaces, *isolation.confine_command(plan), *user]
 
     def _confined_env(self) -> dict[str, str]:
         """What a confined shell's environment changes: a ``HOME`` and ``TMPDIR`` of its own in
@@ -339,12 +340,24 @@ class LocalSandbox(ShellSandbox):
         assert self.root is not None
         for folder in ("home", "tmp"):
             (self.root / folder).mkdir(exist_ok=True)
-        return {
+        env = {
             "HOME": str(self.root / "home"),
             "TMPDIR": str(self.root / "tmp"),
             "UV_CACHE_DIR": str(_cache_dir("UV_CACHE_DIR", "uv")),
             "PIP_CACHE_DIR": str(_cache_dir("PIP_CACHE_DIR", "pip")),
         }
+        if self.task.language == "java":
+            # Named outright: the sandbox's user may have no home of its own (nobody's is
+            # /nonexistent), and Java's user.home is the passwd entry's.
+            m2, gradle = _java_caches()
+            opts = (
+                os.environ.get("MAVEN_OPTS", "")
+                if "MAVEN_OPTS" in self.config.env_passthrough
+                else ""
+            )
+            env["MAVEN_OPTS"] = f"{opts} -Dmaven.repo.local={m2}".strip()
+            env["GRADLE_USER_HOME"] = str(gradle)
+        return env
 
     def confinement(self, *, installing: bool) -> isolation.Plan:
         """What this sandbox's shell sees of the machine's files (docs/security.md).
@@ -386,14 +399,21 @@ class LocalSandbox(ShellSandbox):
             java_home = _java_home()
             if java_home is not None:
                 plan.keep(Path(java_home).resolve())
-            # At their own paths: Java's user.home is the passwd entry's, not $HOME. The rest of
-            # ~/.m2 (settings.xml, which may hold credentials) stays hidden.
-            m2 = Path(home) / ".m2" / "repository"
+            # At their own paths (MAVEN_OPTS and GRADLE_USER_HOME name them). The rest of ~/.m2
+            # (settings.xml, which may hold credentials) stays hidden. Writable while the task
+            # installs; the agent's builds write copy-on-write, into the sandbox's folder.
+            m2, gradle = _java_caches()
             m2.mkdir(parents=True, exist_ok=True)
-            plan.keep(m2, writable=True)
-            gradle = Path(os.environ.get("GRADLE_USER_HOME") or Path(home) / ".gradle")
-            if gradle.is_dir():
-                plan.keep(gradle, writable=True)
+            for number, cache in enumerate((m2, gradle)):
+                if not cache.is_dir():
+                    continue
+                if installing or not _can_overlay():
+                    plan.keep(cache, writable=True)
+                else:
+                    layers = self.root / "caches" / str(number)
+                    plan.overlay(cache, layers / "upper", layers / "work")
+                    if plan.binds[-1] not in self._overlays:
+                        self._overlays.append(plan.binds[-1])
         for name, tool in (("UV_CACHE_DIR", "uv"), ("PIP_CACHE_DIR", "pip")):
             cache = Path(self.transport.env.get(name) or _cache_dir(name, tool))
             cache.mkdir(parents=True, exist_ok=True)
@@ -508,7 +528,7 @@ class LocalSandbox(ShellSandbox):
             await asyncio.to_thread(cgroup.remove)
         if self.root is not None:
             if not self.config.keep:
-                await asyncio.to_thread(shutil.rmtree, self.root, True)
+                await asyncio.to_thread(self._remove_folder, self.root)
             if self._owner is not None:
                 leftovers.release(self.root, self._owner, keep=self.config.keep)
                 self._owner = None
@@ -519,4 +539,11 @@ class LocalSandbox(ShellSandbox):
         if self.cgroup is not None:
             self.cgroup.remove()
         if self.root is not None and not self.config.keep:
-            shutil.rmtree(self.root, ignore_errors=True)
+            self._remove_folder(self.root)
+
+    def _remove_folder(self, folder: Path) -> None:
+        """Remove the sandbox's folder, unmounting its tmpfs (``disk_limit``) first."""
+        if self._disk is not None:
+            limits.unmount_folder(folder)
+            self._disk = None
+        shutil.rmtree(folder, ignore_errors=True)

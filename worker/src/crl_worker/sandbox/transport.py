@@ -175,6 +175,8 @@ def _descendant_shell(pid: int) -> int | None:
 
 #: util-linux's nsenter (scripts join a confined shell's namespaces with it).
 NSENTER = "/usr/bin/nsenter"
+#: ``_CD + [folder, command...]``: run the command in ``folder``.
+_CD = ["/bin/sh", "-c", 'cd "$1" && shift && exec "$@"', "crl-cd"]
 
 
 class LocalTransport:
@@ -336,8 +338,10 @@ class LocalTransport:
         if found is not None:
             # Into the open shell's confined namespaces: the same view of the files, at the cost
             # of two execs instead of new namespaces and a confinement of their own.
+            # The shell's root and working directory (nsenter resolves a --wd path before it
+            # enters them: a folder the sandbox's user cannot walk to), then into ``workdir``.
             spaces = ["-m", "-p", *(["-n"] if self.join_network else [])]
-            prefix = [NSENTER, "-t", str(found[0]), *spaces, f"--wd={workdir}", *self.join]
+            prefix = [NSENTER, "-t", str(found[0]), *spaces, "-r", "-w", *self.join, *_CD, workdir]
         return await run_captured(
             # Through the prefix too: what git runs from the repository's configuration sees no
             # other process (and dies with the script, or with the shell it joined).
