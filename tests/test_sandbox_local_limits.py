@@ -8,6 +8,7 @@ seconds and can never reach the machine: the process limit is written before any
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import shutil
@@ -236,3 +237,28 @@ async def test_maven_and_gradle_caches_are_copy_on_write(
         assert not (home / ".gradle" / "caches-probe").exists()
         seen = await second.run(f"cat {m2}/org/shared.pom; ls {m2}/org; ls $GRADLE_USER_HOME")
         assert seen.output.split() == ["original", "shared.pom"]
+
+
+async def test_cgroup_v2_enter_kill_and_remove() -> None:
+    """The v2 side on a real cgroup2 file system: made under the worker's cgroup, entered by
+    the command prefix, every process killed (``cgroup.kill``), removed. (This host's cgroup2 has
+    no controllers to limit with: they are all bound to v1.)"""
+    where = limits.find(())
+    if isinstance(where, str) or where.version != 2:
+        pytest.skip(f"no writable cgroup2 here: {where}")
+    cgroup = where.make(f"{os.getpid()}-v2-test", limits.Limits())
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *cgroup.enter_command(), "/bin/sh", "-c", "sleep 60 & exec sleep 60"
+        )
+        for _ in range(200):
+            if len(cgroup.pids()) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert proc.pid in cgroup.pids() and len(cgroup.pids()) == 2
+        await asyncio.to_thread(cgroup.kill_all)
+        assert await proc.wait() == -9
+        assert cgroup.pids() == []
+    finally:
+        cgroup.remove()
+    assert not next(iter(cgroup.folders.values())).exists()

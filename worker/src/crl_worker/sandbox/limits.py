@@ -198,7 +198,16 @@ class Hierarchy:
 
         Raises :class:`OSError` when the kernel refuses (nothing is left behind then).
         """
-        folders = {controller: parent / name for controller, parent in self.parents.items()}
+        # Only the hierarchies a limit needs: on v1 each one a process enters costs a migration
+        # (tens of milliseconds on a busy machine).
+        needed = {"memory": limits.memory, "pids": limits.pids, "cpu": limits.cpus}
+        folders = {
+            controller: parent / name
+            for controller, parent in self.parents.items()
+            if needed.get(controller) is not None or self.version == 2
+        }
+        if not folders:
+            raise OSError(errno.EINVAL, "no limit to set")
         cgroup = Cgroup(folders, version=self.version, limits=limits)
         try:
             for folder in dict.fromkeys(folders.values()):
@@ -315,7 +324,8 @@ def find(
         return f"the worker's cgroup {own_v2} is outside the mounted cgroup2 {unified[0]}"
     own = Path(unified[0], relative).resolve()
     try:
-        return Hierarchy(2, dict.fromkeys(wanted, _delegate(own, wanted)))
+        # One folder for all (named "cgroup" when no controller is wanted: processes only).
+        return Hierarchy(2, dict.fromkeys(wanted or ("cgroup",), _delegate(own, wanted)))
     except OSError as exc:
         return f"cannot hand the {', '.join(wanted)} controllers down from {own} ({exc})"
 
