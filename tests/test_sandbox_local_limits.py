@@ -195,6 +195,20 @@ async def test_canaries_around_the_host_stay_unread(
             result = await first.run(f"{attack} 2>&1; echo status $?")
             assert secret not in result.output, (name, attack, result.output)
             assert not result.output.endswith("status 0\n"), (name, attack, result.output)
+        # Nor through the worker: a link the sandbox plants, read by the harness or a tool.
+        await first.run(f"ln -sf {path} planted")
+        with pytest.raises(PermissionError, match="may not read"):
+            await first.read_file("planted")
+        with pytest.raises(PermissionError, match="may not read"):
+            await first.read_file_limited("planted", 1 << 16)
+    # A world-readable file in a folder the confinement hides (the worker's working directory).
+    await first.run(f"ln -sf {Path.cwd() / 'pyproject.toml'} planted")
+    with pytest.raises(PermissionError, match="may not read"):
+        await first.read_file("planted")
+    # What the sandbox may read, the worker still reads for it.
+    await first.run("rm planted && ln -s /etc/os-release release")
+    assert b"ID=" in await first.read_file_limited("release", 1 << 16)
+    assert b"def add" in await first.read_file("calc/__init__.py")
     await _unaffected((first, second))
 
 

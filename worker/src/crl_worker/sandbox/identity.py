@@ -10,11 +10,18 @@ worker that is not root needs none of this: the sandbox runs as the worker's own
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from crl_worker.errors import SandboxError
+
+T = TypeVar("T")
 
 
 def resolve(user: str | None) -> tuple[int, int] | None:
@@ -97,3 +104,49 @@ def mirror_folders(lower: Path, upper: Path, identity: tuple[int, int]) -> int:
         made += 1
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(parent, d))]
     return made
+
+
+@dataclass(frozen=True)
+class View:
+    """What a confined sandbox's user may read of the machine's files, as the worker checks it
+    before reading a file for the sandbox (the harness's and the agent tools' reads)."""
+
+    identity: tuple[int, int]
+    own: str
+    """The sandbox's folder (resolved): all of it is the sandbox's."""
+    hidden: tuple[str, ...] = ()
+    """Folders the confinement hides (resolved)."""
+    kept: tuple[str, ...] = ()
+    """What it shows again inside them (resolved)."""
+
+    def allows(self, real: str, status: os.stat_result) -> bool:
+        """Whether the sandbox's user could read the file at the resolved path ``real``
+        (ancestor folders' search rights aside)."""
+        if _inside(real, (self.own,)):
+            return True
+        if _inside(real, self.hidden) and not _inside(real, self.kept):
+            return False
+        uid, gid = self.identity
+        if status.st_uid == uid:
+            return bool(status.st_mode & stat.S_IRUSR)
+        if status.st_gid == gid:
+            return bool(status.st_mode & stat.S_IRGRP)
+        return bool(status.st_mode & stat.S_IROTH)
+
+    def read(self, path: str, reader: Callable[[str], T]) -> T:
+        """``reader`` of the file at ``path`` once :meth:`allows` says yes for what ``path``
+        leads to (blocking). The file is opened once (``O_PATH``, links followed) and both
+        checked and read through that descriptor, so a link swapped meanwhile changes nothing.
+        Raises ``PermissionError`` naming ``path`` otherwise."""
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        try:
+            through = f"/proc/self/fd/{fd}"
+            if not self.allows(os.readlink(through), os.fstat(fd)):
+                raise PermissionError(errno.EACCES, "the sandbox may not read it", path)
+            return reader(through)
+        finally:
+            os.close(fd)
+
+
+def _inside(path: str, folders: tuple[str, ...]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)

@@ -45,11 +45,13 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox import identity, isolation, leftovers, limits, repos
 from crl_worker.sandbox.config import LocalSandboxConfig
+from crl_worker.sandbox.files import FileTooLarge, read_local
 from crl_worker.sandbox.interpreters import (
     Interpreter,
     MissingInterpreterError,
@@ -100,6 +102,10 @@ def _java_home() -> str | None:
     if java is None:
         return None
     return str(Path(java).resolve().parent.parent)
+
+
+def _read_bytes(path: str) -> bytes:
+    return Path(path).read_bytes()
 
 
 def _java_caches() -> tuple[Path, Path]:
@@ -171,6 +177,7 @@ class LocalSandbox(LimitedSandbox):
         self._disk = None
         self._handed = False
         self._overlays: list[isolation.Bind] = []
+        self._view: identity.View | None = None
         self.identity: tuple[int, int] | None = None
         """(uid, gid) the agent's commands run as: the config's ``user`` when the worker is
         root and the sandbox is confined, else None (the worker's own user)."""
@@ -287,11 +294,32 @@ class LocalSandbox(LimitedSandbox):
                     identity.mirror_folders, Path(bind.source), Path(bind.upper), self.identity
                 )
             self._handed = True
+        if self.confined:
+            self._view = self._make_view()
         await self.record_base_state()
         # Install commands may have cd-ed or exported: the agent starts from a fresh shell.
         await self.end_session()
         await self.open_session()
         logger.info("%s ready in %s", self.name, self.workdir)
+
+    async def read_file(self, path: str) -> bytes:
+        """The bytes of ``path`` (relative to the workdir); once confined, only a file the
+        sandbox could read itself (a link it made to a hidden or unreadable host file reads
+        nothing)."""
+        if self._view is None:
+            return await super().read_file(path)
+        return await asyncio.to_thread(self._view.read, self._path(path), _read_bytes)
+
+    async def read_file_limited(self, path: str, limit: int) -> bytes:
+        """At most ``limit`` bytes of the regular file ``path``, under the same rule as
+        :meth:`read_file`."""
+        if self._view is None:
+            return await super().read_file_limited(path, limit)
+        full = self._path(path)
+        try:
+            return await asyncio.to_thread(self._view.read, full, partial(read_local, limit=limit))
+        except FileTooLarge as exc:
+            raise FileTooLarge(full, limit, exc.size) from None
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` (relative to the workdir); the sandbox's user owns it."""
@@ -303,6 +331,18 @@ class LocalSandbox(LimitedSandbox):
         user owns it."""
         await super().write_confined(path, data)
         await self._give(self._path(path))
+
+    def _make_view(self) -> identity.View:
+        """What the agent's user sees, for the worker's reads on its behalf."""
+        assert self.root is not None
+        plan = self.confinement(installing=False)
+        real = os.path.realpath
+        return identity.View(
+            self.identity or (os.geteuid(), os.getegid()),
+            real(self.root),
+            tuple(real(f) for f in (*plan.hide, *plan.scratch)),
+            tuple(real(b.target) for b in plan.binds),
+        )
 
     async def _give(self, path: str) -> None:
         if self.identity is not None and self.root is not None:
