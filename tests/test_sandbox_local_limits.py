@@ -102,6 +102,19 @@ async def test_memory_hog_ends_its_command_not_the_sandbox(
     await _unaffected(pair)
 
 
+async def test_memory_hog_in_the_shell_itself_gets_a_fresh_shell(
+    pair: tuple[LocalSandbox, LocalSandbox],
+) -> None:
+    first, _ = pair
+    hog = "export LEFT=1; x=$(head -c 300m /dev/zero | tr '\\0' a); echo survived"
+    result = await first.run(hog, timeout=30)
+    assert (result.exit_code, result.timed_out) == (137, False)
+    assert "exceeded its memory limit (128 MiB)" in result.output
+    # A fresh shell answers, without the old one's variables.
+    assert (await first.run('echo "left=$LEFT"')).output == "left=\n"
+    await _unaffected(pair)
+
+
 async def test_fork_bomb_ends_its_command_not_the_sandbox(
     pair: tuple[LocalSandbox, LocalSandbox],
 ) -> None:

@@ -382,11 +382,16 @@ def make_cgroup(limits: Limits, *, name: str = "sandbox") -> Cgroup | None:
             _found.sweep()
     reason: str
     if isinstance(_found, Hierarchy):
-        _made += 1
-        try:
-            return _found.make(f"{os.getpid()}-{_made}", limits)
-        except OSError as exc:
-            reason = f"making its cgroup failed: {exc}"
+        reason = "no free cgroup name"
+        for _ in range(20):  # names of a dead worker with the same pid may still be there
+            _made += 1
+            try:
+                return _found.make(f"{os.getpid()}-{_made}", limits)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                reason = f"making its cgroup failed: {exc}"
+                break
     else:
         reason = _found
     if not _warned:
