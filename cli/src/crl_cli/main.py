@@ -23,6 +23,7 @@ from crl_cli.common import INVALID, Output, err, out, resources_or_exit, usage_e
 from crl_cli.taskgrade import register as register_grade
 from crl_cli.tasks import app as tasks_app
 from crl_cli.train import register as register_train
+from crl_cli.trajectories import app as trajectories_app
 from crl_worker.api import API_VERSION, KINDS
 from crl_worker.api.validation import (
     DocumentResult,
@@ -42,6 +43,7 @@ register_grade(tasks_app)
 app.add_typer(tasks_app, name="tasks")
 register_bench(app)
 register_train(app)
+app.add_typer(trajectories_app, name="trajectories")
 
 
 @app.callback()

@@ -180,7 +180,7 @@ def check(
         typer.Option(
             "--format",
             "-f",
-            help="Record format: a benchmark's (swe-bench, multi-swe-bench, bigvul, primevul, "
+            help="Record format: a benchmark's (swe-bench, swe-smith, r2e-gym, swe-rebench, bigvul, "
             "...) or 'task' (Task objects as JSON/JSONL). Default: 'task' when the first record "
             "has a 'test' object or a 'task_type' (the native format), else 'swe-bench'.",
         ),

@@ -68,6 +68,24 @@ def train(
         int | None,
         typer.Option("--metrics-port", help="Serve Prometheus metrics on this port."),
     ] = None,
+    validate: Annotated[
+        bool,
+        typer.Option(
+            "--validate",
+            help="Validate the tasks first in local sandboxes (gold resolves, no patch does not,"
+            " flaky tests), verdicts cached by content hash; failing tasks are left out and"
+            " listed in RUN_FOLDER/quarantine.json.",
+        ),
+    ] = False,
+    validate_runs: Annotated[
+        int,
+        typer.Option(
+            "--validate-runs", min=1, help="Runs of each patch when validating (flaky tests)."
+        ),
+    ] = 2,
+    validate_jobs: Annotated[
+        int, typer.Option("--validate-jobs", min=1, help="Tasks validated at a time.")
+    ] = 2,
     log_format: Annotated[
         LogFormat,
         typer.Option(
@@ -89,6 +107,8 @@ def train(
     if steps is not None and view is not None:
         view.total_steps = steps
     args = ["--config", str(file)]
+    if validate:
+        args += ["--quarantine", str(_validate(file, output, validate_runs, validate_jobs))]
     for flag, value in (
         ("--url", url),
         ("--model", model),
@@ -136,6 +156,27 @@ def train(
         for line in view.tail:
             err.print(line, highlight=False, markup=False)
     raise typer.Exit(status)
+
+
+def _validate(file: Path, output: Path | None, runs: int, jobs: int) -> Path:
+    """Validate the run's tasks (``crl train --validate``); the quarantine file to hand on."""
+    from crl_worker.train.errors import TrainConfigError
+    from crl_worker.train.validation import validate_run
+
+    try:
+        report, path = validate_run(file, output=output, runs=runs, jobs=jobs)
+    except TrainConfigError as exc:
+        raise usage_error(str(exc)) from None
+    total = len(report.valid) + len(report.quarantined)
+    err.print(
+        f"validated {total} tasks ({report.cached} verdicts cached): {len(report.valid)} valid,"
+        f" {len(report.quarantined)} quarantined (listed in {path})",
+        highlight=False,
+        markup=False,
+    )
+    for verdict in report.quarantined:
+        err.print(f"  quarantined {verdict.instance_id}: {verdict.problems[0]}", markup=False)
+    return path
 
 
 def _view(file: Path, output: Path | None, log_format: LogFormat) -> tuple[TrainView | None, Path]:

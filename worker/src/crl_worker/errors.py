@@ -26,6 +26,7 @@ class TaskFormatError(CrlError):
     def __init__(self, message: str, *, record: str | None = None, field: str | None = None):
         self.record = record
         self.field = field
+        self.message = message
         where = ", ".join(
             part
             for part in (

@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime
 import importlib
 import logging
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +26,8 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferInitInfo,
     WeightTransferUpdateInfo,
 )
+
+from crl_vllm_plugin.packed import receive_packed
 
 logger = logging.getLogger(__name__)
 
@@ -141,39 +142,22 @@ class GlooWeightTransferEngine(WeightTransferEngine):  # type: ignore[misc]
             torch.accelerator.synchronize()
 
     def receive_weights(self, update_info: GlooUpdateInfo) -> None:
-        """Receive the packed chunks in order and load each chunk's tensors."""
+        """Receive the packed chunks in order and load each chunk's tensors
+        (:func:`crl_vllm_plugin.packed.receive_packed`)."""
         if self._group is None:
             raise RuntimeError("gloo weight transfer not initialized: call init first")
-        dist: Any = importlib.import_module("torch.distributed")
-        pending: list[tuple[str, list[int], torch.dtype, int]] = []
-        size = 0
 
-        def flush() -> None:
-            nonlocal pending, size
-            buffer = torch.empty(size, dtype=torch.uint8)
-            options = dist.BroadcastOptions()
-            options.rootRank = 0
-            self._group.broadcast([buffer], options).wait()
-            tensors: list[tuple[str, torch.Tensor]] = []
-            offset = 0
-            for name, shape, dtype, nbytes in pending:
-                part = buffer[offset : offset + nbytes].view(dtype).view(*shape)
-                tensors.append((name, part.to(self.device)))
-                offset += nbytes
-            self.model.load_weights(tensors)
-            pending, size = [], 0
+        def load(tensors: list[tuple[str, torch.Tensor]]) -> None:
+            self.model.load_weights([(name, t.to(self.device)) for name, t in tensors])
 
-        for name, dtype_name, shape in zip(
-            update_info.names, update_info.dtype_names, update_info.shapes, strict=True
-        ):
-            dtype = getattr(torch, dtype_name)
-            nbytes = math.prod(shape) * dtype.itemsize
-            pending.append((name, shape, dtype, nbytes))
-            size += nbytes
-            if size > self.buffer_size_bytes:
-                flush()
-        if pending:
-            flush()
+        receive_packed(
+            self._group,
+            update_info.names,
+            update_info.dtype_names,
+            update_info.shapes,
+            self.buffer_size_bytes,
+            load,
+        )
 
     def shutdown(self) -> None:
         """Leave the group (a trainer waiting in a collective then fails)."""

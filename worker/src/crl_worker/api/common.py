@@ -43,6 +43,9 @@ DEFAULT_TOOL_CALL_PARSER = "hermes"
 TaskFormat = Literal[
     "swe-bench",
     "swe-gym",
+    "swe-smith",
+    "r2e-gym",
+    "swe-rebench",
     "multi-swe-bench",
     "defects4j",
     "gitbug-java",
@@ -120,7 +123,7 @@ class TaskSource(ApiModel):
 
     format: TaskFormat = "swe-bench"
     """How records are shaped: `swe-bench` (also SWE-bench Verified and Lite), `swe-gym`,
-    `multi-swe-bench` (Java), `defects4j`, `gitbug-java`, `bugsinpy`, `quixbugs`,
+    `swe-smith`, `r2e-gym`, `swe-rebench`, `multi-swe-bench` (Java), `defects4j`, `gitbug-java`, `bugsinpy`, `quixbugs`,
     `polyglot` (Aider-polyglot style exercises), the vulnerability datasets `bigvul`,
     `cvefixes` and `primevul` (classify tasks), or `task` (records already in the worker's
     task schema, with the harness settings spelled out)."""

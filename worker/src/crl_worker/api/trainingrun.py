@@ -72,16 +72,84 @@ class LoraSpec(ApiModel):
     """Modules that get adapters; `all-linear` targets every linear layer."""
 
 
-class AlgorithmSpec(ApiModel):
-    """The GRPO-family algorithm and its hyperparameters."""
+class SftDataset(ApiModel):
+    """Where a supervised run's training set comes from: exactly one of the three."""
 
     model_config = ConfigDict(
         json_schema_extra=with_rules(
             cel(
-                "self.numGenerations >= 2",
+                "[has(self.path), has(self.huggingFace), has(self.benchmarkResults)]"
+                ".filter(x, x).size() == 1",
+                "set exactly one of path (an exported dataset), huggingFace (a dataset id) or"
+                " benchmarkResults (a Benchmark's results folder)",
+            ),
+        )
+    )
+
+    path: Path | None = None
+    """A dataset folder `crl trajectories export` wrote (its `data/*.parquet`), or a parquet
+    file. On one machine relative to the manifest's folder; in a cluster relative to the
+    checkpoint volume (`checkpoints.volume`), where the trainer reads it."""
+    hugging_face: Short | None = None
+    """A Hugging Face dataset id (`owner/name`) of the same columns (or of `messages` chats,
+    which TRL tokenizes with the loss on the assistant's turns)."""
+    benchmark_results: Path | None = None
+    """A Benchmark's results folder (`crl bench --results`; a training run's folder works
+    too): its resolved attempts are exported into the run folder (`sft-dataset/`) first, at
+    most `perInstance` per instance. Where it is read from: as `path`."""
+    split: Short = "train"
+    """The split of a Hugging Face dataset."""
+    per_instance: int | None = Field(default=None, ge=1, le=1024)
+    """With `benchmarkResults`: at most this many trajectories per instance."""
+
+
+class SftSpec(ApiModel):
+    """Supervised fine-tuning (`algorithm.type: sft`): TRL's `SFTTrainer` on agent
+    trajectories, the loss on the model's own tokens only."""
+
+    dataset: SftDataset
+    """The training set."""
+    max_length: int | None = Field(default=None, ge=16, le=1048576)
+    """Tokens per sequence at most (longer ones are cut at the end); the agent's
+    `maxTotalTokens` when empty."""
+
+
+class AlgorithmSpec(ApiModel):
+    """The training algorithm (GRPO by default, or supervised fine-tuning) and its
+    hyperparameters."""
+
+    model_config = ConfigDict(
+        json_schema_extra=with_rules(
+            cel(
+                "self.type == 'sft' || self.numGenerations >= 2",
                 "must be at least 2: GRPO scores each rollout against the other rollouts"
                 " of the same task",
                 field_path=".numGenerations",
+            ),
+            cel(
+                "self.type != 'sft' || has(self.sft)",
+                "type 'sft' needs sft.dataset: the trajectories to train on",
+                field_path=".sft",
+            ),
+            cel(
+                "self.type == 'sft' || !has(self.sft)",
+                "sft is only for type 'sft' (GRPO trains on its own rollouts)",
+                field_path=".sft",
+            ),
+            cel(
+                "self.type != 'sft' || self.beta == 0.0",
+                "beta (the KL penalty of GRPO) means nothing for type 'sft'; leave it out",
+                field_path=".beta",
+            ),
+            cel(
+                "self.type != 'sft' || !has(self.epsilonHigh)",
+                "epsilonHigh (GRPO's clipping) means nothing for type 'sft'; leave it out",
+                field_path=".epsilonHigh",
+            ),
+            cel(
+                "self.type != 'sft' || self.maxStaleness == 0",
+                "maxStaleness (asynchronous rollouts) means nothing for type 'sft'; leave it out",
+                field_path=".maxStaleness",
             ),
             cel(
                 "!has(self.epsilonHigh) || self.epsilonHigh >= self.epsilon",
@@ -91,6 +159,14 @@ class AlgorithmSpec(ApiModel):
         )
     )
 
+    type: Literal["grpo", "sft"] = "grpo"
+    """`grpo` (default): reinforcement learning on the run's own rollouts. `sft`: supervised
+    fine-tuning on recorded trajectories (`sft.dataset`), e.g. the resolved attempts of a
+    Benchmark before GRPO starts from the result (docs/training.md). The GRPO-only fields
+    `beta`, `epsilonHigh` and `maxStaleness` are refused with `sft`; `steps`, `learningRate`,
+    `warmupSteps`, `maxGradNorm`, `seed` and `lora` apply to both."""
+    sft: SftSpec | None = None
+    """Supervised fine-tuning's data and settings (with `type: sft` only)."""
     loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
     """Loss normalization of the GRPO family (TRL's `loss_type`): `grpo` (per sequence),
     `bnpo` (per batch), `dr_grpo` (constant), `dapo` (per token over the global batch)."""
@@ -190,6 +266,12 @@ class TrainingRunSpec(ApiModel):
                 "generation 'in-process' runs in one trainer pod: set trainer.nodes to 1",
                 field_path=".generation",
             ),
+            cel(
+                "self.algorithm.type != 'sft' || !has(self.curriculum)",
+                "curriculum orders the rollouts' tasks and means nothing for algorithm.type"
+                " 'sft'; leave it out",
+                field_path=".curriculum",
+            ),
         )
     )
 
@@ -200,7 +282,7 @@ class TrainingRunSpec(ApiModel):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec)
     """Sandboxes, agent and reward of the rollouts."""
     algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec)
-    """GRPO-family hyperparameters."""
+    """The algorithm (GRPO, or supervised fine-tuning) and its hyperparameters."""
     inference: InferenceSpec = Field(default_factory=InferenceSpec)
     """The vLLM server that generates rollouts (with `generation: vllm`)."""
     generation: Literal["vllm", "in-process"] = "vllm"

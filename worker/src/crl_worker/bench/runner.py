@@ -500,6 +500,7 @@ def _result(
         started_at=trajectory.started_at,
         error=trajectory.error,
         task_type=task.task_type if task is not None else "repair",
+        language=task.language if task is not None else None,
         label=task.classification.cwe if task is not None and task.classification else None,
         answer=evaluation.answer if evaluation is not None else None,
         credit=None if resolved is None or evaluation is None else evaluation.credit,

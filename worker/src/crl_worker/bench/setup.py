@@ -23,6 +23,7 @@ from crl_worker.agent.loop import tune_gc
 from crl_worker.bench.config import (
     BenchConfigError,
     BenchmarkConfig,
+    BenchTasksError,
     check_agent,
     load_benchmark_tasks,
     resolve_endpoint,
@@ -38,6 +39,7 @@ from crl_worker.bench.runner import (
     run_until_signalled,
 )
 from crl_worker.errors import SandboxError
+from crl_worker.harness.validate import ValidationReport, validate_tasks, write_quarantine
 from crl_worker.rollout.results import ResultsError, ResultsStore
 from crl_worker.rollout.setup import (
     AgentKind,
@@ -70,6 +72,8 @@ class BenchmarkSetup:
     """The results folder, as given or from ``spec.results.path``."""
     done_before: int
     """Attempts of the selection already on record (not run again)."""
+    validation: ValidationReport | None = None
+    """What validating the tasks found (``validate_runs``); ``None`` when not asked."""
 
     @property
     def tasks(self) -> list[Task]:
@@ -127,6 +131,7 @@ def prepare_benchmark(
     require_endpoint: bool = True,
     reporter: ProgressReporter | None = None,
     progress: ProgressCallback | None = None,
+    validate_runs: int | None = None,
 ) -> BenchmarkSetup:
     """Set the run of ``config`` up, in this order (so that the first problem is the one said):
 
@@ -140,6 +145,12 @@ def prepare_benchmark(
        a cluster the server may still be starting; the client's retries wait for it);
     6. sandboxes leased from the pool gateway at ``pool_url``, else made from the ``sandbox``
        config (default: local ones).
+
+    With ``validate_runs``, the selected tasks are validated after step 3
+    (:func:`~crl_worker.harness.validate.validate_tasks`: gold resolves, no patch does not, that
+    many runs of each, ``parallelism`` at a time in sandboxes made from ``sandbox``, verdicts
+    cached); the failing ones are left out and listed with their reasons in the results
+    folder's ``quarantine.json``.
 
     ``baseline`` is a results folder to compare with at the end, named ``spec.baseline.name``
     (a Benchmark, as the operator's status requires) and judged with its confidence level and
@@ -170,6 +181,19 @@ def prepare_benchmark(
         instance_ids=list(instance_ids) if instance_ids else None,
         limit=limit,
     )
+    validation: ValidationReport | None = None
+    if validate_runs is not None:
+        if pool_url:
+            raise BenchConfigError("validating the tasks first needs local sandboxes, not a pool")
+        validation = asyncio.run(
+            validate_tasks(selected, runs=validate_runs, jobs=parallelism, sandbox_config=sandbox)
+        )
+        if not validation.valid:
+            raise BenchTasksError(
+                f"every one of the {len(selected)} tasks failed validation: "
+                + "; ".join(f"{v.instance_id}: {v.problems[0]}" for v in validation.quarantined[:5])
+            )
+        selected = validation.valid
     model_name = "gold" if endpoint is None else endpoint.model
     folder = results or Path(spec.results.path)
     store = ResultsStore(folder)
@@ -179,6 +203,8 @@ def prepare_benchmark(
         raise BenchConfigError(str(exc)) from exc
     sandboxes: Sandboxes | None = None
     try:
+        if validation is not None:
+            write_quarantine(folder, validation)
         if endpoint is not None:
             try:
                 asyncio.run(check_endpoint(endpoint))
@@ -230,6 +256,7 @@ def prepare_benchmark(
         sandboxes=sandboxes,
         folder=folder,
         done_before=len(store.finished() & keys),
+        validation=validation,
     )
 
 

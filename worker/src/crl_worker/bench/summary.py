@@ -117,6 +117,32 @@ def comparison_wire(comparison: Comparison, baseline: str) -> dict[str, Any]:
     }
 
 
+def _group_rows(records: Sequence[AttemptResult], key: str) -> list[dict[str, Any]]:
+    """Counts and resolve rate per value of ``key`` (an :class:`AttemptResult` field), sorted;
+    records without a value are left out."""
+    groups: dict[str, list[AttemptResult]] = defaultdict(list)
+    for r in records:
+        value = getattr(r, key)
+        if value is not None:
+            groups[value].append(r)
+    rows = []
+    for value in sorted(groups):
+        group = groups[value]
+        valid = [r for r in group if not r.infrastructure_failure]
+        resolved = sum(r.resolved is True for r in valid)
+        rows.append(
+            {
+                key: value,
+                "instances": len({r.instance_id for r in group}),
+                "attempts": len(group),
+                "resolved": resolved,
+                "errored": len(group) - len(valid),
+                "resolveRate": resolve_rate(resolved, len(valid)),
+            }
+        )
+    return rows
+
+
 def build_summary(
     records: Sequence[AttemptResult],
     *,
@@ -133,24 +159,7 @@ def build_summary(
     errored = [r for r in records if r.infrastructure_failure]
     valid = [r for r in records if not r.infrastructure_failure]
     resolved = sum(r.resolved is True for r in valid)
-    repos: dict[str, list[AttemptResult]] = defaultdict(list)
-    for r in records:
-        repos[r.repo].append(r)
-    repositories = []
-    for repo in sorted(repos):
-        rows = repos[repo]
-        repo_valid = [r for r in rows if not r.infrastructure_failure]
-        repo_resolved = sum(r.resolved is True for r in repo_valid)
-        repositories.append(
-            {
-                "repo": repo,
-                "instances": len({r.instance_id for r in rows}),
-                "attempts": len(rows),
-                "resolved": repo_resolved,
-                "errored": len(rows) - len(repo_valid),
-                "resolveRate": resolve_rate(repo_resolved, len(repo_valid)),
-            }
-        )
+    repositories = _group_rows(records, "repo")
     prompt = sum(r.prompt_tokens for r in records)
     completion = sum(r.completion_tokens for r in records)
     agent_seconds = sum(r.agent_seconds for r in records)
@@ -171,6 +180,7 @@ def build_summary(
         "resolveRate": resolve_rate(resolved, len(valid)),
         "passAtK": pass_at_k_values(records, ks),
         "repositories": repositories,
+        "languages": _group_rows(records, "language"),
         "tokens": {
             "prompt": prompt,
             "completion": completion,
@@ -315,6 +325,22 @@ def summary_table(summary: Mapping[str, Any]) -> Group:
         f"[bold]{_rate(summary['resolveRate'])}[/]",
     )
     lines: list[Any] = [table]
+    languages = summary.get("languages") or []
+    if len(languages) > 1:
+        by_language = Table(title="per language")
+        by_language.add_column("language", no_wrap=True)
+        for name in ("instances", "attempts", "resolved", "errored", "rate"):
+            by_language.add_column(name, justify="right")
+        for row in languages:
+            by_language.add_row(
+                escape(row["language"]),
+                str(row["instances"]),
+                str(row["attempts"]),
+                str(row["resolved"]),
+                f"[red]{row['errored']}[/]" if row["errored"] else "0",
+                _rate(row["resolveRate"]),
+            )
+        lines.append(by_language)
     classification = summary.get("classification")
     if classification:
         lines.append(classification_table(classification))

@@ -12,12 +12,17 @@ PASS_TO_PASS tests, as the test patch leaves their files, at every grading anew:
   the package is called exactly as the real test calls it;
 - **an expectation changed**: one top-level ``assert <call> == <literal>`` or
   ``self.assertEqual(<call>, <literal>)`` (either order; the ``assert*Equal`` family) gets one
-  constant of its literal changed in place (a digit, a letter, ``True``/``False``), so the value
-  differs and the formatting is the file's; the statement is drawn at random among the test's
+  constant of its literal changed in place (a digit; a word of a string swapped for another
+  word of the module, else a letter; ``True``/``False``), so the value differs and the
+  formatting is the file's; the statement is drawn at random among the test's
   candidates. A correct answer makes the real test pass, so the copy fails; code that makes
   every comparison true, answers from the assertion it reads, or turns failures into passes
   makes it pass;
-- **named in the task's style**: ``test_`` and words drawn from the file's own test names;
+- **named in the task's style**: recombinations of the scope's own test names, drawn to the
+  profile of the copied test's name under an attacker's scores; the copied FAIL_TO_PASS test
+  is renamed the same way where that cannot change its outcome, so no name tells it from its
+  copies (:mod:`crl_worker.harness.names`; the run's statuses are mapped back to the task's
+  ids: :func:`restore_ids`);
 - **placed among the real tests**: each next to a randomly drawn test of its scope (module or
   class), not in one block;
 - **random at every grading**: which tests, which statement, which constant, names, places.
@@ -46,6 +51,7 @@ import random
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from crl_worker.harness.mutants import derive
 from crl_worker.harness.mutants_java import derive as derive_java
@@ -53,6 +59,8 @@ from crl_worker.harness.result import TestStatus
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.selection import is_test_file, patch_files, test_arguments
+
+V = TypeVar("V")
 
 #: Log formats whose test runs get canaries: Python's runners (derived copies, or a synthetic
 #: ``unittest.TestCase`` appended to a test module) and JUnit's reports (derived copies of
@@ -75,6 +83,8 @@ class Canary:
     text: str | None = None
     #: The ids of the task's tests the canaries copy (derived canaries).
     sources: tuple[str, ...] = ()
+    #: The task's tests renamed like their copies: (the id in the run, the task's id).
+    renamed: tuple[tuple[str, str], ...] = ()
 
 
 def _name() -> str:
@@ -140,9 +150,16 @@ def derive_canary(
                 task.pass_to_pass,
                 rng,
                 COUNT,
+                keep=task.test_spec.command,
             )
         if derived is not None:
-            return Canary(path=path, ids=derived.ids, text=derived.text, sources=derived.sources)
+            return Canary(
+                path=path,
+                ids=derived.ids,
+                text=derived.text,
+                sources=derived.sources,
+                renamed=derived.renamed,
+            )
     return None
 
 
@@ -196,9 +213,33 @@ async def plant(sandbox: Sandbox, canary: Canary) -> None:
 
 
 def with_canary(task: Task, canary: Canary) -> Task:
-    """``task`` with the canary's ids among FAIL_TO_PASS: what the test command is built from,
-    so that a selection by test ids runs the canary too."""
-    return task.model_copy(update={"fail_to_pass": [*task.fail_to_pass, *canary.ids]})
+    """``task`` with the canary's ids among FAIL_TO_PASS and its renamed tests under their new
+    ids: what the test command is built from, so that a selection by test ids runs them."""
+    new = {old: run for run, old in canary.renamed}
+
+    def rename(test_id: str) -> str:
+        base, bracket, rest = test_id.partition("[")
+        return new[base] + bracket + rest if base in new else new.get(test_id, test_id)
+
+    return task.model_copy(
+        update={
+            "fail_to_pass": [*map(rename, task.fail_to_pass), *canary.ids],
+            "pass_to_pass": [*map(rename, task.pass_to_pass)],
+        }
+    )
+
+
+def restore_ids(canary: Canary | None, found: Mapping[str, V]) -> dict[str, V]:
+    """``found`` (by test id as the run reported it) with the renamed tests under the task's
+    ids again (a parametrized run keeps its ``[...]``)."""
+    if canary is None or not canary.renamed:
+        return dict(found)
+    old = dict(canary.renamed)
+    restored: dict[str, V] = {}
+    for test_id, value in found.items():
+        base, bracket, rest = test_id.partition("[")
+        restored[old[base] + bracket + rest if base in old else test_id] = value
+    return restored
 
 
 def canary_statuses(test_id: str, statuses: Mapping[str, TestStatus]) -> list[TestStatus]:

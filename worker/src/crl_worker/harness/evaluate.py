@@ -43,6 +43,7 @@ from crl_worker.harness.canary import (
     make_canary,
     plant,
     read_test_modules,
+    restore_ids,
     selected_modules,
     tampered,
     with_canary,
@@ -420,7 +421,7 @@ async def _run_tests(
         reports = await read_junit_reports(sandbox, task.test_spec.junit_reports)
         run.add(f"junit reports: {len(reports)}", "")
         tests.statuses, tests.durations = parse_junit_reports(reports), junit_durations(reports)
-        return tests
+        return _restored(tests)
     tests.statuses = parse_log(task.test_spec.log_format, result.output)
     if probe is not None and command != test_command:
         report = await collect(sandbox, probe)
@@ -429,6 +430,13 @@ async def _run_tests(
             run.add("reporter's note", note)
         # The outcomes the runner saw, not what the process printed.
         tests.statuses = report.statuses if report.started else tests.statuses
+    return _restored(tests)
+
+
+def _restored(tests: _TestRun) -> _TestRun:
+    """``tests`` with the task's tests the canaries renamed under the task's ids again."""
+    tests.statuses = restore_ids(tests.canary, tests.statuses)
+    tests.durations = restore_ids(tests.canary, tests.durations)
     return tests
 
 

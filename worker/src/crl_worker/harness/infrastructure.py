@@ -56,6 +56,15 @@ INFRASTRUCTURE_NAMES = frozenset(
         "Makefile",
         "makefile",
         "GNUmakefile",
+        # Go, Rust and C++ builds (the polyglot exercises): modules, build scripts, CMake.
+        "go.mod",
+        "go.sum",
+        "go.work",
+        "Cargo.toml",
+        "Cargo.lock",
+        "build.rs",
+        "CMakeLists.txt",
+        "CMakeCache.txt",
     }
 )
 #: Suffixes of files that run code at interpreter start (``.pth``) or hold compiled code.
@@ -83,6 +92,10 @@ RUNNER_MODULES = frozenset(
 )
 _PY_TEST_NAME = re.compile(r"^(test_.*|.*_test)\.py$")
 _JAVA_TEST_NAME = re.compile(r"^(Test.*|.*(Test|Tests|TestCase|IT))\.java$")
+# Go's test files (a TestMain there decides what the test binary reports), C++ test sources.
+_COMPILED_TEST_NAME = re.compile(r"^.*_test\.(go|cpp|cc|cxx|h|hpp)$")
+#: Folders, at any depth, that hold a Rust crate's integration tests or Cargo's configuration.
+_COMPILED_TEST_FOLDERS = frozenset({".cargo"})
 
 
 def is_test_infrastructure(path: str) -> bool:
@@ -96,5 +109,10 @@ def is_test_infrastructure(path: str) -> bool:
         or p.parts[0] in INFRASTRUCTURE_ROOTS
         or bool(_PY_TEST_NAME.match(p.name))
         or bool(_JAVA_TEST_NAME.match(p.name))
+        or bool(_COMPILED_TEST_NAME.match(p.name))
+        or any(part in _COMPILED_TEST_FOLDERS for part in p.parts[:-1])
+        or (p.suffix == ".rs" and "tests" in p.parts[:-1])
+        # The vendored Catch2 and its main (the main could write a report of its own).
+        or (p.suffix in (".cpp", ".cc", ".hpp", ".h") and "test" in p.parts[:-1])
         or "src/test/" in f"{path}/"
     )

@@ -10,8 +10,11 @@ from __future__ import annotations
 import ast
 import random
 import re
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+
+from crl_worker.harness.names import body_words, canary_name
 
 #: Methods whose first two arguments are compared for equality.
 EQUAL_ASSERTIONS = frozenset(
@@ -40,7 +43,6 @@ _UNSAFE_NAMES = frozenset(
         "exit",
     }
 )
-_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ class Derived:
     text: str
     ids: tuple[str, ...]
     sources: tuple[str, ...]
+    #: Task tests renamed in ``text`` like their copies (new id, the task's id).
+    renamed: tuple[tuple[str, str], ...] = ()
 
 
 def _decorators_unsafe(node: ast.FunctionDef | ast.ClassDef) -> bool:
@@ -179,10 +183,92 @@ class _Text:
         return self.starts[min(line, len(self.starts) - 1)]
 
 
-def variants(text: bytes, value: object, rng: random.Random, count: int) -> list[bytes]:
+#: A word of a string literal's text: letters not after a backslash (an escape) or a letter.
+_TEXT_WORD = re.compile(rb"(?<![\\A-Za-z])[A-Za-z]{2,}(?![A-Za-z])")
+
+
+def vocabulary(tree: ast.AST, skip: Collection[ast.AST] = ()) -> Counter[str]:
+    """How often each word (lower case, two letters or more) occurs in a module's identifiers
+    and string constants, leaving out the subtrees ``skip``: what a changed word of a string is
+    drawn from."""
+    found: Counter[str] = Counter()
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if node in skip:
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+        text = ""
+        if isinstance(node, ast.Name):
+            text = node.id
+        elif isinstance(node, ast.Attribute | ast.FunctionDef | ast.ClassDef):
+            text = node.attr if isinstance(node, ast.Attribute) else node.name
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        found.update(w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", text))
+    return Counter({w: n for w, n in found.items() if len(w) > 1})
+
+
+@dataclass(frozen=True)
+class Words:
+    """A module's words (:func:`vocabulary`): all of them, and those outside the tests the
+    task adds (what a reader of the repository before the task knows)."""
+
+    all: Counter[str]
+    old: Counter[str]
+
+
+def _cased(word: str, like: str) -> str:
+    if like.isupper():
+        return word.upper()
+    return word.capitalize() if like[:1].isupper() else word
+
+
+def word_variants(
+    text: bytes, body: tuple[int, int], words: Words, rng: random.Random, count: int
+) -> list[bytes]:
+    """Up to ``count`` texts of the string literal ``text`` (its contents at ``body``), each
+    with the same one word replaced by another word of the module (``words``), cased alike and
+    of about its length, a word the repository had before the task for one it had, a new one
+    for a new one where there are enough: every value of the group reads as words of the file,
+    as new or as old as the original's, so a dictionary does not tell the original apart. A
+    word that occurs elsewhere in the module is replaced first (its replacements do too)."""
+    spots: list[tuple[int, int, list[str]]] = []
+    for match in _TEXT_WORD.finditer(text, *body):
+        word = match.group().decode()
+        if not (word.islower() or word.isupper() or word[1:].islower()):
+            continue
+        near = [
+            w
+            for w in words.all
+            if w != word.lower() and abs(len(w) - len(word)) <= max(2, len(word) // 2)
+        ]
+        alike = [w for w in near if (w in words.old) == (word.lower() in words.old)]
+        options = sorted(_cased(w, word) for w in (alike if len(alike) >= count else near))
+        if len(options) >= min(count, 2):
+            spots.append((match.start(), match.end(), options))
+    if not spots:
+        return []
+    common = [s for s in spots if words.all[text[s[0] : s[1]].decode().lower()] > 1]
+    start, end, options = rng.choice(common or spots)
+    return [
+        text[:start] + w.encode() + text[end:]
+        for w in rng.sample(options, min(count, len(options)))
+    ]
+
+
+def variants(
+    text: bytes,
+    value: object,
+    rng: random.Random,
+    count: int,
+    words: Words | None = None,
+) -> list[bytes]:
     """Up to ``count`` texts for the constant ``text`` (of ``value``), each changed at the same
-    one spot to a different character, the spot and the characters drawn from ``rng``: the
-    original and its variants differ only there, so nothing tells the original apart."""
+    one spot to a different value, the spot and the values drawn from ``rng``: the original and
+    its variants differ only there, so nothing tells the original apart. A string with a word
+    gets another word of the module there (:func:`word_variants`, given its ``words``); else
+    one character is changed (a digit, a letter)."""
     if isinstance(value, bool):
         return [b"False" if value else b"True"]
     if isinstance(value, int | float):
@@ -198,6 +284,10 @@ def variants(text: bytes, value: object, rng: random.Random, count: int) -> list
         quote = text[-1:]
         body_start = text.index(quote) + (3 if text.endswith(quote * 3) else 1)
         body_end = len(text) - (3 if text.endswith(quote * 3) else 1)
+        if words is not None:
+            by_word = word_variants(text, (body_start, body_end), words, rng, count)
+            if by_word:
+                return by_word
         spots = [
             i
             for i in range(body_start, body_end)
@@ -224,7 +314,11 @@ def _constant_rank(node: ast.Constant) -> int:
 
 
 def mutate_literal(
-    source: _Text, expr: ast.expr, rng: random.Random, count: int = 1
+    source: _Text,
+    expr: ast.expr,
+    rng: random.Random,
+    count: int = 1,
+    words: Words | None = None,
 ) -> tuple[int, int, list[bytes]]:
     """Up to ``count`` different values for the literal ``expr``: its span in ``source`` and
     the new texts, pairwise different, each with the same one constant changed at the same
@@ -244,7 +338,7 @@ def mutate_literal(
         a = source.offset(node.lineno, node.col_offset) - start
         b = source.offset(node.end_lineno or node.lineno, node.end_col_offset or 0) - start
         found: list[tuple[object, bytes]] = []
-        for changed in variants(old_text[a:b], node.value, rng, count):
+        for changed in variants(old_text[a:b], node.value, rng, count, words):
             new_text = old_text[:a] + changed + old_text[b:]
             try:
                 new = ast.literal_eval(new_text.decode("utf-8").strip())
@@ -263,35 +357,6 @@ def group_sizes(count: int, groups: int) -> list[int]:
     """``count`` copies shared among ``groups`` tests as evenly as can be, the first ones
     taking the remainder."""
     return [count // groups + (i < count % groups) for i in range(groups)]
-
-
-def name_words(names: Collection[str]) -> list[str]:
-    """The words of test ``names`` (snake or camel case, without ``test``), each once."""
-    words: list[str] = []
-    for name in names:
-        for word in _WORD.findall(name.removeprefix("test")):
-            if word.lower() not in words and word.lower() != "test":
-                words.append(word.lower())
-    return words or ["value", "case", "result"]
-
-
-def _new_name(existing: set[str], rng: random.Random) -> str:
-    snake = any("_" in n.removeprefix("test_") or n.startswith("test_") for n in existing)
-    words = name_words(existing)
-    lengths = [max(2, len(_WORD.findall(n.removeprefix("test")))) for n in existing] or [3]
-    for _ in range(100):
-        picked = rng.sample(words, min(len(words), rng.choice(lengths)))
-        name = (
-            "test_" + "_".join(picked)
-            if snake
-            else "test" + "".join(w.capitalize() for w in picked)
-        )
-        if name not in existing:
-            existing.add(name)
-            return name
-    name = f"test_{'_'.join(rng.sample(words, min(2, len(words))))}_{rng.randrange(2, 99)}"
-    existing.add(name)
-    return name
 
 
 def _copy(
@@ -333,9 +398,14 @@ def derive(
     pass_to_pass: Collection[str],
     rng: random.Random,
     count: int,
+    keep: str = "",
 ) -> Derived | None:
     """``text`` (the test module at ``path``) with up to ``count`` mutated copies of its listed
-    tests planted among its tests, or ``None`` when it lists none that can be copied."""
+    tests planted among its tests, or ``None`` when it lists none that can be copied.
+
+    A FAIL_TO_PASS test that has copies is renamed like them (:func:`renamable`; not when its
+    name is in ``keep``, the test command): the group's names all come from one draw, so no
+    name tells the real test apart."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
@@ -360,15 +430,29 @@ def derive(
     if not f2p and not p2p:
         return None
     source = _Text(text)
-    names = {t.node.name for t in tests}
-    inserts: list[tuple[int, bytes]] = []
+    taken = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    listed_f2p = {i.split("[", 1)[0] for i in fail_to_pass}
+    known = [t.node.name for t in tests if t.id not in listed_f2p]
+    inserts: list[tuple[int, bytes, int]] = []
     ids: list[str] = []
     copied: list[str] = []
-    plan = _plan(source, f2p, p2p, rng, count)
+    renamed: list[tuple[str, str]] = []
+    new_tests = {t.node for t in tests if t.id in listed_f2p}
+    words = Words(vocabulary(tree), vocabulary(tree, new_tests))
+    plan = _plan(source, f2p, p2p, rng, count, words)
     if not plan:
         return None
+    groups = {test.id for test, literal in plan if literal is not None and test in f2p}
+    for test in tests:
+        if test.id in groups and renamable(test, text, keep):
+            scope = [t.node.name for t in tests if t.cls == test.cls]
+            name = canary_name(test.node.name, scope, known, taken, rng, body_words(test.node))
+            at = _def_name_at(source, test.node)
+            inserts.append((at, name.encode(), len(test.node.name.encode())))
+            renamed.append((test_id(path, test.cls, name, log_format), test.id))
     for test, literal in plan:
-        name = _new_name(names, rng)
+        scope = [t.node.name for t in tests if t.cls == test.cls]
+        name = canary_name(test.node.name, scope, known, taken, rng, body_words(test.node))
         copy = _copy(source, test, name, rng, literal)
         siblings = [t for t in tests if t.cls == test.cls]
         where = rng.choice(siblings).node
@@ -376,18 +460,41 @@ def derive(
         first = min([where.lineno, *(d.lineno for d in where.decorator_list)])
         gap = b"\n\n" if test.cls is None else b"\n"
         if before:
-            inserts.append((source.line_start(first), copy + gap))
+            inserts.append((source.line_start(first), copy + gap, 0))
         else:
             at = source.line_end(where.end_lineno or where.lineno)
-            inserts.append((at, gap + copy))
+            inserts.append((at, gap + copy, 0))
         ids.append(test_id(path, test.cls, name, log_format))
         copied.append(test.id)
     data = source.data
-    for at, new in sorted(inserts, key=lambda i: i[0], reverse=True):
-        data = data[:at] + new + data[at:]
+    for at, new, replaced in sorted(inserts, key=lambda i: i[0], reverse=True):
+        data = data[:at] + new + data[at + replaced :]
     if not data.endswith(b"\n"):
         data += b"\n"
-    return Derived(data.decode("utf-8"), tuple(ids), tuple(copied))
+    return Derived(data.decode("utf-8"), tuple(ids), tuple(copied), tuple(renamed))
+
+
+#: Names in a test's code or arguments that may read its own name (snapshot and regression
+#: fixtures, ``request.node``, ``self.id()``): such a test keeps its name.
+_OWN_NAME_READERS = re.compile(r"request|snapshot|regression|^_testMethodName$|^id$|^node$")
+
+
+def renamable(test: TestDef, text: str, keep: str = "") -> bool:
+    """Whether ``test`` passes or fails the same under another name: its name appears once in
+    the module (its ``def``) and nowhere in ``keep``, and its code and arguments read nothing
+    that could depend on it (:data:`_OWN_NAME_READERS`)."""
+    name = test.node.name
+    if len(re.findall(rf"\b{re.escape(name)}\b", text)) != 1 or re.search(
+        rf"\b{re.escape(name)}\b", keep
+    ):
+        return False
+    used = _names(test.node) | {a.arg for a in ast.walk(test.node) if isinstance(a, ast.arg)}
+    return not any(_OWN_NAME_READERS.search(n) for n in used)
+
+
+def _def_name_at(source: _Text, node: ast.FunctionDef) -> int:
+    """Where ``node``'s name starts in ``source``."""
+    return source.data.index(b"def " + node.name.encode(), source.line_start(node.lineno)) + 4
 
 
 def _plan(
@@ -396,6 +503,7 @@ def _plan(
     p2p: list[TestDef],
     rng: random.Random,
     count: int,
+    words: Words | None = None,
 ) -> list[tuple[TestDef, tuple[int, int, bytes] | None]]:
     """The copies to plant: which test each copies and its changed literal (``None``: a
     failing assertion is appended instead).
@@ -419,7 +527,7 @@ def _plan(
         for test, size in zip(groups, sizes, strict=True):
             literals = expectations(test)
             try:
-                start, end, texts = mutate_literal(source, rng.choice(literals), rng, size)
+                start, end, texts = mutate_literal(source, rng.choice(literals), rng, size, words)
             except ValueError:
                 continue
             plan.extend((test, (start, end, t)) for t in texts)
@@ -437,7 +545,7 @@ def _plan(
             single.append((test, None))
             continue
         try:
-            start, end, texts = mutate_literal(source, rng.choice(literals), rng)
+            start, end, texts = mutate_literal(source, rng.choice(literals), rng, 1, words)
         except ValueError:
             continue
         single.append((test, (start, end, texts[0])))

@@ -22,7 +22,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from crl_worker.harness.mutants import Derived, group_sizes, name_words, variants
+from crl_worker.harness.mutants import Derived, group_sizes, variants
 
 _IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
@@ -212,6 +212,16 @@ def _mutations(text: str, span: tuple[int, int], rng: random.Random, count: int)
 
 def _number(literal: str) -> float:
     return float(literal.rstrip("lLfFdD").replace("_", ""))
+
+
+def name_words(names: Collection[str]) -> list[str]:
+    """The words of test ``names`` (camel case, without ``test``), each once."""
+    words: list[str] = []
+    for name in names:
+        for word in _WORD.findall(name.removeprefix("test")):
+            if word.lower() not in words and word.lower() != "test":
+                words.append(word.lower())
+    return words or ["value", "case", "result"]
 
 
 def _new_name(existing: set[str], rng: random.Random) -> str:

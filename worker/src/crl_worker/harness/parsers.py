@@ -13,7 +13,12 @@ Pure functions, one per :data:`crl_worker.tasks.model.LogFormat`:
   test printed.
 - ``sympy``: ``bin/test --verbose``: per-file blocks of ``test_name ok`` / ``F`` / ``E`` / ``f`` /
   ``s`` lines.
-- ``junit``: JUnit XML reports (Maven Surefire, Gradle): ``package.Class#method`` ids.
+- ``junit``: JUnit XML reports (Maven Surefire, Gradle, Catch2's ``--reporter junit``):
+  ``package.Class#method`` ids.
+- ``go``: ``go test -json`` events: ``TestName`` and ``TestName/subtest`` ids; a package's own
+  result under its import path (a package that does not build: ``pkg`` ERROR).
+- ``cargo``: ``cargo test``'s ``test name ... ok`` lines; a crate that does not compile:
+  ``crate [build failed]`` ERROR.
 
 Each parser returns ``dict[str, TestStatus]``. When one test appears several times (a teardown
 error after a pass, a summary line after a verbose line) the worse status wins, so a failure is
@@ -22,6 +27,7 @@ never hidden by a later ``PASSED``.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import xml.etree.ElementTree as ET
@@ -379,6 +385,100 @@ def junit_durations(reports: Iterable[str]) -> dict[str, float]:
     return durations
 
 
+# --- go test -json --------------------------------------------------------------------------------
+
+_GO_ACTIONS = {
+    "pass": TestStatus.PASSED,
+    "fail": TestStatus.FAILED,
+    "skip": TestStatus.SKIPPED,
+}
+
+
+def parse_go_json(log: str) -> StatusMap:
+    """Parse ``go test -json`` (test2json events, one JSON object a line).
+
+    A test's result is its ``pass``/``fail``/``skip`` event (``TestName``, subtests
+    ``TestName/sub_test``). A package's own result is recorded under its import path; one that
+    did not build (``FailedBuild``, or ``[build failed]`` in its output) is ``ERROR``, so a
+    candidate whose code does not compile is graded (its tests are missing), never taken for a
+    run that reported nothing. What the tests print arrives inside ``output`` events, never as
+    an event of its own; lines that are not JSON events (the go command's own messages) are
+    skipped.
+    """
+    statuses: StatusMap = {}
+    for line in log.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        action, package, test = event.get("Action"), event.get("Package"), event.get("Test")
+        if not isinstance(package, str) or not package:
+            continue
+        if action == "output" and test is None and "[build failed]" in str(event.get("Output")):
+            record(statuses, package, TestStatus.ERROR)
+            continue
+        status = _GO_ACTIONS.get(action) if isinstance(action, str) else None
+        if status is None:
+            continue
+        if isinstance(test, str) and test:
+            record(statuses, test, status)
+        else:
+            failed_build = status is TestStatus.FAILED and event.get("FailedBuild")
+            record(statuses, package, TestStatus.ERROR if failed_build else status)
+    return statuses
+
+
+# --- cargo test -----------------------------------------------------------------------------------
+
+# "test roll_returns_a_result ... ok", "test tests::x - should panic ... ok",
+# "test src/lib.rs - f (line 3) ... ignored, reason", "test x ... FAILED".
+_CARGO_RESULT = re.compile(r"^test (?P<name>.+?) \.\.\. (?P<status>ok|FAILED|ignored)(?:,.*)?$")
+_CARGO_STATUS = {
+    "ok": TestStatus.PASSED,
+    "FAILED": TestStatus.FAILED,
+    "ignored": TestStatus.SKIPPED,
+}
+# "---- name stdout ----": a failed test's captured output follows, up to the list of failures.
+_CARGO_CAPTURE = re.compile(r"^---- .+ std(?:out|err) ----$")
+# "error: could not compile `bowling` (lib test) due to 1 previous error".
+_CARGO_BUILD_FAILED = re.compile(r"^error: could not compile `(?P<crate>[^`]+)`")
+
+
+def parse_cargo(log: str) -> StatusMap:
+    """Parse ``cargo test`` output (libtest's default, pretty format).
+
+    Ids are the names libtest prints: ``name``, ``module::name`` for tests in a module, the
+    doc test's ``path - item (line N)``; ``- should panic`` is not part of the id. The captured
+    output of failed tests (``---- name stdout ----`` up to the next ``failures:`` line) is not
+    read. A crate that does not compile is recorded as ``crate [build failed]`` ``ERROR``.
+    """
+    statuses: StatusMap = {}
+    captured = False
+    for raw in strip_ansi(log).splitlines():
+        line = raw.rstrip()
+        if _CARGO_CAPTURE.match(line):
+            captured = True
+            continue
+        if captured:
+            if line == "failures:":
+                captured = False
+            continue
+        built = _CARGO_BUILD_FAILED.match(line)
+        if built:
+            record(statuses, f"{built.group('crate')} [build failed]", TestStatus.ERROR)
+            continue
+        match = _CARGO_RESULT.match(line)
+        if match:
+            name = match.group("name").removesuffix(" - should panic")
+            record(statuses, name, _CARGO_STATUS[match.group("status")])
+    return statuses
+
+
 #: The text parsers by log format (``junit`` reads XML reports instead of the log).
 PARSERS: Mapping[str, Parser] = {
     "pytest": parse_pytest,
@@ -386,6 +486,8 @@ PARSERS: Mapping[str, Parser] = {
     "django": parse_django,
     "sympy": parse_sympy,
     "junit": parse_junit_xml,
+    "go": parse_go_json,
+    "cargo": parse_cargo,
 }
 
 

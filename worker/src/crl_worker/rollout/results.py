@@ -97,6 +97,9 @@ class AttemptResult(BaseModel):
     """The trajectory's error text for any ending other than ``submitted``."""
     task_type: str = "repair"
     """The task's type (``repair``, ``implement``, ``classify``)."""
+    language: str | None = None
+    """The task's language (``python``, ``go``, ...); ``None`` in results written before it was
+    recorded."""
     label: str | None = None
     """Classify tasks: the CWE label."""
     answer: str | None = None

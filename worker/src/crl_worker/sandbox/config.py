@@ -117,8 +117,13 @@ class DockerSandboxConfig(BaseModel):
     and ``{name}`` are filled in."""
     pull: Literal["missing", "always", "never"] = "missing"
     """When to pull the image."""
-    network: str | None = None
-    """Docker network mode (``none`` cuts the sandbox off)."""
+    network: str = Field(default="none", min_length=1)
+    """Docker network mode of the sandbox's container: ``none`` (default) gives it only a
+    loopback interface, so a candidate cannot fetch a fix, a later release or anything else
+    while it works or is graded (the task's install ran when its image was built, with the
+    network: :class:`~crl_worker.sandbox.images.TaskImageBuilder`; a Maven build's plugins and
+    dependencies are fetched then); ``bridge``, ``host`` or a network's name give it that
+    network throughout."""
     mem_limit: str | None = None
     """Memory limit, e.g. ``8g``."""
     cpus: float | None = Field(default=None, gt=0)

@@ -44,12 +44,11 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
 
 from crl_worker.errors import SandboxError
-from crl_worker.sandbox import identity, isolation, leftovers, limits, repos
+from crl_worker.sandbox import identity, isolation, leftovers, limits, repos, toolchains
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.files import FileTooLarge, read_local
 from crl_worker.sandbox.interpreters import (
@@ -69,14 +68,10 @@ logger = logging.getLogger(__name__)
 _INSTALL_OUTPUT = 64 << 10
 
 #: The system's base directories, the end of every local sandbox's ``PATH``.
-SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+SYSTEM_PATH = toolchains.SYSTEM_PATH
+
 #: The repository's folder in the sandbox (the ``workdir``), whatever the repository's name.
 CHECKOUT_FOLDER = "testbed"
-#: Host tools every sandbox gets (the harness applies patches with them).
-HARNESS_TOOLS = ("git", "patch")
-#: Host tools a Java sandbox gets besides the JDK.
-JAVA_TOOLS = ("mvn", "gradle")
-
 
 #: uv copies into a sandbox's environment what it would hard-link from its shared cache: an
 #: in-place edit of an installed file would otherwise change the cache, and with it every later
@@ -86,63 +81,8 @@ _NO_LINKS = {"UV_LINK_MODE": "copy"}
 _CACHE_VARIABLES = frozenset({"GOMODCACHE", "GOCACHE", "GRADLE_USER_HOME"})
 
 
-def _cache_dir(variable: str, name: str) -> Path:
-    """Where the worker's uv or pip keeps its cache: ``$variable``, else the XDG cache folder."""
-    if os.environ.get(variable):
-        return Path(os.environ[variable])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / name
-
-
-def _java_home() -> str | None:
-    """``$JAVA_HOME``, else the JDK that ``java`` on ``PATH`` belongs to."""
-    if os.environ.get("JAVA_HOME"):
-        return os.environ["JAVA_HOME"]
-    java = shutil.which("java", path=host_path())
-    if java is None:
-        return None
-    return str(Path(java).resolve().parent.parent)
-
-
 def _read_bytes(path: str) -> bytes:
     return Path(path).read_bytes()
-
-
-def _java_caches() -> tuple[Path, Path]:
-    """The worker's Maven repository and Gradle home."""
-    home = os.environ.get("HOME") or str(Path.home())
-    gradle = Path(os.environ.get("GRADLE_USER_HOME") or Path(home) / ".gradle")
-    return Path(home) / ".m2" / "repository", gradle
-
-
-def _can_overlay() -> bool:
-    """Whether a confined sandbox may mount an overlay: as root, or in a user namespace from
-    Linux 5.11 on."""
-    if os.geteuid() == 0:
-        return True
-    found = re.match(r"(\d+)\.(\d+)", os.uname().release)
-    return found is not None and (int(found.group(1)), int(found.group(2))) >= (5, 11)
-
-
-def link_tools(directory: Path, names: Iterable[str]) -> list[str]:
-    """Link each host tool of ``names`` that is not in :data:`SYSTEM_PATH` into ``directory``.
-
-    Returns the names found nowhere (the caller decides whether that matters).
-    """
-    missing = []
-    directory.mkdir(parents=True, exist_ok=True)
-    for name in dict.fromkeys(names):
-        if shutil.which(name, path=SYSTEM_PATH) is not None:
-            continue
-        found = shutil.which(name, path=host_path())
-        if found is None:
-            missing.append(name)
-            continue
-        link = directory / name
-        if not link.exists():
-            # Scripts such as mvn find their installation by resolving their own links.
-            link.symlink_to(Path(found).resolve())
-    return missing
 
 
 class LocalSandbox(LimitedSandbox):
@@ -234,10 +174,13 @@ class LocalSandbox(LimitedSandbox):
         self.workdir = str(repo)
 
         env = self._base_env()
-        tools = [*HARNESS_TOOLS, *self.config.tools]
+        tools = [*toolchains.HARNESS_TOOLS, *self.config.tools]
         if task.language == "java":
-            tools += JAVA_TOOLS
-        missing = await asyncio.to_thread(link_tools, self.root / "tools", tools)
+            tools += toolchains.JAVA_TOOLS
+        tools += toolchains.LANGUAGE_TOOLS.get(task.language, ())
+        missing = await asyncio.to_thread(toolchains.link_tools, self.root / "tools", tools)
+        if task.language == "rust":
+            missing += await asyncio.to_thread(toolchains.link_rust, self.root / "tools")
         if missing:
             logger.debug("%s: host tools not found: %s", self.name, ", ".join(missing))
         env["PATH"] = f"{self.root / 'tools'}{os.pathsep}{SYSTEM_PATH}"
@@ -383,13 +326,14 @@ class LocalSandbox(LimitedSandbox):
         env = {
             "HOME": str(self.root / "home"),
             "TMPDIR": str(self.root / "tmp"),
-            "UV_CACHE_DIR": str(_cache_dir("UV_CACHE_DIR", "uv")),
-            "PIP_CACHE_DIR": str(_cache_dir("PIP_CACHE_DIR", "pip")),
+            "UV_CACHE_DIR": str(toolchains.cache_dir("UV_CACHE_DIR", "uv")),
+            "PIP_CACHE_DIR": str(toolchains.cache_dir("PIP_CACHE_DIR", "pip")),
+            **({"GOCACHE": str(toolchains.cache_dir("GOCACHE", "go-build"))} if self._go else {}),
         }
         if self.task.language == "java":
             # Named outright: the sandbox's user may have no home of its own (nobody's is
             # /nonexistent), and Java's user.home is the passwd entry's.
-            m2, gradle = _java_caches()
+            m2, gradle = toolchains.java_caches()
             opts = (
                 os.environ.get("MAVEN_OPTS", "")
                 if "MAVEN_OPTS" in self.config.env_passthrough
@@ -398,6 +342,11 @@ class LocalSandbox(LimitedSandbox):
             env["MAVEN_OPTS"] = f"{opts} -Dmaven.repo.local={m2}".strip()
             env["GRADLE_USER_HOME"] = str(gradle)
         return env
+
+    @property
+    def _go(self) -> bool:
+        """Whether this sandbox's task is a Go task (it gets the shared Go build cache)."""
+        return self.task is not None and self.task.language == "go"
 
     def confinement(self, *, installing: bool) -> isolation.Plan:
         """What this sandbox's shell sees of the machine's files (docs/security.md).
@@ -435,32 +384,47 @@ class LocalSandbox(LimitedSandbox):
             for link in tools.iterdir():
                 if link.is_symlink():
                     plan.keep(link.resolve())
+        if self.task.language == "rust":
+            # The toolchain's libraries (the standard library rustc links), not just its programs.
+            sysroot = toolchains.rust_sysroot()
+            if sysroot is not None:
+                plan.keep(sysroot.resolve())
+        goroot = toolchains.go_root() if self._go else None
+        if goroot is not None:
+            plan.keep(goroot)  # GOROOT: the standard library
         if self.task.language == "java":
-            java_home = _java_home()
+            java_home = toolchains.java_home()
             if java_home is not None:
                 plan.keep(Path(java_home).resolve())
             # At their own paths (MAVEN_OPTS and GRADLE_USER_HOME name them). The rest of ~/.m2
             # (settings.xml, which may hold credentials) stays hidden. Writable while the task
             # installs; the agent's builds write copy-on-write, into the sandbox's folder.
-            m2, gradle = _java_caches()
+            m2, gradle = toolchains.java_caches()
             m2.mkdir(parents=True, exist_ok=True)
             for number, cache in enumerate((m2, gradle)):
                 if not cache.is_dir():
                     continue
-                if installing or not _can_overlay():
+                if installing or not toolchains.can_overlay():
                     plan.keep(cache, writable=True)
                 else:
                     layers = self.root / "caches" / str(number)
                     plan.overlay(cache, layers / "upper", layers / "work")
                     if plan.binds[-1] not in self._overlays:
                         self._overlays.append(plan.binds[-1])
-        for name, tool in (("UV_CACHE_DIR", "uv"), ("PIP_CACHE_DIR", "pip")):
-            cache = Path(self.transport.env.get(name) or _cache_dir(name, tool))
+        caches = [("UV_CACHE_DIR", "uv"), ("PIP_CACHE_DIR", "pip")]
+        # Go's build cache: the standard library compiled once per machine, not per sandbox;
+        # read-only for the agent (go ignores failed writes), so nothing there can stand in for
+        # a later sandbox's packages.
+        caches += [("GOCACHE", "go-build")] if self._go else []
+        for name, tool in caches:
+            cache = Path(self.transport.env.get(name) or toolchains.cache_dir(name, tool))
             cache.mkdir(parents=True, exist_ok=True)
             plan.keep(cache, writable=installing)
         for name in self.config.env_passthrough:
             value = os.environ.get(name, "")
             if name in ("UV_CACHE_DIR", "PIP_CACHE_DIR") or not value.startswith("/"):
+                continue
+            if name == "GOCACHE" and self._go:
                 continue
             if os.path.exists(value):
                 plan.keep(value, writable=installing and name in _CACHE_VARIABLES)
@@ -535,7 +499,7 @@ class LocalSandbox(LimitedSandbox):
         )
 
     def _java_env(self, path: str) -> dict[str, str]:
-        java_home = _java_home()
+        java_home = toolchains.java_home()
         if java_home is None:
             raise SandboxError(
                 f"{self.name}: a Java task needs a JDK, but JAVA_HOME is unset and no java is "

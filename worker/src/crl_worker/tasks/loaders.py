@@ -17,7 +17,7 @@ from pathlib import Path
 
 from crl_worker.api.common import TaskFilter, TaskFormat
 from crl_worker.errors import TaskFormatError
-from crl_worker.tasks.formats import converter
+from crl_worker.tasks.formats import Converter, converter
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.records import ConvertOptions, Record, RecordRef, read_records
 
@@ -64,7 +64,7 @@ def convert_records(
         try:
             if isinstance(record, TaskFormatError):
                 raise record
-            task = convert(record, ref, options)
+            task = _convert_one(convert, record, ref, options, format)
             if options.task_type is not None and task.task_type != options.task_type:
                 raise ref.error(
                     f"a {task.task_type} task in a source whose taskType is "
@@ -86,6 +86,23 @@ def convert_records(
         seen[task.instance_id] = ref.location
         tasks.append(task)
     return tasks, failures
+
+
+def _convert_one(
+    convert: Converter, record: Record, ref: RecordRef, options: ConvertOptions, format: str
+) -> Task:
+    """``convert(record)``; an unexpected failure (a converter bug on a shape it did not
+    foresee) becomes a :class:`TaskFormatError` of this record, so the load goes on."""
+    try:
+        return convert(record, ref, options)
+    except TaskFormatError:
+        raise
+    except Exception as exc:  # any converter bug must cost this record only, never the load
+        logger.debug("the %s converter failed on %s", format, ref.describe(), exc_info=True)
+        raise ref.error(
+            f"the {format} converter could not read this record ({type(exc).__name__}: {exc});"
+            " check the record against docs/tasks.md, and report the record if it matches"
+        ) from exc
 
 
 def apply_filter(tasks: list[Task], task_filter: TaskFilter | None) -> list[Task]:

@@ -15,7 +15,7 @@ from crl_worker.api.common import TaskType
 from crl_worker.errors import CrlError
 
 Language = Literal["python", "java", "javascript", "go", "rust", "cpp", "other"]
-LogFormat = Literal["pytest", "unittest", "sympy", "django", "junit"]
+LogFormat = Literal["pytest", "unittest", "sympy", "django", "junit", "go", "cargo"]
 
 #: Every task type, in the order the docs list them.
 TASK_TYPES: tuple[str, ...] = get_args(TaskType)

@@ -16,12 +16,11 @@ from pathlib import Path
 
 from crl_worker.api.contract import Env
 from crl_worker.entrypoint import CONFIG_ERROR, entry_parser
-from crl_worker.errors import CrlError
 from crl_worker.logs import setup_logging
-from crl_worker.tasks.model import Task
 from crl_worker.train.errors import TrainConfigError
 from crl_worker.train.events import START_EVENT
 from crl_worker.train.settings import TrainSettings, resolve_settings
+from crl_worker.train.tasklist import load_tasks
 
 logger = logging.getLogger("crl_worker.train")
 
@@ -47,6 +46,11 @@ def parser() -> argparse.ArgumentParser:
         "--metrics-port", type=int, help=f"Prometheus port (default: ${Env.METRICS_PORT})"
     )
     p.add_argument(
+        "--quarantine",
+        type=Path,
+        help="a quarantine.json written by crl train --validate: its tasks are left out",
+    )
+    p.add_argument(
         "--preflight-only",
         action="store_true",
         help="check the config (exit 0, or 2 naming the field) and start nothing; run once "
@@ -55,31 +59,27 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_tasks(settings: TrainSettings) -> list[Task]:
-    """The run's tasks (its source and filter), in curriculum order."""
-    from crl_worker.tasks.sources import load_source
-    from crl_worker.train.curriculum import order_tasks
+def _run_sft(settings: TrainSettings, *, preflight_only: bool) -> int:
+    """``spec.algorithm.type: sft``: check the dataset, then train (crl_worker.train.sft)."""
+    from crl_worker.train.sft import load_sft_dataset, run_sft
 
-    try:
-        loaded = load_source(
-            settings.spec.tasks,
-            mounted_path=settings.tasks_file,
-            base_dir=settings.config_path.parent,
-        )
-    except (CrlError, OSError, ValueError) as exc:
-        raise TrainConfigError("spec.tasks", f"cannot read the tasks: {exc}") from exc
-    if loaded.errors:
-        shown = "; ".join(str(e) for e in loaded.errors[:5])
-        raise TrainConfigError(
-            "spec.tasks",
-            f"{len(loaded.errors)} task record(s) are malformed ({shown}); check the file "
-            "with `crl tasks check`",
-        )
-    curriculum = getattr(settings.spec, "curriculum", None)
-    ordered: list[Task] = order_tasks(
-        loaded.tasks, curriculum, base_dir=settings.config_path.parent
+    if preflight_only:
+        rows = len(load_sft_dataset(settings))
+        logger.info("the config of %s can be trained (%d rows)", settings.name, rows)
+        return 0
+    logger.info(
+        "supervised fine-tuning of %s: %d steps, run folder %s",
+        settings.name,
+        settings.total_steps,
+        settings.run_dir,
+        extra={
+            "event": START_EVENT,
+            "run": settings.name,
+            "total_steps": settings.total_steps,
+            "run_dir": str(settings.run_dir),
+        },
     )
-    return ordered
+    return run_sft(settings)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,7 +111,14 @@ def main(argv: list[str] | None = None) -> int:
             metrics_port=args.metrics_port,
             steps=args.steps,
         )
+        if settings.spec.algorithm.type == "sft":
+            # Supervised fine-tuning trains on recorded trajectories: no tasks, no rollouts.
+            return _run_sft(settings, preflight_only=args.preflight_only)
         tasks = load_tasks(settings)
+        if args.quarantine is not None:
+            from crl_worker.train.validation import drop_quarantined
+
+            tasks = drop_quarantined(tasks, args.quarantine)
         from crl_worker.train.preflight import preflight
 
         preflight(settings, tasks, world=world)

@@ -319,6 +319,7 @@ class Batches:
                         "rank": self.job.rank,
                         "policy_version": rollout.policy_version,
                         "instance_id": rollout.task.instance_id,
+                        "task_type": rollout.task.task_type,
                         "reward": rollout.reward,
                         "seconds": round(rollout.seconds, 3),
                     }

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from crl_worker.api.trainingrun import LoraSpec
 from crl_worker.train.errors import TrainConfigError
 from crl_worker.train.settings import TrainSettings
 
@@ -146,6 +147,24 @@ def rollout_reward(
     return list(crl_reward or [])
 
 
+def lora_config(lora: LoraSpec | None) -> Any:
+    """PEFT's ``LoraConfig`` of ``spec.algorithm.lora`` (``None``: train every weight)."""
+    if lora is None:
+        return None
+    from peft import LoraConfig
+
+    targets: Any = lora.target_modules
+    if targets == ["all-linear"]:
+        targets = "all-linear"
+    return LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=targets,
+        task_type="CAUSAL_LM",
+    )
+
+
 def build_trainer(job: TrainingJob) -> tuple[Any, Any]:
     """The configured ``GRPOTrainer`` and its tokenizer, for this process."""
     import torch
@@ -229,21 +248,7 @@ def build_trainer(job: TrainingJob) -> tuple[Any, Any]:
     )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    peft_config = None
-    if algorithm.lora is not None:
-        from peft import LoraConfig
-
-        lora = algorithm.lora
-        targets: Any = lora.target_modules
-        if targets == ["all-linear"]:
-            targets = "all-linear"
-        peft_config = LoraConfig(
-            r=lora.rank,
-            lora_alpha=lora.alpha,
-            lora_dropout=lora.dropout,
-            target_modules=targets,
-            task_type="CAUSAL_LM",
-        )
+    peft_config = lora_config(algorithm.lora)
     dataset = Dataset.from_dict({"prompt": list(job.task_order)})
 
     class Hooks(TrainerCallback):

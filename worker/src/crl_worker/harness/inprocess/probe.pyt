@@ -13,15 +13,18 @@ Runs on the task's interpreter: Python 3.6 syntax, standard library only (the au
 """
 
 import json
+import linecache
 import os
 import sys
 
 _CONFIG_PATH = os.path.splitext(os.path.abspath(__file__))[0] + ".json"
 _STATE = {"busy": False, "started": False}
 _RUNNERS = ("_pytest", "pytest", "pluggy", "unittest")
-#: Modules between a caller and ``open`` (file helpers): the caller is the frame above them.
+#: Modules between a caller and ``open`` (file helpers, and the source readers ``linecache``
+#: and ``inspect``): the caller is the frame above them.
 _IO_MODULES = frozenset(
     "pathlib codecs tokenize io _pyio glob fnmatch shutil os genericpath posixpath "
+    "linecache inspect "
     "importlib._bootstrap importlib._bootstrap_external importlib.resources zipimport".split()
 )
 
@@ -121,6 +124,57 @@ def _check_getframe(args):
         )
 
 
+def _protected(filename):
+    try:
+        path = os.path.abspath(os.fsdecode(os.fspath(filename)))
+    except (TypeError, ValueError):
+        return False
+    return path in _CONFIG["protected"] or _under(path, _CONFIG["harness"])
+
+
+class _GuardedCache(dict):
+    """``linecache``'s cache, which keeps no line of a protected file (a test module, the
+    harness's files): every read of one through ``linecache`` or ``inspect`` opens the file
+    again, where the audit hook sees who asked, instead of being served from memory that the
+    runner (a traceback) or anyone filled."""
+
+    def __setitem__(self, key, value):
+        if not _protected(key):
+            dict.__setitem__(self, key, value)
+
+    def setdefault(self, key, default=None):
+        if _protected(key):
+            return default
+        return dict.setdefault(self, key, default)
+
+    def update(self, *args, **kwargs):
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+
+_LINECACHE = {"cache": None}
+
+
+def _guard_linecache():
+    guarded = _GuardedCache()
+    for key, value in list(linecache.cache.items()):
+        guarded[key] = value
+    linecache.cache = guarded
+    _LINECACHE["cache"] = guarded
+
+
+def _check_linecache():
+    """Evidence when ``linecache``'s cache is no longer the guarded one, or holds a protected
+    file (put there past the guard)."""
+    cache = getattr(linecache, "cache", None)
+    if _LINECACHE["cache"] is None or "linecache" in _REPORTED:
+        return
+    held = [k for k in list(dict.keys(cache)) if _protected(k)] if isinstance(cache, dict) else []
+    if cache is not _LINECACHE["cache"] or held:
+        _REPORTED.add("linecache")
+        _evidence("linecache's cache was replaced or filled with a test module behind its guard")
+
+
 def _hook(event, args):
     if _STATE["busy"]:
         return
@@ -218,6 +272,7 @@ def _check_runner(critical_only=False):
         scope, _, attr = key.rpartition(".")
         if _is_package_file(_origin(now.get(scope, {}).get(attr)) or ""):
             changed.append(key)
+    _check_linecache()
     changed = sorted(set(changed) - _REPORTED)
     if changed:
         _REPORTED.update(changed)
@@ -236,6 +291,7 @@ def _start():
     _emit({"kind": "start", "pid": os.getpid()})
     _SNAPSHOT = _take_snapshot()
     if hasattr(sys, "addaudithook") and not _CONFIG["runner_in_repo"]:
+        _guard_linecache()
         sys.addaudithook(_hook)
 
 

@@ -1,7 +1,7 @@
 """Record converters: one function per benchmark format, each turning one raw record into a
 :class:`Task` or raising :class:`TaskFormatError` naming the record and the field.
 
-One module per family of formats (:mod:`.swebench`, :mod:`.java`, :mod:`.exercises`,
+One module per family of formats (:mod:`.swebench`, :mod:`.swesmith`, :mod:`.r2egym`, :mod:`.swerebench`, :mod:`.java`, :mod:`.exercises`,
 :mod:`.vulns`), their shared pieces in :mod:`.common`, and here the table of every format's
 converter. Record shapes and field mappings are documented in ``docs/tasks.md``.
 """
@@ -25,6 +25,7 @@ from crl_worker.tasks.formats.java import (
     convert_gitbug_java,
     convert_multi_swe_bench,
 )
+from crl_worker.tasks.formats.r2egym import convert_r2egym
 from crl_worker.tasks.formats.swebench import (
     RECORD_HARNESS_KEYS,
     REFUSED_RECORD_KEYS,
@@ -32,6 +33,8 @@ from crl_worker.tasks.formats.swebench import (
     convert_swegym,
     drop_log_fragments,
 )
+from crl_worker.tasks.formats.swerebench import convert_swerebench
+from crl_worker.tasks.formats.swesmith import convert_swesmith
 from crl_worker.tasks.formats.vulns import convert_bigvul, convert_cvefixes, convert_primevul
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.records import ConvertOptions, Record, RecordRef
@@ -42,6 +45,9 @@ Converter = Callable[[Record, RecordRef, ConvertOptions], Task]
 CONVERTERS: dict[str, Converter] = {
     "swe-bench": convert_swebench,
     "swe-gym": convert_swegym,
+    "swe-smith": convert_swesmith,
+    "r2e-gym": convert_r2egym,
+    "swe-rebench": convert_swerebench,
     "multi-swe-bench": convert_multi_swe_bench,
     "defects4j": convert_defects4j,
     "gitbug-java": convert_gitbug_java,
@@ -84,8 +90,11 @@ __all__ = [
     "convert_polyglot",
     "convert_primevul",
     "convert_quixbugs",
+    "convert_r2egym",
     "convert_swebench",
     "convert_swegym",
+    "convert_swerebench",
+    "convert_swesmith",
     "converter",
     "drop_log_fragments",
 ]

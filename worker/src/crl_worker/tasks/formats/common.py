@@ -61,7 +61,15 @@ def build_task(ref: RecordRef, **fields: Any) -> Task:
     except ValidationError as exc:
         first = exc.errors()[0]
         location = ".".join(str(part) for part in first["loc"])
-        raise ref.error(first["msg"], location or None) from None
+        raise ref.error(first["msg"], location or _fields_named(first["msg"])) from None
+
+
+def _fields_named(message: str) -> str:
+    """The task fields a whole-record check's message names (``a repair task needs test``
+    -> ``test``), so that its error names a field too; ``task_type`` when it names none."""
+    words = set(re.findall(r"[a-z_]+", message))
+    named = [name for name in Task.model_fields if name in words and name != "task_type"]
+    return ", ".join(named) or "task_type"
 
 
 def finish(

@@ -4,6 +4,7 @@ exercises, and records already in the task schema."""
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 from crl_worker.tasks.formats.common import (
@@ -167,10 +168,64 @@ def convert_bugsinpy(record: Record, ref: RecordRef, options: ConvertOptions) ->
 
 # --- Aider-polyglot style exercises -----------------------------------------------------------------
 
+#: Languages the ``polyglot`` format loads, in Aider's benchmark's folder names.
+POLYGLOT_LANGUAGES = ("python", "java", "go", "rust", "cpp")
+#: The C++ test binary's JUnit report (Catch2's ``--reporter junit``), in the exercise's folder.
+CATCH2_REPORT = "build/crl-catch2-report.xml"
+
+
+def polyglot_test_spec(language: str, exercise_dir: str, exercise: str) -> TestSpec:
+    """How an exercise of a compiled language is tested, from the repository's root.
+
+    Each runs every test of the exercise (the tests Exercism marks as skipped included:
+    ``--include-ignored``, ``EXERCISM_RUN_ALL_TESTS``) and reports each test by name; code
+    that does not compile is reported as a build failure, which grading counts as every test
+    failed. Build folders left by the agent are removed first (``pre``): a stale build there
+    could stand in for the code under test.
+    """
+    where = shlex.quote(exercise_dir)
+    if language == "go":
+        return TestSpec(command=f"cd {where} && go test -json ./...", log_format="go")
+    if language == "rust":
+        return TestSpec(
+            command=f"cd {where} && cargo test --offline -- --include-ignored",
+            log_format="cargo",
+            pre=[f"rm -rf {where}/target"],
+        )
+    if language == "cpp":
+        target = shlex.quote(exercise)
+        return TestSpec(
+            command=(
+                f"cd {where} && cmake -S . -B build -DEXERCISM_RUN_ALL_TESTS=ON >/dev/null"
+                f" && cmake --build build --target {target}"
+                f" && ./build/{target} --reporter junit --out {CATCH2_REPORT}"
+            ),
+            log_format="junit",
+            junit_reports=[f"{exercise_dir}/{CATCH2_REPORT}"],
+            pre=[f"rm -rf {where}/build"],
+        )
+    raise ValueError(f"no test command for polyglot language {language!r}")
+
+
+#: What each compiled language's tests need in the environment: no network, no downloads.
+POLYGLOT_ENV: dict[str, dict[str, str]] = {
+    "go": {"GOTOOLCHAIN": "local", "GOPROXY": "off", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"},
+    "rust": {"CARGO_NET_OFFLINE": "true", "CARGO_TERM_COLOR": "never"},
+    "cpp": {},
+}
+
+
+#: Run once per sandbox before the agent starts. Go: the standard library into the build cache,
+#: which a local sandbox shares between sandboxes (read-only for the agent); compiled once per
+#: machine, a second or two after that, instead of a minute for each sandbox's first test run.
+POLYGLOT_INSTALL: dict[str, tuple[str, ...]] = {"go": ("go build std",)}
+
 
 def convert_polyglot(record: Record, ref: RecordRef, options: ConvertOptions) -> Task:
     """Exercism-style exercises (Aider's polyglot benchmark): solution stubs plus tests in the
-    benchmark repository. Python (pytest) and Java (Gradle) are supported."""
+    benchmark repository, or in a repository of the exercise alone whose tests come in
+    ``test_patch`` (hidden until grading: an ``implement`` task). Python (pytest), Java
+    (Gradle), Go (``go test -json``), Rust (``cargo test``) and C++ (CMake and Catch2)."""
     language_name = text(record, ref, "language", required=True).lower()
     exercise = text(record, ref, "exercise", required=True)
     instance_id = optional_text(record, ref, "instance_id") or f"{language_name}__{exercise}"
@@ -179,17 +234,19 @@ def convert_polyglot(record: Record, ref: RecordRef, options: ConvertOptions) ->
     base_commit = text(record, ref, "base_commit", required=True)
     exercise_dir = f"{language_name}/exercises/practice/{exercise}"
     test_files_list = string_list(record, ref, "test_files")
+    explicit = list_field(record, ref, "FAIL_TO_PASS", "fail_to_pass")
+    fields: dict[str, Any]
     if language_name == "python":
         tests = [f"{exercise_dir}/{t}" for t in test_files_list] or [
             f"{exercise_dir}/{exercise.replace('-', '_')}_test.py"
         ]
-        fields: dict[str, Any] = {
+        fields = {
             "language": "python",
             "python": "3.11",
             "install": ["python -m pip install pytest"],
             "test": TestSpec(command=PYTEST, log_format="pytest", select="ids"),
         }
-        fail_to_pass = tests
+        fail_to_pass = explicit or tests
     elif language_name == "java":
         recipe = java_recipe("gradle")
         fields = recipe_fields(recipe)
@@ -197,19 +254,36 @@ def convert_polyglot(record: Record, ref: RecordRef, options: ConvertOptions) ->
         fields["test"] = fields["test"].model_copy(
             update={"command": f"cd {exercise_dir} && gradle test --continue {{tests}}"}
         )
-        fail_to_pass = string_list(record, ref, "FAIL_TO_PASS") or [
+        fail_to_pass = explicit or [
             t.rsplit("/", 1)[-1].removesuffix(".java") for t in test_files_list
         ]
         if not fail_to_pass:
             raise ref.error("Java exercises need test_files or FAIL_TO_PASS", "test_files")
+    elif language_name in POLYGLOT_ENV:
+        if not explicit:
+            raise ref.error(
+                f"{language_name} exercises need FAIL_TO_PASS: the test ids as the runner"
+                " reports them (scripts/polyglot_tasks.py writes them from a reference run)",
+                "FAIL_TO_PASS",
+            )
+        fields = {
+            "language": language_name,
+            "install": list(POLYGLOT_INSTALL.get(language_name, ())),
+            "test": polyglot_test_spec(language_name, exercise_dir, exercise),
+            "env": dict(POLYGLOT_ENV[language_name]),
+        }
+        fail_to_pass = explicit
     else:
         raise ref.error(
-            f"polyglot language {language_name!r} is not supported yet: only python and java"
-            " have a log parser here",
+            f"polyglot language {language_name!r} is not supported: use one of"
+            f" {', '.join(POLYGLOT_LANGUAGES)} (javascript has no runner here yet)",
             "language",
         )
+    test_patch = text(record, ref, "test_patch")
+    source = optional_text(record, ref, "source")
     consumed = {"language", "exercise", "instance_id", "repo", "base_commit", "test_files",
-                "instructions", "FAIL_TO_PASS"}  # fmt: skip
+                "instructions", "FAIL_TO_PASS", "fail_to_pass", "PASS_TO_PASS",
+                "pass_to_pass", "patch", "test_patch", "source"}  # fmt: skip
     return finish(
         ref,
         options,
@@ -219,8 +293,14 @@ def convert_polyglot(record: Record, ref: RecordRef, options: ConvertOptions) ->
         instance_id=instance_id,
         repo=repo,
         base_commit=base_commit,
+        patch=text(record, ref, "patch"),
+        test_patch=test_patch,
         fail_to_pass=fail_to_pass,
+        pass_to_pass=list_field(record, ref, "PASS_TO_PASS", "pass_to_pass"),
         problem_statement=text(record, ref, "instructions"),
+        # Tests that come as a patch are withheld from the agent until grading.
+        task_type="implement" if test_patch.strip() else "repair",
+        **({"source": source} if source else {}),
         **fields,
     )
 
@@ -234,9 +314,14 @@ def convert_native(record: Record, ref: RecordRef, options: ConvertOptions) -> T
 
 
 __all__ = [
+    "CATCH2_REPORT",
+    "POLYGLOT_ENV",
+    "POLYGLOT_INSTALL",
+    "POLYGLOT_LANGUAGES",
     "QUIXBUGS_REPO",
     "convert_bugsinpy",
     "convert_native",
     "convert_polyglot",
     "convert_quixbugs",
+    "polyglot_test_spec",
 ]

@@ -77,7 +77,7 @@ def _commands(record: Record, ref: RecordRef, name: str) -> list[str]:
     return string_list(record, ref, name)
 
 
-def _record_harness(
+def record_harness(
     record: Record, ref: RecordRef, fields: dict[str, Any]
 ) -> tuple[dict[str, Any], list[str]]:
     """``fields`` (the recipe's) with the record's own harness keys applied; the keys used."""
@@ -165,7 +165,7 @@ def _swebench_like(
         metadata["recipe"] = "table"
     if recipe.image_only:
         metadata["image_only"] = True
-    harness, used = _record_harness(record, ref, recipe_fields(recipe, version))
+    harness, used = record_harness(record, ref, recipe_fields(recipe, version))
     if used:
         metadata["record_keys"] = used
     default_image = optional_text(record, ref, "image_name") or image_of(instance_id)
@@ -209,4 +209,5 @@ __all__ = [
     "convert_swebench",
     "convert_swegym",
     "drop_log_fragments",
+    "record_harness",
 ]

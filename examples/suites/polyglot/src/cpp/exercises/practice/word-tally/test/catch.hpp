@@ -1,0 +1,1 @@
+../../../../catch2/catch.hpp

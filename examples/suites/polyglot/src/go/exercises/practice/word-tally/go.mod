@@ -1,0 +1,3 @@
+module wordtally
+
+go 1.18

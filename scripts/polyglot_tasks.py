@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Turn Exercism exercises laid out as Aider's polyglot benchmark lays them out
+(``<language>/exercises/practice/<exercise>/``) into ``polyglot`` records with hidden tests.
+
+For each exercise (Go, Rust, C++):
+
+- the **base**: a root commit of its own (fixed identity and date, so the same exercise gives
+  the same commit anywhere) holding the exercise's folder without its tests (``files.test`` and
+  ``files.editor`` of ``.meta/config.json``) and without its dot-folders (``.meta`` holds the
+  reference solution, ``.approaches``/``.articles`` discuss solutions, ``.docs`` becomes the
+  statement), saved as ``repos/<language>__<exercise>.bundle``;
+- the **test patch**: the withheld test files (applied only when grading);
+- the **gold patch**: the reference solution (``files.example``) over the stub
+  (``files.solution``);
+- **FAIL_TO_PASS**: the tests that pass when the reference solution runs (a run of the task's
+  own test command in a scratch copy, with this machine's toolchain).
+
+Usage::
+
+    python scripts/polyglot_tasks.py SOURCE --out DIR [-l go] [-e bowling] [--limit N]
+
+``SOURCE`` is a folder in that layout or a git repository (bare or not; its ``HEAD``).
+The records go to ``DIR/tasks.jsonl`` (sources relative to it); ``crl tasks check -f polyglot
+DIR/tasks.jsonl`` then checks that the reference resolves and the stub does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from crl_worker.harness.parsers import parse_junit_xml, parse_log
+from crl_worker.harness.result import TestStatus
+from crl_worker.tasks.formats.exercises import POLYGLOT_ENV, polyglot_test_spec
+
+#: Languages this script converts.
+LANGUAGES = ("go", "rust", "cpp")
+#: Date of every exercise's commit.
+DATE = "2024-01-01T09:00:00+00:00"
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "CodeRepairRL polyglot",
+    "GIT_AUTHOR_EMAIL": "polyglot@coderepair.io",
+    "GIT_COMMITTER_NAME": "CodeRepairRL polyglot",
+    "GIT_COMMITTER_EMAIL": "polyglot@coderepair.io",
+    "GIT_AUTHOR_DATE": DATE,
+    "GIT_COMMITTER_DATE": DATE,
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "LC_ALL": "C",
+}
+#: Aider's benchmark's words to the model after the instructions (its ``benchmark.py``).
+_ASK = (
+    "Use the above instructions to modify the supplied files: {files} (in `{where}`). Don't"
+    " change the names of existing functions or classes, as they may be referenced from other"
+    " code like unit tests, etc. Only use standard libraries, don't suggest installing any"
+    " packages. The tests are hidden: they are added and run ({runner}) when your answer is"
+    " graded."
+)
+_RUNNERS = {"go": "`go test`", "rust": "`cargo test`", "cpp": "CMake and Catch2"}
+
+
+def say(message: str) -> None:
+    """One line of the script's report on standard output."""
+    sys.stdout.write(message + "\n")
+
+
+class ConvertError(Exception):
+    """An exercise that cannot be converted; the message says why."""
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise's folder and its ``.meta/config.json`` file lists."""
+
+    language: str
+    name: str
+    folder: Path
+    solution: list[str]
+    tests: list[str]
+    example: list[str]
+
+    @property
+    def where(self) -> str:
+        """The exercise's folder in the repository."""
+        return f"{self.language}/exercises/practice/{self.name}"
+
+
+def git(*args: str, cwd: Path | None = None) -> str:
+    """Run git with the fixed identity; its output (raises on failure)."""
+    env = {**os.environ, **_GIT_ENV}
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ConvertError(f"git {' '.join(args)} failed: {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
+def read_exercise(root: Path, language: str, name: str) -> Exercise:
+    """The exercise under ``root``, its files named by ``.meta/config.json``."""
+    folder = root / language / "exercises" / "practice" / name
+    try:
+        config = json.loads((folder / ".meta" / "config.json").read_text())
+        files = config["files"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConvertError(f"{language}/{name}: unreadable .meta/config.json ({exc})") from exc
+    tests = [*files.get("test", []), *files.get("editor", [])]
+    exercise = Exercise(language, name, folder, files["solution"], tests, files["example"])
+    for path in [*exercise.solution, *exercise.tests, *exercise.example]:
+        if not (folder / path).is_file():
+            raise ConvertError(f"{language}/{name}: {path} named by .meta/config.json is missing")
+    return exercise
+
+
+def _gold_target(exercise: Exercise, example: str) -> str:
+    """The solution file a reference file replaces (same suffix; Rust's is ``src/lib.rs``)."""
+    suffix = Path(example).suffix
+    matches = [s for s in exercise.solution if Path(s).suffix == suffix]
+    if len(matches) != 1:
+        raise ConvertError(f"{exercise.where}: cannot tell which solution file {example} replaces")
+    return matches[0]
+
+
+def _statement(exercise: Exercise) -> str:
+    docs = exercise.folder / ".docs"
+    parts = [(docs / n).read_text().strip() for n in ("instructions.md", "instructions.append.md")
+             if (docs / n).is_file()]  # fmt: skip
+    if not parts:
+        raise ConvertError(f"{exercise.where}: no .docs/instructions.md")
+    files = ", ".join(f"`{f}`" for f in exercise.solution)
+    ask = _ASK.format(files=files, where=exercise.where, runner=_RUNNERS[exercise.language])
+    return "\n\n".join([*parts, ask])
+
+
+def _base_tree(exercise: Exercise, into: Path) -> None:
+    target = into / exercise.where
+    shutil.copytree(
+        exercise.folder,
+        target,
+        ignore=lambda _d, names: [
+            n for n in names if n.startswith(".") or n in ("build", "target")
+        ],
+    )
+    for test in exercise.tests:
+        (target / test).unlink()
+
+
+def _diff(repo: Path) -> str:
+    git("add", "-A", cwd=repo)
+    diff = git("diff", "--cached", "--no-color", "--no-ext-diff", cwd=repo)
+    git("reset", "-q", "--hard", cwd=repo)
+    return diff
+
+
+def reference_run(exercise: Exercise, checkout: Path) -> dict[str, TestStatus]:
+    """The test statuses of the task's own test command, run in ``checkout``."""
+    spec = polyglot_test_spec(exercise.language, exercise.where, exercise.name)
+    env = {**os.environ, **POLYGLOT_ENV[exercise.language]}
+    script = " && ".join([*spec.pre, spec.command])
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=checkout, env=env, capture_output=True, text=True, timeout=900
+    )
+    if spec.log_format == "junit":
+        report = checkout / spec.junit_reports[0]
+        return parse_junit_xml(report.read_text()) if report.is_file() else {}
+    return parse_log(spec.log_format, done.stdout + done.stderr)
+
+
+def convert(exercise: Exercise, out: Path) -> dict[str, Any]:
+    """The polyglot record of ``exercise``; its bundle written under ``out/repos``."""
+    with tempfile.TemporaryDirectory(prefix="crl-polyglot-") as scratch:
+        repo = Path(scratch) / "repo"
+        repo.mkdir()
+        git("init", "-q", "-b", "main", cwd=repo)
+        _base_tree(exercise, repo)
+        git("add", "-A", cwd=repo)
+        git("commit", "-q", "-m", f"{exercise.where}: the exercise's stub", cwd=repo)
+        base = git("rev-parse", "HEAD", cwd=repo).strip()
+        target = repo / exercise.where
+        for example in exercise.example:
+            shutil.copyfile(exercise.folder / example, target / _gold_target(exercise, example))
+        patch = _diff(repo)
+        for test in exercise.tests:
+            (target / test).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(exercise.folder / test, target / test)
+        test_patch = _diff(repo)
+        # The reference run: the gold patch and the tests applied to a copy of the base.
+        run = Path(scratch) / "run"
+        shutil.copytree(repo, run, ignore=shutil.ignore_patterns(".git"))
+        for example in exercise.example:
+            shutil.copyfile(
+                exercise.folder / example, run / exercise.where / _gold_target(exercise, example)
+            )
+        for test in exercise.tests:
+            (run / exercise.where / test).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(exercise.folder / test, run / exercise.where / test)
+        statuses = reference_run(exercise, run)
+        passed = sorted(i for i, s in statuses.items() if s is TestStatus.PASSED)
+        if not passed or len(passed) != len(statuses):
+            failing = sorted(i for i, s in statuses.items() if s is not TestStatus.PASSED)
+            raise ConvertError(f"{exercise.where}: the reference solution does not pass: "
+                               f"{failing[:5] or 'no test reported'}")  # fmt: skip
+        instance_id = f"{exercise.language}__{exercise.name}"
+        bundle = out / "repos" / f"{instance_id}.bundle"
+        bundle.parent.mkdir(parents=True, exist_ok=True)
+        git("bundle", "create", "-q", str(bundle), "main", cwd=repo)
+    return {
+        "instance_id": instance_id,
+        "language": exercise.language,
+        "exercise": exercise.name,
+        "repo": f"Aider-AI/polyglot-benchmark--{exercise.language}-{exercise.name}",
+        "source": f"repos/{instance_id}.bundle",
+        "base_commit": base,
+        "patch": patch,
+        "test_patch": test_patch,
+        "test_files": exercise.tests,
+        "FAIL_TO_PASS": passed,
+        "instructions": _statement(exercise),
+    }
+
+
+def _checkout(source: Path, into: Path) -> Path:
+    """``source`` as a folder: itself, or its git ``HEAD`` extracted under ``into``."""
+    if (source / "HEAD").is_file() or (source / ".git").exists():
+        archive = subprocess.run(
+            ["git", f"--git-dir={source if (source / 'HEAD').is_file() else source / '.git'}",
+             "archive", "HEAD", *LANGUAGES], capture_output=True, check=True,
+        )  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+        return into
+    return source
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Convert the exercises; print one line per exercise; 1 when none converted."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("source", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("-l", "--language", action="append", choices=LANGUAGES)
+    parser.add_argument("-e", "--exercise", action="append", help="exercise name (repeatable)")
+    parser.add_argument("--limit", type=int, default=0, help="at most N exercises per language")
+    args = parser.parse_args(argv)
+    args.out = args.out.resolve()
+    records, failed = [], 0
+    with tempfile.TemporaryDirectory(prefix="crl-polyglot-src-") as scratch:
+        root = _checkout(args.source.resolve(), Path(scratch))
+        for language in args.language or LANGUAGES:
+            practice = root / language / "exercises" / "practice"
+            names = sorted(p.name for p in practice.iterdir()) if practice.is_dir() else []
+            if args.exercise:
+                names = [n for n in names if n in args.exercise]
+            if args.limit:
+                names = names[: args.limit]
+            for name in names:
+                try:
+                    records.append(convert(read_exercise(root, language, name), args.out))
+                    say(f"ok      {language}/{name}")
+                except (ConvertError, subprocess.SubprocessError, OSError) as exc:
+                    failed += 1
+                    say(f"skipped {language}/{name}: {exc}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(r, sort_keys=True) for r in records]
+    (args.out / "tasks.jsonl").write_text("".join(line + "\n" for line in lines))
+    say(f"{len(records)} converted, {failed} skipped -> {args.out / 'tasks.jsonl'}")
+    return 0 if records else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

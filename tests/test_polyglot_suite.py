@@ -1,0 +1,216 @@
+"""The bundled polyglot suite (examples/suites/polyglot): Go, Rust and C++ exercises whose
+tests are withheld until grading, loaded by the ``polyglot`` format, checked in local
+sandboxes with the real toolchains, and run by ``crl bench`` with the gold agent."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crl_worker.bench.summary import build_summary
+from crl_worker.harness.check import check_tasks
+from crl_worker.harness.diffsplit import touched_files
+from crl_worker.harness.integrity import source_diff
+from crl_worker.rollout.results import AttemptResult
+from crl_worker.tasks.loaders import load_records, load_tasks
+from crl_worker.tasks.model import Task
+from crl_worker.tasks.records import rows_with_refs
+from tests.fixtures.fetched import require
+
+#: The Go, Rust and C++ toolchains (tests/fixtures/schedule.py: the ``go`` group).
+pytestmark = pytest.mark.go
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITE = ROOT / "examples" / "suites" / "polyglot"
+TOOLS = {"go": "go", "rust": "cargo", "cpp": "cmake"}
+POLYGLOT_REPO = "Aider-AI/polyglot-benchmark"
+
+
+def _suite() -> dict[str, Task]:
+    loaded = load_tasks(SUITE / "tasks.jsonl", "polyglot")
+    assert loaded.ok, loaded.errors
+    return {t.instance_id: t for t in loaded.tasks}
+
+
+def _env() -> dict[str, str]:
+    """This process's environment without the settings that would point ``crl bench`` at a
+    cluster, a model or other results."""
+    dropped = ("CRL_POOL_URL", "CRL_RESULTS_DIR", "CRL_CONFIG", "CRL_API_KEY", "OPENAI_API_KEY")
+    return {k: v for k, v in os.environ.items() if k not in dropped}
+
+
+def _need(*languages: str) -> None:
+    """Skip without the languages' toolchains; under CI=true their absence is a failure."""
+    missing = [TOOLS[x] for x in languages if shutil.which(TOOLS[x]) is None]
+    if missing and os.environ.get("CI"):
+        pytest.fail(f"CI needs {', '.join(missing)} for the polyglot suite")
+    if missing:
+        pytest.skip(f"no {', '.join(missing)} on PATH")
+
+
+def test_records_hide_the_tests_and_the_reference(tmp_path: Path) -> None:
+    tasks = _suite()
+    assert sorted(tasks) == [
+        f"{lang}__{name}" for lang in ("cpp", "go", "rust") for name in ("digit-sum", "word-tally")
+    ]
+    for task in tasks.values():
+        where = task.metadata["exercise_dir"]
+        assert task.task_type == "implement" and task.fail_to_pass
+        assert task.problem_statement.startswith("# Instructions")
+        hidden = touched_files(task.test_patch)
+        assert hidden and all(p.startswith(where) and "test" in p for p in hidden)
+        # The bundle's only commit holds neither the tests nor the reference solution.
+        clone = tmp_path / task.instance_id
+        subprocess.run(["git", "clone", "-q", task.source or "", str(clone)], check=True)
+        files = subprocess.run(
+            ["git", "-C", str(clone), "log", "--all", "--format=", "--name-only"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        assert not set(hidden) & set(files) and not [f for f in files if "/.meta/" in f]
+        assert subprocess.run(
+            ["git", "-C", str(clone), "rev-list", "--all", "--count"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip() == "1"  # fmt: skip
+    go = tasks["go__digit-sum"]
+    assert go.test_spec.log_format == "go" and "go test -json" in go.test_spec.command
+    assert "TestDigitSum/several_digits" in go.fail_to_pass
+    assert tasks["rust__digit-sum"].test_spec.log_format == "cargo"
+    assert "--include-ignored" in tasks["rust__digit-sum"].test_spec.command
+    cpp = tasks["cpp__word-tally"]
+    assert cpp.test_spec.log_format == "junit" and cpp.test_spec.junit_reports
+    assert "word-tally.global#ties_go_to_the_first_alphabetically" in cpp.fail_to_pass
+
+
+def test_bad_polyglot_records_name_the_field() -> None:
+    rows = [
+        {"language": "go", "exercise": "x", "base_commit": "a" * 40},
+        {"language": "javascript", "exercise": "x", "base_commit": "a" * 40},
+    ]
+    result = load_records(rows_with_refs(rows), "polyglot")
+    assert not result.tasks
+    assert [e.field for e in result.errors] == ["FAIL_TO_PASS", "language"]
+    assert "javascript has no runner" in str(result.errors[1])
+
+
+async def test_reference_resolves_and_stub_does_not(tmp_path: Path) -> None:
+    """Go and Rust (a few seconds each): the stub that does not compile (Go) and the one that
+    panics (Rust) are graded unresolved, not environment errors."""
+    _need("go", "rust")
+    tasks = _suite()
+    picked = [tasks["go__word-tally"], tasks["rust__digit-sum"]]
+    results = await check_tasks(
+        picked, jobs=2, sandbox_config={"type": "local", "root": str(tmp_path)}
+    )
+    for found in results:
+        assert found.ok, (found.instance_id, found.problems)
+        assert (found.gold_verdict, found.no_patch_verdict) == ("resolved", "unresolved")
+
+
+def test_crl_bench_gold_reports_each_language(tmp_path: Path) -> None:
+    """One exercise per language through ``crl bench --agent gold``; summary.json has a row per
+    language. The C++ one compiles Catch2's main (the slow part: tens of seconds)."""
+    _need("go", "rust", "cpp")
+    picked = ["go__digit-sum", "rust__word-tally", "cpp__digit-sum"]
+    done = subprocess.run(
+        [sys.executable, "-m", "crl_cli", "bench", str(ROOT / "examples" /
+         "local-benchmark-polyglot.yaml"), "--agent", "gold", "--results", str(tmp_path / "out"),
+         "-o", "json", *[a for i in picked for a in ("-i", i)]],
+        capture_output=True, text=True, timeout=900, cwd=ROOT, env=_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["resolved"] == 3 and summary["errored"] == 0
+    assert {(r["language"], r["resolved"]) for r in summary["languages"]} == {
+        ("cpp", 1),
+        ("go", 1),
+        ("rust", 1),
+    }
+
+
+async def test_real_exercises_convert_and_check(tmp_path: Path) -> None:
+    """Two exercises of Aider's benchmark (its fetched copy): converted by the script, then the
+    reference resolves and the stub does not (Go's stub does not even compile)."""
+    _need("go", "rust")
+    copy = require(POLYGLOT_REPO)[POLYGLOT_REPO]
+    out = tmp_path / "converted"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "polyglot_tasks.py"), str(copy), "--out",
+         str(out), "-l", "go", "-l", "rust", "-e", "bowling"],
+        capture_output=True, text=True, timeout=600, env=_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 converted, 0 skipped" in done.stdout
+    loaded = load_tasks(out / "tasks.jsonl", "polyglot")
+    assert loaded.ok and len(loaded.tasks) == 2, loaded.errors
+    go = next(t for t in loaded.tasks if t.language == "go")
+    assert "TestScore/all_strikes_is_a_perfect_game" in go.fail_to_pass
+    assert touched_files(go.test_patch) == [
+        "go/exercises/practice/bowling/bowling_test.go",
+        "go/exercises/practice/bowling/cases_test.go",
+    ]
+    results = await check_tasks(
+        loaded.tasks, jobs=2, sandbox_config={"type": "local", "root": str(tmp_path)}
+    )
+    for found in results:
+        assert found.ok, (found.instance_id, found.problems)
+        assert (found.gold_verdict, found.no_patch_verdict) == ("resolved", "unresolved")
+
+
+def test_agent_added_tests_and_build_files_are_not_part_of_an_answer() -> None:
+    """What the integrity check strips before confirming a verdict: a Go test file of the
+    agent's own (its TestMain could print framed results), the module and build files, Rust
+    integration tests and Cargo configuration, C++ test sources and Catch2's main."""
+    where = "go/exercises/practice/bowling"
+    diff = "".join(
+        f"diff --git a/{p} b/{p}\nnew file mode 100644\n--- /dev/null\n+++ b/{p}\n@@ -0,0 +1 @@\n+x\n"
+        for p in (
+            f"{where}/bowling.go",
+            f"{where}/zz_test.go",
+            f"{where}/go.mod",
+            "rust/exercises/practice/bowling/src/lib.rs",
+            "rust/exercises/practice/bowling/tests/extra.rs",
+            "rust/exercises/practice/bowling/.cargo/config.toml",
+            "rust/exercises/practice/bowling/build.rs",
+            "cpp/exercises/practice/clock/clock.cpp",
+            "cpp/exercises/practice/clock/test/tests-main.cpp",
+            "cpp/exercises/practice/clock/CMakeLists.txt",
+        )
+    )
+    source, stripped = source_diff(diff)
+    assert touched_files(source) == [
+        f"{where}/bowling.go",
+        "rust/exercises/practice/bowling/src/lib.rs",
+        "cpp/exercises/practice/clock/clock.cpp",
+    ]
+    assert len(stripped) == 7
+
+
+def test_summary_counts_each_language() -> None:
+    def attempt(instance: str, language: str | None, resolved: bool | None) -> AttemptResult:
+        return AttemptResult(
+            instance_id=instance, repo=f"o/{instance}", attempt=0, resolved=resolved,
+            exit_reason="submitted" if resolved is not None else "infrastructure_error",
+            infrastructure_error=None if resolved is not None else "sandbox died",
+            language=language,
+        )  # fmt: skip
+
+    records = [
+        attempt("go-a", "go", True),
+        attempt("go-b", "go", False),
+        attempt("rust-a", "rust", None),
+        attempt("old", None, True),  # written before results recorded the language
+    ]
+    summary = build_summary(records, suite="s", model="m", total=4, ks=[1], finished=True)
+    assert summary["languages"] == [
+        {"language": "go", "instances": 2, "attempts": 2, "resolved": 1, "errored": 0,
+         "resolveRate": 0.5},
+        {"language": "rust", "instances": 1, "attempts": 1, "resolved": 0, "errored": 1,
+         "resolveRate": None},
+    ]  # fmt: skip
+    assert [r["repo"] for r in summary["repositories"]] == ["o/go-a", "o/go-b", "o/old", "o/rust-a"]
