@@ -1,10 +1,13 @@
 """What file confinement costs a local sandbox: start, shell restart, base-state script, command.
 
-    python perf/sandbox_confine.py [--rounds N]
+    python perf/sandbox_confine.py [--rounds N] [--setups confined,limited]
 
-Three set-ups on the same small repository, one after another in one run: no isolation
+Five set-ups on the same small repository, one after another in one run: no isolation
 (``isolation: none``), PID and mount namespaces without file confinement (how ``auto`` ran before
-confinement), and namespaces with it (``auto`` now). For each: the time to make a sandbox (clone,
+confinement), namespaces with it but without resource limits or a user of its own (how ``auto``
+ran before issue 36), ``limited``: the same with the default limits (a cgroup per sandbox) and,
+as root, the default unprivileged ``user`` (``auto`` now), and ``limited+disk``: that with a
+``disk_limit`` (a tmpfs for the sandbox's folder). For each: the time to make a sandbox (clone,
 venv, snapshot), a shell restart (``end_session`` + ``open_session``, as each reset does), a
 base-state script (``diff``: the harness runs several per evaluation) and a short command in the
 open shell (``true``). Prints medians and p90 in milliseconds; asserts nothing.
@@ -67,10 +70,19 @@ def _summary(values: list[float]) -> str:
     return f"{statistics.median(ordered):8.1f} {p90:8.1f}"
 
 
+#: The settings of issue 36 off (resource limits, the unprivileged user): how sandboxes ran before.
+BEFORE = {"mem_limit": None, "pids_limit": None, "user": "root"}
+SETUPS: dict[str, dict[str, Any]] = {
+    "none": {"isolation": "none", **BEFORE},
+    "namespaces": {"isolation": "namespaces", **BEFORE},
+    "confined": {"isolation": "namespaces", **BEFORE},
+    "limited": {"isolation": "namespaces"},
+    "limited+disk": {"isolation": "namespaces", "disk_limit": "4g"},
+}
+
+
 async def _measure(task: Task, root: Path, mode: str, rounds: int) -> dict[str, list[float]]:
-    config = LocalSandboxConfig(
-        root=str(root), isolation="none" if mode == "none" else "namespaces"
-    )
+    config = LocalSandboxConfig(root=str(root), **SETUPS[mode])
     starts: list[float] = []
     sandbox: LocalSandbox | None = None
     for _ in range(max(3, rounds // 10)):
@@ -81,7 +93,7 @@ async def _measure(task: Task, root: Path, mode: str, rounds: int) -> dict[str, 
         await sandbox.start()
         starts.append((time.perf_counter() - started) * 1000)
     assert sandbox is not None
-    assert sandbox.confined == (mode == "confined"), (mode, sandbox.confined)
+    assert sandbox.confined == (mode not in ("none", "namespaces")), (mode, sandbox.confined)
 
     async def restart() -> None:
         assert sandbox is not None
@@ -103,7 +115,7 @@ async def _measure(task: Task, root: Path, mode: str, rounds: int) -> dict[str, 
         await sandbox.close()
 
 
-async def main(rounds: int) -> None:
+async def main(rounds: int, setups: list[str]) -> None:
     """Measure the three set-ups and print the table."""
     with tempfile.TemporaryDirectory(prefix="crl-perf-confine-") as folder:
         repo = Path(folder) / "repo"
@@ -119,7 +131,7 @@ async def main(rounds: int) -> None:
         )
         results: dict[str, dict[str, list[float]]] = {}
         real_can_confine = isolation.can_confine
-        for mode in ("none", "namespaces", "confined"):
+        for mode in setups:
             if mode == "namespaces":
 
                 async def never(*_: Any, **__: Any) -> bool:
@@ -132,7 +144,7 @@ async def main(rounds: int) -> None:
         isolation.can_confine = real_can_confine  # type: ignore[assignment]
     header = f"{'ms (median, p90)':28}" + "".join(f"{m:>18}" for m in results)
     logger.info("%s", header)
-    for measure in results["none"]:
+    for measure in results[setups[0]]:
         row = "".join(f"{_summary(results[m][measure]):>18}" for m in results)
         logger.info("%-28s%s", measure, row)
 
@@ -141,4 +153,12 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=40, help="timings per measure (default 40)")
-    asyncio.run(main(parser.parse_args().rounds))
+    parser.add_argument(
+        "--setups", default=",".join(SETUPS), help=f"comma-separated, of {', '.join(SETUPS)}"
+    )
+    args = parser.parse_args()
+    chosen = args.setups.split(",")
+    unknown = [name for name in chosen if name not in SETUPS]
+    if unknown:
+        parser.error(f"unknown set-up(s): {', '.join(unknown)}; choose from {', '.join(SETUPS)}")
+    asyncio.run(main(args.rounds, chosen))

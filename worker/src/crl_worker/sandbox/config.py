@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from crl_worker.sandbox.limits import parse_size
 
 #: Worker variables a local sandbox inherits by default: network, TLS, package indexes, caches.
 DEFAULT_PASSTHROUGH: tuple[str, ...] = (
@@ -69,6 +71,37 @@ class LocalSandboxConfig(BaseModel):
     """Seconds a timed-out command gets to stop after SIGINT before it is killed."""
     start_timeout: float = Field(default=30, gt=0)
     """Seconds the shell may take to answer when started."""
+    user: str | None = "nobody"
+    """Who the agent's commands run as when the worker runs as root (and the sandbox is
+    confined): a user name or ``uid[:gid]``. The task's ``install`` commands run as the worker;
+    then the sandbox's folder becomes this user's, and the shell and the harness's scripts run
+    as it, without capabilities. ``root`` or ``null``: as the worker. A worker that is not root
+    runs sandboxes as its own user whatever this says."""
+    mem_limit: str | None = "8g"
+    """Memory each sandbox may use, e.g. ``8g`` or ``512m`` (its processes together, files it
+    writes to its private ``/tmp`` included); past it the kernel kills a process of that sandbox
+    and the command's result says it exceeded its memory limit. ``null``: no limit. Needs a
+    cgroup of its own (docs/sandboxes.md, "Resource limits")."""
+    pids_limit: int | None = Field(default=4096, ge=8)
+    """Processes and threads each sandbox may have at once (a JVM counts each thread); past it
+    ``fork`` fails, and the command's result says it exceeded its process limit. ``null``: no
+    limit."""
+    disk_limit: str | None = None
+    """Space each sandbox may write, e.g. ``10g``: its folder (checkout, virtual environment,
+    ``HOME``) becomes a tmpfs of that size, so writing past it fails with "No space left on
+    device" and the command's result says the folder is full. It lives in memory (used only as
+    written) and needs a worker running as root; ``null`` (default): the folder is on the disk
+    of ``root``, bounded only by it. The private ``/tmp``, ``/var/tmp`` and ``/dev/shm`` are
+    512 MiB each either way."""
+    cpus: float | None = Field(default=None, gt=0)
+    """CPU each sandbox may use, in cores (``1.5``); ``null`` (default): all of the machine's."""
+
+    @field_validator("mem_limit", "disk_limit")
+    @classmethod
+    def _size(cls, value: str | None) -> str | None:
+        if value is not None and parse_size(value) < 16 << 20:
+            raise ValueError(f"{value!r} is below 16m: no sandbox fits in that")
+        return value
 
 
 class DockerSandboxConfig(BaseModel):

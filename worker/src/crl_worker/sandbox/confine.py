@@ -8,7 +8,9 @@ Run as process 1 of the sandbox's fresh PID and mount namespaces (see
 It changes only the new mount namespace (the worker and the host see nothing of it), in this order:
 
 1. **Stage** what the sandbox must keep (``binds``: its own folder, the interpreter, caches) by
-   bind-mounting each onto a private tmpfs at ``stage``: step 3 covers some of their paths.
+   bind-mounting each onto a private tmpfs at ``stage``: step 3 covers some of their paths. A
+   bind with an ``upper`` folder is an overlay instead: the source read-only below, what the
+   sandbox writes going to ``upper`` (copy-on-write build caches).
 2. **Read-only everywhere**: every mount of the namespace becomes read-only (``mount_setattr``,
    recursive), so the sandbox writes nothing outside what step 4 gives back.
 3. **Hide** (``hide``): an empty tmpfs over each folder that holds secrets or other sandboxes
@@ -108,6 +110,11 @@ def mount(source: str, target: str, fstype: str | None, flags: int, data: str | 
     )
 
 
+def unmount(target: str) -> None:
+    """umount2(2), detached: the mount goes once nothing uses it."""
+    _check(_libc.umount2(target.encode(), MNT_DETACH), f"umount {target}")
+
+
 def set_readonly(path: str, readonly: bool) -> None:
     """Make the mount at ``path`` and every mount below it read-only, or writable again."""
     attr = MountAttr(MOUNT_ATTR_RDONLY if readonly else 0, 0 if readonly else MOUNT_ATTR_RDONLY)
@@ -176,7 +183,12 @@ def confine(plan: dict[str, Any]) -> None:
             continue  # nothing to keep
         point = f"{stage}/{number}"
         _mount_point(point, is_dir)
-        mount(source, point, None, MS_BIND | MS_REC, None)
+        if bind.get("upper"):
+            # Copy-on-write: the source read-only below, what the sandbox writes in ``upper``.
+            layers = f"lowerdir={source},upperdir={bind['upper']},workdir={bind['work']}"
+            mount("crl-overlay", point, "overlay", MS_NOSUID | MS_NODEV, layers)
+        else:
+            mount(source, point, None, MS_BIND | MS_REC, None)
         staged.append((point, bind, is_dir))
 
     set_readonly("/", True)
@@ -215,7 +227,7 @@ def confine(plan: dict[str, Any]) -> None:
             if exc.errno not in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
                 raise
 
-    _check(_libc.umount2(stage.encode(), MNT_DETACH), f"umount {stage}")
+    unmount(stage)
     os.chdir(cwd)
     if plan.get("loopback"):
         loopback_up()

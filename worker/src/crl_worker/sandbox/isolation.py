@@ -158,6 +158,10 @@ class Bind:
     source: str
     target: str
     writable: bool = False
+    upper: str | None = None
+    """An overlay instead of a bind: ``source`` read-only below, what the sandbox writes kept
+    in this folder (``work`` is overlayfs's work folder beside it, on the same file system)."""
+    work: str | None = None
 
 
 @dataclass
@@ -193,6 +197,16 @@ class Plan:
         if destination == str(source) and not writable and not self.hidden(source):
             return
         self.binds.append(Bind(str(source), destination, writable))
+
+    def overlay(self, source: str | Path, upper: Path, work: Path) -> None:
+        """Show ``source`` at its own path copy-on-write: what the sandbox writes there goes to
+        ``upper`` (made here, with ``work``), the original stays as it was."""
+        for text in (str(source), str(upper), str(work)):
+            if any(c in text for c in ",:\\"):
+                raise SandboxError(f"cannot overlay {text}: overlayfs takes no ',', ':' or '\\'")
+        upper.mkdir(parents=True, exist_ok=True)
+        work.mkdir(parents=True, exist_ok=True)
+        self.binds.append(Bind(str(source), str(source), True, str(upper), str(work)))
 
     def to_json(self) -> str:
         """The plan as :mod:`crl_worker.sandbox.confine` reads it (binds outermost first)."""
@@ -333,14 +347,31 @@ async def can_go_offline(prefix: list[str], mode: Isolation, *, name: str = "san
     return False
 
 
-def join_command() -> list[str]:
+def join_command(identity: tuple[int, int] | None = None) -> list[str]:
     """What a script joining a confined shell's namespaces runs behind: ``setpriv`` dropping the
-    capabilities :mod:`crl_worker.sandbox.confine` dropped for the shell."""
+    capabilities :mod:`crl_worker.sandbox.confine` dropped for the shell, and taking the shell's
+    ``identity`` (uid, gid) when it has one (:func:`identity_command`)."""
+    if identity is not None:
+        return identity_command(identity)
     from crl_worker.sandbox.confine import DROPPED_CAP_NAMES
 
-    setpriv = shutil.which("setpriv", path="/usr/bin:/bin") or "setpriv"
     drop = ",".join(f"-{name}" for name in DROPPED_CAP_NAMES)
-    return [setpriv, "--bounding-set", drop, "--"]
+    return [_setpriv(), "--bounding-set", drop, "--"]
+
+
+def _setpriv() -> str:
+    return shutil.which("setpriv", path="/usr/bin:/bin") or "setpriv"
+
+
+def identity_command(identity: tuple[int, int]) -> list[str]:
+    """A command prefix that runs what follows as ``identity`` (uid, gid), with no
+    supplementary groups, no capabilities (none to keep, none to inherit, an empty bounding
+    set) and ``no_new_privs`` (no set-user-ID program or file capability gives any back)."""
+    uid, gid = identity
+    return [
+        _setpriv(), f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--no-new-privs",
+        "--inh-caps=-all", "--bounding-set=-all", "--",
+    ]  # fmt: skip
 
 
 def can_join(prefix: list[str]) -> bool:

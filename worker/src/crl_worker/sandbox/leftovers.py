@@ -85,6 +85,12 @@ def sweep(parent: Path) -> list[Path]:
                 continue  # its owner holds it: in use
             # Ours now: no one else removes it meanwhile, and its owner cannot come back.
             shutil.rmtree(entry.path, ignore_errors=True)
+            if os.path.ismount(entry.path):  # a disk-limited sandbox's tmpfs (see limits.py)
+                from crl_worker.sandbox.limits import unmount_folder
+
+                unmount_folder(Path(entry.path))
+                with contextlib.suppress(OSError):
+                    os.rmdir(entry.path)
             removed.append(Path(entry.path))
         finally:
             os.close(fd)

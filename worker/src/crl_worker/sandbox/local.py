@@ -42,15 +42,15 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 from crl_worker.errors import SandboxError
-from crl_worker.sandbox import isolation, leftovers, repos
+from crl_worker.sandbox import identity, isolation, leftovers, limits, repos, toolchains
 from crl_worker.sandbox.config import LocalSandboxConfig
+from crl_worker.sandbox.files import FileTooLarge, read_local
 from crl_worker.sandbox.interpreters import (
     Interpreter,
     MissingInterpreterError,
@@ -58,8 +58,8 @@ from crl_worker.sandbox.interpreters import (
     find_uv,
     host_path,
 )
+from crl_worker.sandbox.limited import LimitedSandbox
 from crl_worker.sandbox.session import SESSION_ENV
-from crl_worker.sandbox.shell import ShellSandbox
 from crl_worker.sandbox.transport import LocalTransport
 from crl_worker.tasks.model import Task
 
@@ -68,19 +68,10 @@ logger = logging.getLogger(__name__)
 _INSTALL_OUTPUT = 64 << 10
 
 #: The system's base directories, the end of every local sandbox's ``PATH``.
-SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+SYSTEM_PATH = toolchains.SYSTEM_PATH
+
 #: The repository's folder in the sandbox (the ``workdir``), whatever the repository's name.
 CHECKOUT_FOLDER = "testbed"
-#: Host tools every sandbox gets (the harness applies patches with them).
-HARNESS_TOOLS = ("git", "patch")
-#: Host tools a Java sandbox gets besides the JDK.
-JAVA_TOOLS = ("mvn", "gradle")
-#: Host tools the sandboxes of the other compiled languages get (Rust's come from the toolchain
-#: itself, see :func:`rust_sysroot`: rustup's proxies need the hidden ``~/.rustup``).
-LANGUAGE_TOOLS = {"go": ("go", "gofmt"), "cpp": ("cmake", "make", "c++", "g++", "cc")}
-#: The Rust toolchain's programs linked into a Rust sandbox.
-RUST_TOOLS = ("cargo", "rustc", "rustdoc")
-
 
 #: uv copies into a sandbox's environment what it would hard-link from its shared cache: an
 #: in-place edit of an installed file would otherwise change the cache, and with it every later
@@ -90,74 +81,11 @@ _NO_LINKS = {"UV_LINK_MODE": "copy"}
 _CACHE_VARIABLES = frozenset({"GOMODCACHE", "GOCACHE", "GRADLE_USER_HOME"})
 
 
-def _cache_dir(variable: str, name: str) -> Path:
-    """Where the worker's uv or pip keeps its cache: ``$variable``, else the XDG cache folder."""
-    if os.environ.get(variable):
-        return Path(os.environ[variable])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / name
+def _read_bytes(path: str) -> bytes:
+    return Path(path).read_bytes()
 
 
-def _java_home() -> str | None:
-    """``$JAVA_HOME``, else the JDK that ``java`` on ``PATH`` belongs to."""
-    if os.environ.get("JAVA_HOME"):
-        return os.environ["JAVA_HOME"]
-    java = shutil.which("java", path=host_path())
-    if java is None:
-        return None
-    return str(Path(java).resolve().parent.parent)
-
-
-def link_tools(directory: Path, names: Iterable[str]) -> list[str]:
-    """Link each host tool of ``names`` that is not in :data:`SYSTEM_PATH` into ``directory``.
-
-    Returns the names found nowhere (the caller decides whether that matters).
-    """
-    missing = []
-    directory.mkdir(parents=True, exist_ok=True)
-    for name in dict.fromkeys(names):
-        if shutil.which(name, path=SYSTEM_PATH) is not None:
-            continue
-        found = shutil.which(name, path=host_path())
-        if found is None:
-            missing.append(name)
-            continue
-        link = directory / name
-        if not link.exists():
-            # Scripts such as mvn find their installation by resolving their own links.
-            link.symlink_to(Path(found).resolve())
-    return missing
-
-
-def rust_sysroot() -> Path | None:
-    """The default Rust toolchain's folder (``rustc --print sysroot``), None without Rust."""
-    rustc = shutil.which("rustc", path=host_path())
-    if rustc is None:
-        return None
-    try:
-        out = subprocess.run(
-            [rustc, "--print", "sysroot"], capture_output=True, text=True, timeout=60, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return Path(out) if out and (Path(out) / "bin").is_dir() else None
-
-
-def link_rust(directory: Path) -> list[str]:
-    """Link the Rust toolchain's :data:`RUST_TOOLS` into ``directory``; the names not found."""
-    sysroot = rust_sysroot()
-    directory.mkdir(parents=True, exist_ok=True)
-    missing = []
-    for name in RUST_TOOLS:
-        binary = sysroot / "bin" / name if sysroot is not None else None
-        if binary is None or not binary.is_file():
-            missing.append(name)
-        elif not (directory / name).exists():
-            (directory / name).symlink_to(binary.resolve())
-    return missing
-
-
-class LocalSandbox(ShellSandbox):
+class LocalSandbox(LimitedSandbox):
     """A sandbox on this machine (see the module docs): provisioning here, the rest is
     :class:`~crl_worker.sandbox.shell.ShellSandbox` over a
     :class:`~crl_worker.sandbox.transport.LocalTransport`."""
@@ -185,6 +113,14 @@ class LocalSandbox(ShellSandbox):
         """Whether the shell has no network once the task is installed (``network: none``)."""
         self._namespaces: list[str] = []
         self._owner: int | None = None
+        self.cgroup = None
+        self._disk = None
+        self._handed = False
+        self._overlays: list[isolation.Bind] = []
+        self._view: identity.View | None = None
+        self.identity: tuple[int, int] | None = None
+        """(uid, gid) the agent's commands run as: the config's ``user`` when the worker is
+        root and the sandbox is confined, else None (the worker's own user)."""
 
     @property
     def env(self) -> dict[str, str]:
@@ -225,6 +161,7 @@ class LocalSandbox(ShellSandbox):
         await asyncio.to_thread(leftovers.sweep, root or Path(tempfile.gettempdir()))
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", task.instance_id)[:60]
         self.root = Path(tempfile.mkdtemp(prefix=f"{leftovers.FOLDER_PREFIX}{safe}-", dir=root))
+        self._disk = self._mount_disk(self.root)
         self._owner = leftovers.claim(self.root)
         leftovers.register(id(self), self._cleanup_at_exit)
         # Not the repository's name: old test suites put the checkout's parent folder first on
@@ -237,13 +174,13 @@ class LocalSandbox(ShellSandbox):
         self.workdir = str(repo)
 
         env = self._base_env()
-        tools = [*HARNESS_TOOLS, *self.config.tools]
+        tools = [*toolchains.HARNESS_TOOLS, *self.config.tools]
         if task.language == "java":
-            tools += JAVA_TOOLS
-        tools += LANGUAGE_TOOLS.get(task.language, ())
-        missing = await asyncio.to_thread(link_tools, self.root / "tools", tools)
+            tools += toolchains.JAVA_TOOLS
+        tools += toolchains.LANGUAGE_TOOLS.get(task.language, ())
+        missing = await asyncio.to_thread(toolchains.link_tools, self.root / "tools", tools)
         if task.language == "rust":
-            missing += await asyncio.to_thread(link_rust, self.root / "tools")
+            missing += await asyncio.to_thread(toolchains.link_rust, self.root / "tools")
         if missing:
             logger.debug("%s: host tools not found: %s", self.name, ", ".join(missing))
         env["PATH"] = f"{self.root / 'tools'}{os.pathsep}{SYSTEM_PATH}"
@@ -264,7 +201,13 @@ class LocalSandbox(ShellSandbox):
         self.transport.env = env
         self._namespaces = namespaces
         self.confined = confined
+        self.identity = identity.resolve(self.config.user) if confined else None
         self.transport.prefix = self._prefix(installing=True)
+        self.cgroup = await asyncio.to_thread(
+            limits.make_cgroup, self.resource_limits, name=self.name
+        )
+        if self.cgroup is not None:
+            self.transport.enter = self.cgroup.enter_command()
 
         await self.open_session()
         for number, command in enumerate(task.install, 1):
@@ -283,11 +226,70 @@ class LocalSandbox(ShellSandbox):
                 )
         # From here on the caches are read-only: what the agent writes stays in its sandbox.
         self.transport.prefix = self._prefix(installing=False)
+        if self.identity is not None:
+            # The rest runs as the sandbox's user, in a folder that is now its own; the base
+            # state is recorded by it too (git refuses a repository of another owner).
+            await self.end_session()
+            await asyncio.to_thread(identity.hand_over, self.root, self.identity)
+            for bind in self._overlays:
+                assert bind.upper is not None
+                await asyncio.to_thread(
+                    identity.mirror_folders, Path(bind.source), Path(bind.upper), self.identity
+                )
+            self._handed = True
+        if self.confined:
+            self._view = self._make_view()
         await self.record_base_state()
         # Install commands may have cd-ed or exported: the agent starts from a fresh shell.
         await self.end_session()
         await self.open_session()
         logger.info("%s ready in %s", self.name, self.workdir)
+
+    async def read_file(self, path: str) -> bytes:
+        """The bytes of ``path`` (relative to the workdir); once confined, only a file the
+        sandbox could read itself (a link it made to a hidden or unreadable host file reads
+        nothing)."""
+        if self._view is None:
+            return await super().read_file(path)
+        return await asyncio.to_thread(self._view.read, self._path(path), _read_bytes)
+
+    async def read_file_limited(self, path: str, limit: int) -> bytes:
+        """At most ``limit`` bytes of the regular file ``path``, under the same rule as
+        :meth:`read_file`."""
+        if self._view is None:
+            return await super().read_file_limited(path, limit)
+        full = self._path(path)
+        try:
+            return await asyncio.to_thread(self._view.read, full, partial(read_local, limit=limit))
+        except FileTooLarge as exc:
+            raise FileTooLarge(full, limit, exc.size) from None
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` (relative to the workdir); the sandbox's user owns it."""
+        await super().write_file(path, data)
+        await self._give(self._path(path))
+
+    async def write_confined(self, path: str, data: bytes) -> None:
+        """Write a file inside the working tree (no link may lead outside it); the sandbox's
+        user owns it."""
+        await super().write_confined(path, data)
+        await self._give(self._path(path))
+
+    def _make_view(self) -> identity.View:
+        """What the agent's user sees, for the worker's reads on its behalf."""
+        assert self.root is not None
+        plan = self.confinement(installing=False)
+        real = os.path.realpath
+        return identity.View(
+            self.identity or (os.geteuid(), os.getegid()),
+            real(self.root),
+            tuple(real(f) for f in (*plan.hide, *plan.scratch)),
+            tuple(real(b.target) for b in plan.binds),
+        )
+
+    async def _give(self, path: str) -> None:
+        if self.identity is not None and self.root is not None:
+            await asyncio.to_thread(identity.give, path, str(self.root), self.identity)
 
     # --- file confinement ------------------------------------------------------------------
 
@@ -295,7 +297,7 @@ class LocalSandbox(ShellSandbox):
         """Open the session; once a confined one answers, scripts join its namespaces."""
         await super().open_session()
         if self.confined and isolation.can_join(self._namespaces):
-            self.transport.join = isolation.join_command()
+            self.transport.join = isolation.join_command(self.identity if self._handed else None)
             self.transport.join_network = self.offline
 
     async def end_session(self) -> None:
@@ -312,7 +314,8 @@ class LocalSandbox(ShellSandbox):
             # Installed: from here on the shell and the base-state scripts have no network.
             namespaces = isolation.offline(namespaces)
             plan.loopback = True
-        return [*namespaces, *isolation.confine_command(plan)]
+        user = isolation.identity_command(self.identity) if self.identity and not installing else []
+        return [*namespaces, *isolation.confine_command(plan), *user]
 
     def _confined_env(self) -> dict[str, str]:
         """What a confined shell's environment changes: a ``HOME`` and ``TMPDIR`` of its own in
@@ -320,13 +323,25 @@ class LocalSandbox(ShellSandbox):
         assert self.root is not None
         for folder in ("home", "tmp"):
             (self.root / folder).mkdir(exist_ok=True)
-        return {
+        env = {
             "HOME": str(self.root / "home"),
             "TMPDIR": str(self.root / "tmp"),
-            "UV_CACHE_DIR": str(_cache_dir("UV_CACHE_DIR", "uv")),
-            "PIP_CACHE_DIR": str(_cache_dir("PIP_CACHE_DIR", "pip")),
-            **({"GOCACHE": str(_cache_dir("GOCACHE", "go-build"))} if self._go else {}),
+            "UV_CACHE_DIR": str(toolchains.cache_dir("UV_CACHE_DIR", "uv")),
+            "PIP_CACHE_DIR": str(toolchains.cache_dir("PIP_CACHE_DIR", "pip")),
+            **({"GOCACHE": str(toolchains.cache_dir("GOCACHE", "go-build"))} if self._go else {}),
         }
+        if self.task.language == "java":
+            # Named outright: the sandbox's user may have no home of its own (nobody's is
+            # /nonexistent), and Java's user.home is the passwd entry's.
+            m2, gradle = toolchains.java_caches()
+            opts = (
+                os.environ.get("MAVEN_OPTS", "")
+                if "MAVEN_OPTS" in self.config.env_passthrough
+                else ""
+            )
+            env["MAVEN_OPTS"] = f"{opts} -Dmaven.repo.local={m2}".strip()
+            env["GRADLE_USER_HOME"] = str(gradle)
+        return env
 
     @property
     def _go(self) -> bool:
@@ -371,32 +386,38 @@ class LocalSandbox(ShellSandbox):
                     plan.keep(link.resolve())
         if self.task.language == "rust":
             # The toolchain's libraries (the standard library rustc links), not just its programs.
-            sysroot = rust_sysroot()
+            sysroot = toolchains.rust_sysroot()
             if sysroot is not None:
                 plan.keep(sysroot.resolve())
-        if self.task.language == "go":
-            go = shutil.which("go", path=host_path())
-            if go is not None:
-                plan.keep(Path(go).resolve().parent.parent)  # GOROOT: the standard library
+        goroot = toolchains.go_root() if self._go else None
+        if goroot is not None:
+            plan.keep(goroot)  # GOROOT: the standard library
         if self.task.language == "java":
-            java_home = _java_home()
+            java_home = toolchains.java_home()
             if java_home is not None:
                 plan.keep(Path(java_home).resolve())
-            # At their own paths: Java's user.home is the passwd entry's, not $HOME. The rest of
-            # ~/.m2 (settings.xml, which may hold credentials) stays hidden.
-            m2 = Path(home) / ".m2" / "repository"
+            # At their own paths (MAVEN_OPTS and GRADLE_USER_HOME name them). The rest of ~/.m2
+            # (settings.xml, which may hold credentials) stays hidden. Writable while the task
+            # installs; the agent's builds write copy-on-write, into the sandbox's folder.
+            m2, gradle = toolchains.java_caches()
             m2.mkdir(parents=True, exist_ok=True)
-            plan.keep(m2, writable=True)
-            gradle = Path(os.environ.get("GRADLE_USER_HOME") or Path(home) / ".gradle")
-            if gradle.is_dir():
-                plan.keep(gradle, writable=True)
+            for number, cache in enumerate((m2, gradle)):
+                if not cache.is_dir():
+                    continue
+                if installing or not toolchains.can_overlay():
+                    plan.keep(cache, writable=True)
+                else:
+                    layers = self.root / "caches" / str(number)
+                    plan.overlay(cache, layers / "upper", layers / "work")
+                    if plan.binds[-1] not in self._overlays:
+                        self._overlays.append(plan.binds[-1])
         caches = [("UV_CACHE_DIR", "uv"), ("PIP_CACHE_DIR", "pip")]
         # Go's build cache: the standard library compiled once per machine, not per sandbox;
         # read-only for the agent (go ignores failed writes), so nothing there can stand in for
         # a later sandbox's packages.
         caches += [("GOCACHE", "go-build")] if self._go else []
         for name, tool in caches:
-            cache = Path(self.transport.env.get(name) or _cache_dir(name, tool))
+            cache = Path(self.transport.env.get(name) or toolchains.cache_dir(name, tool))
             cache.mkdir(parents=True, exist_ok=True)
             plan.keep(cache, writable=installing)
         for name in self.config.env_passthrough:
@@ -478,7 +499,7 @@ class LocalSandbox(ShellSandbox):
         )
 
     def _java_env(self, path: str) -> dict[str, str]:
-        java_home = _java_home()
+        java_home = toolchains.java_home()
         if java_home is None:
             raise SandboxError(
                 f"{self.name}: a Java task needs a JDK, but JAVA_HOME is unset and no java is "
@@ -506,9 +527,12 @@ class LocalSandbox(ShellSandbox):
         """Forget the exit hook, remove the sandbox's folder (unless kept) and give up its
         claim (after the session's processes were killed, on close)."""
         leftovers.unregister(id(self))
+        cgroup, self.cgroup = self.cgroup, None
+        if cgroup is not None:
+            await asyncio.to_thread(cgroup.remove)
         if self.root is not None:
             if not self.config.keep:
-                await asyncio.to_thread(shutil.rmtree, self.root, True)
+                await asyncio.to_thread(self._remove_folder, self.root)
             if self._owner is not None:
                 leftovers.release(self.root, self._owner, keep=self.config.keep)
                 self._owner = None
@@ -516,5 +540,14 @@ class LocalSandbox(ShellSandbox):
     def _cleanup_at_exit(self) -> None:
         """At interpreter exit, for a sandbox still open: kill its processes, remove its folder."""
         self.transport.kill_now()
+        if self.cgroup is not None:
+            self.cgroup.remove()
         if self.root is not None and not self.config.keep:
-            shutil.rmtree(self.root, ignore_errors=True)
+            self._remove_folder(self.root)
+
+    def _remove_folder(self, folder: Path) -> None:
+        """Remove the sandbox's folder, unmounting its tmpfs (``disk_limit``) first."""
+        if self._disk is not None:
+            limits.unmount_folder(folder)
+            self._disk = None
+        shutil.rmtree(folder, ignore_errors=True)

@@ -175,6 +175,8 @@ def _descendant_shell(pid: int) -> int | None:
 
 #: util-linux's nsenter (scripts join a confined shell's namespaces with it).
 NSENTER = "/usr/bin/nsenter"
+#: ``_CD + [folder, command...]``: run the command in ``folder``.
+_CD = ["/bin/sh", "-c", 'cd "$1" && shift && exec "$@"', "crl-cd"]
 
 
 class LocalTransport:
@@ -206,6 +208,9 @@ class LocalTransport:
         self.join_network = False
         """Scripts that join the shell's namespaces join its network namespace too (the local
         backend's sandboxes without network)."""
+        self.enter: list[str] = []
+        """A command in front of everything the transport starts, ``prefix`` and ``nsenter``
+        included, that execs what follows (the local backend's: enter the sandbox's cgroup)."""
         self._proc: asyncio.subprocess.Process | None = None
         self._shell: tuple[int, int] | None = None
 
@@ -230,6 +235,7 @@ class LocalTransport:
     async def open_shell(self, workdir: str) -> tuple[ByteReader, ByteWriter]:
         """Start the shell as a child process with piped standard input and output."""
         proc = await asyncio.create_subprocess_exec(
+            *self.enter,
             *self.prefix,
             *SHELL_ARGV,
             stdin=asyncio.subprocess.PIPE,
@@ -252,7 +258,7 @@ class LocalTransport:
         if proc is None:
             return None
         if not self.prefix:
-            return proc.pid, proc.pid
+            return proc.pid, proc.pid  # ``enter`` execs the shell: the same process
         if self._shell is None:
             # The prefix execs its way to unshare, which forks the shell: the one child of
             # the process started. Being process 1, the shell leads a process group of its own.
@@ -332,12 +338,14 @@ class LocalTransport:
         if found is not None:
             # Into the open shell's confined namespaces: the same view of the files, at the cost
             # of two execs instead of new namespaces and a confinement of their own.
+            # The shell's root and working directory (nsenter resolves a --wd path before it
+            # enters them: a folder the sandbox's user cannot walk to), then into ``workdir``.
             spaces = ["-m", "-p", *(["-n"] if self.join_network else [])]
-            prefix = [NSENTER, "-t", str(found[0]), *spaces, f"--wd={workdir}", *self.join]
+            prefix = [NSENTER, "-t", str(found[0]), *spaces, "-r", "-w", *self.join, *_CD, workdir]
         return await run_captured(
             # Through the prefix too: what git runs from the repository's configuration sees no
             # other process (and dies with the script, or with the shell it joined).
-            [*prefix, *script_command(script)],
+            [*self.enter, *prefix, *script_command(script)],
             what=f"{self.name}: a script in {workdir}",
             cwd=workdir,
             env=env,

@@ -1,0 +1,291 @@
+"""Resource limits of the local sandbox (crl_worker.sandbox.limits), attacked from inside real ones.
+
+Two real sandboxes side by side with small limits (128 MiB of memory, 48 processes, 48 MiB of
+disk): a memory hog, a fork bomb and a disk filler in the first end its command with a result that says which limit it hit, while the second
+sandbox and the worker (this process) run on. The limits are small so each attack takes
+seconds and can never reach the machine: the process limit is written before any process enters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from crl_worker.sandbox import isolation, limits
+from crl_worker.sandbox.config import LocalSandboxConfig
+from crl_worker.sandbox.local import LocalSandbox
+from crl_worker.tasks.model import Task, TestSpec
+from tests.fixtures import host_canaries
+from tests.fixtures.local_sandbox import git, make_repo, python_task
+
+pytestmark = [
+    pytest.mark.asyncio(loop_scope="module"),
+    pytest.mark.skipif(
+        not isolation.namespace_candidates(), reason="unshare (util-linux) is not installed"
+    ),
+]
+
+MEMORY = "128m"
+PIDS = 48
+DISK = "48m"
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    path = tmp_path_factory.mktemp("calc")
+    return path, make_repo(path)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pair(
+    repo: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[LocalSandbox, LocalSandbox]]:
+    """Two limited sandboxes side by side, as a GRPO group's episodes run."""
+    where = limits.find()
+    if isinstance(where, str):
+        pytest.skip(f"no cgroup to limit a sandbox with here: {where}")
+    config = LocalSandboxConfig(
+        root=str(tmp_path_factory.mktemp("sandboxes")),
+        isolation="namespaces",
+        mem_limit=MEMORY,
+        pids_limit=PIDS,
+        disk_limit=DISK,
+        cpus=1,
+    )
+    first = LocalSandbox(config, python_task(*repo, install=[]))
+    second = LocalSandbox(config, python_task(*repo, install=[]))
+    async with first, second:
+        assert first.cgroup is not None and second.cgroup is not None
+        yield first, second
+
+
+async def _unaffected(pair: tuple[LocalSandbox, LocalSandbox]) -> None:
+    """The worker and both sandboxes still work after an attack in the first."""
+    for sandbox in pair:
+        result = await sandbox.run("echo alive && python -c 'print(6 * 7)'")
+        assert (result.exit_code, result.output) == (0, "alive\n42\n"), sandbox.name
+    assert os.getpid() > 0
+
+
+async def test_limits_are_the_configs(pair: tuple[LocalSandbox, LocalSandbox]) -> None:
+    first, _ = pair
+    assert first.cgroup is not None
+    folders = first.cgroup.folders
+    if first.cgroup.version == 1:
+        memory = (folders["memory"] / "memory.limit_in_bytes").read_text()
+        cpu = (folders["cpu"] / "cpu.cfs_quota_us").read_text()
+        assert (int(memory), int(cpu)) == (128 << 20, limits.CPU_PERIOD)
+    else:
+        memory = (folders["memory"] / "memory.max").read_text()
+        assert int(memory) == 128 << 20
+    assert (folders["pids"] / "pids.max").read_text().strip() == str(PIDS)
+    # The shell is in it: a process of the sandbox lists its own pid in the cgroup.
+    assert first.shell_pid in first.cgroup.pids()
+
+
+async def test_memory_hog_ends_its_command_not_the_sandbox(
+    pair: tuple[LocalSandbox, LocalSandbox],
+) -> None:
+    first, _ = pair
+    hog = "python -c \"chunks = [b'x' * (1 << 20) for _ in range(256)]; print('survived')\""
+    result = await first.run(hog, timeout=20)
+    assert "survived" not in result.output
+    assert result.exit_code == 137
+    assert "exceeded its memory limit (128 MiB)" in result.output
+    await _unaffected(pair)
+
+
+async def test_memory_hog_in_the_shell_itself_gets_a_fresh_shell(
+    pair: tuple[LocalSandbox, LocalSandbox],
+) -> None:
+    first, _ = pair
+    hog = "export LEFT=1; x=$(head -c 300m /dev/zero | tr '\\0' a); echo survived"
+    result = await first.run(hog, timeout=30)
+    assert (result.exit_code, result.timed_out) == (137, False)
+    assert "exceeded its memory limit (128 MiB)" in result.output
+    # A fresh shell answers, without the old one's variables.
+    assert (await first.run('echo "left=$LEFT"')).output == "left=\n"
+    await _unaffected(pair)
+
+
+async def test_fork_bomb_ends_its_command_not_the_sandbox(
+    pair: tuple[LocalSandbox, LocalSandbox],
+) -> None:
+    first, _ = pair
+    # A foreground bomb: it keeps the command busy at the limit until the timeout.
+    result = await first.run("bomb() { bomb | bomb; }; bomb", timeout=3)
+    assert "exceeded its process limit (48 processes and threads)" in result.output
+    assert first.cgroup is not None
+    # Nothing of the bomb is left: only the new shell.
+    assert len(first.cgroup.pids()) <= 2
+    await _unaffected(pair)
+
+
+async def test_detached_fork_bomb_is_caught_by_the_next_command(
+    pair: tuple[LocalSandbox, LocalSandbox],
+) -> None:
+    first, _ = pair
+    await first.run("bomb() { bomb | bomb & }; bomb", timeout=3)
+    # Whether or not the first result caught it, the bomb cannot outlive the next command.
+    await first.run("sleep 1", timeout=10)
+    assert first.cgroup is not None
+    assert len(first.cgroup.pids()) <= 2
+    await _unaffected(pair)
+
+
+async def test_disk_filler_ends_its_command_not_the_sandbox(
+    pair: tuple[LocalSandbox, LocalSandbox],
+) -> None:
+    first, second = pair
+    assert first.root is not None and os.path.ismount(first.root)
+    result = await first.run("head -c 100m /dev/zero > filler; echo status $?", timeout=20)
+    assert "No space left on device" in result.output
+    assert "exceeded its disk limit (48 MiB)" in result.output
+    # The host's disk never saw it; the second sandbox writes on.
+    assert (await second.run("head -c 1m /dev/zero > room && echo ok")).output == "ok\n"
+    await first.run("rm -f filler")
+    await _unaffected(pair)
+
+
+async def test_sizes_parse_and_bad_ones_are_named() -> None:
+    assert limits.parse_size("8g") == 8 << 30
+    assert limits.parse_size("512MiB") == 512 << 20
+    assert limits.parse_size("1.5G") == 3 << 29
+    assert limits.show_size(64 << 20) == "64 MiB"
+    with pytest.raises(ValueError, match="not a size: 'lots'"):
+        limits.parse_size("lots")
+    with pytest.raises(ValueError, match="below 16m"):
+        LocalSandboxConfig(mem_limit="1m")
+
+
+# --- an unprivileged identity -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def canaries() -> Iterator[dict[str, Path]]:
+    if os.geteuid() != 0:
+        pytest.skip("planting canaries in /etc and /opt needs root (as does a mapped user)")
+    with host_canaries.planted() as places:
+        yield places
+
+
+async def test_commands_run_as_an_unprivileged_user(
+    pair: tuple[LocalSandbox, LocalSandbox],
+) -> None:
+    first, _ = pair
+    if os.geteuid() != 0:
+        pytest.skip("the worker is not root: the sandbox runs as the worker's own user")
+    nobody = pwd.getpwnam("nobody")
+    assert first.identity == (nobody.pw_uid, nobody.pw_gid)
+    result = await first.run("id -u; id -G; grep -E '^Cap(Eff|Bnd)' /proc/self/status")
+    no_caps = ["CapEff:", "0000000000000000", "CapBnd:", "0000000000000000"]
+    assert result.output.split() == [str(nobody.pw_uid), str(nobody.pw_gid), *no_caps]
+    # Its folder is its own: it edits, git works, and what the worker writes is its too.
+    assert (await first.run("echo change >> calc/__init__.py && git status --short")).output == (
+        " M calc/__init__.py\n"
+    )
+    await first.write_file("made/by/worker.txt", b"x")
+    assert (await first.run("echo more >> made/by/worker.txt && echo ok")).output == "ok\n"
+    assert "calc/__init__.py" in await first.diff()
+    await first.reset()
+
+
+async def test_canaries_around_the_host_stay_unread(
+    pair: tuple[LocalSandbox, LocalSandbox], canaries: dict[str, Path]
+) -> None:
+    first, second = pair
+    for name, path in canaries.items():
+        secret = path.read_text().strip()
+        folder = path.parent if path.parent != Path("/etc") else path
+        for attack in (f"cat {path}", f"cp {path} stolen", f"grep -r crl-canary {folder}"):
+            result = await first.run(f"{attack} 2>&1; echo status $?")
+            assert secret not in result.output, (name, attack, result.output)
+            assert not result.output.endswith("status 0\n"), (name, attack, result.output)
+        # Nor through the worker: a link the sandbox plants, read by the harness or a tool.
+        await first.run(f"ln -sf {path} planted")
+        with pytest.raises(PermissionError, match="may not read"):
+            await first.read_file("planted")
+        with pytest.raises(PermissionError, match="may not read"):
+            await first.read_file_limited("planted", 1 << 16)
+    # A world-readable file in a folder the confinement hides (the worker's working directory).
+    await first.run(f"ln -sf {Path.cwd() / 'pyproject.toml'} planted")
+    with pytest.raises(PermissionError, match="may not read"):
+        await first.read_file("planted")
+    # What the sandbox may read, the worker still reads for it.
+    await first.run("rm planted && ln -s /etc/os-release release")
+    assert b"ID=" in await first.read_file_limited("release", 1 << 16)
+    assert b"def add" in await first.read_file("calc/__init__.py")
+    await _unaffected((first, second))
+
+
+async def test_maven_and_gradle_caches_are_copy_on_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("java") is None:
+        pytest.skip("no JDK here")
+    home = tmp_path / "worker-home"
+    (home / ".m2" / "repository" / "org").mkdir(parents=True)
+    (home / ".m2" / "repository" / "org" / "shared.pom").write_text("original\n")
+    (home / ".gradle").mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GRADLE_USER_HOME", raising=False)
+    repo = tmp_path / "javarepo"
+    repo.mkdir()
+    (repo / "Main.java").write_text("class Main {}\n")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "java")
+    task = Task(
+        instance_id="demo__java-1",
+        repo="demo/java",
+        base_commit=git(repo, "rev-parse", "HEAD"),
+        source=str(repo),
+        language="java",
+        test=TestSpec(command="true", log_format="junit"),
+    )
+    config = LocalSandboxConfig(root=str(tmp_path / "sandboxes"), isolation="namespaces")
+    m2 = home / ".m2" / "repository"
+    async with LocalSandbox(config, task) as first, LocalSandbox(config, task) as second:
+        assert f"-Dmaven.repo.local={m2}" in (await first.run("echo $MAVEN_OPTS")).output
+        # As build tools write: new files, and replacements renamed over the old ones.
+        poison = f"cd {m2}/org && echo poisoned > .tmp && mv .tmp shared.pom && echo new > new.pom"
+        poison += " && touch $GRADLE_USER_HOME/caches-probe && cat shared.pom"
+        assert (await first.run(poison)).output == "poisoned\n"
+        # Neither the worker's caches nor the other sandbox see it.
+        assert (m2 / "org" / "shared.pom").read_text() == "original\n"
+        assert not (m2 / "org" / "new.pom").exists()
+        assert not (home / ".gradle" / "caches-probe").exists()
+        seen = await second.run(f"cat {m2}/org/shared.pom; ls {m2}/org; ls $GRADLE_USER_HOME")
+        assert seen.output.split() == ["original", "shared.pom"]
+
+
+async def test_cgroup_v2_enter_kill_and_remove() -> None:
+    """The v2 side on a real cgroup2 file system: made under the worker's cgroup, entered by
+    the command prefix, every process killed (``cgroup.kill``), removed. (This host's cgroup2 has
+    no controllers to limit with: they are all bound to v1.)"""
+    where = limits.find(())
+    if isinstance(where, str) or where.version != 2:
+        pytest.skip(f"no writable cgroup2 here: {where}")
+    cgroup = where.make(f"{os.getpid()}-v2-test", limits.Limits())
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *cgroup.enter_command(), "/bin/sh", "-c", "sleep 60 & exec sleep 60"
+        )
+        for _ in range(200):
+            if len(cgroup.pids()) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert proc.pid in cgroup.pids() and len(cgroup.pids()) == 2
+        await asyncio.to_thread(cgroup.kill_all)
+        assert await proc.wait() == -9
+        assert cgroup.pids() == []
+    finally:
+        cgroup.remove()
+    assert not next(iter(cgroup.folders.values())).exists()
