@@ -560,3 +560,26 @@ def test_hosted_endpoint_needs_no_inference() -> None:
     assert "Deployment" not in [k["kind"] for k in kids]
     st = benchmark_status(bench, Observed(children=tuple(kids)), None, T0)
     assert conds(st)["InferenceReady"] == ("True", "NotServed")
+
+
+def test_an_sft_trainingrun_waits_for_no_server_and_no_pool() -> None:
+    algorithm = {"type": "sft", "sft": {"dataset": {"path": "datasets/sft"}}, "steps": 50}
+    run = run_model(algorithm=algorithm, rollout={"poolRef": {"name": "shared"}})
+    kids = children(run)  # nothing observed yet: no server to wait for
+    job = by_kind(kids, "Job")
+    pending = trainingrun_status(run, Observed(children=tuple(kids), pool=None), None, T0)
+    got = conds(pending)
+    assert got["InferenceReady"] == ("True", "NotServed")
+    assert got["SandboxesReady"] == ("True", "NoRollouts")
+    assert got["Training"] == ("False", "WaitingForPods")
+    assert got["Ready"] == ("False", "WaitingForPods")
+    assert "rolloutPool" not in pending["children"]
+    want = job["spec"]["parallelism"]
+    running = job_with(job, active=want, ready=want)
+    rest = [k for k in kids if k["kind"] != "Job"]
+    st = trainingrun_status(run, Observed(children=(running, *rest), pool=None), None, T0)
+    assert conds(st)["Ready"] == ("True", "Reconciled")
+    done = job_with(job, conditions=[{"type": "Complete", "status": "True"}])
+    st = trainingrun_status(run, Observed(children=(done,), pool=None), st, T1)
+    assert conds(st)["Succeeded"] == ("True", "JobSucceeded")
+    assert conds(st)["InferenceReady"] == ("True", "NotServed")

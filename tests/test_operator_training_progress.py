@@ -13,6 +13,7 @@ import asyncio
 import copy
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,8 @@ from crl_operator.status import Observed, trainingrun_status
 from crl_worker.api import TrainingRun
 from crl_worker.api.progress import TrainingProgress
 from crl_worker.train.report import training_reporter_from_env
+from crl_worker.train.settings import resolve_settings
+from crl_worker.train.sft import Records
 
 from .fixtures.cluster import Cluster
 from .fixtures.operator_process import Operator
@@ -36,7 +39,7 @@ from .fixtures.resources import (
     small_run,
     wait_for,
 )
-from .fixtures.status_objects import T0, T1, children, job_with, ready_pool, run_model
+from .fixtures.status_objects import T0, T1, children, job_with, load, ready_pool, run_model
 
 REPORT: dict[str, Any] = {
     "step": 12,
@@ -119,6 +122,38 @@ def test_status_follows_the_trainers_report() -> None:
     patch = status_patch("TrainingRun", st, later)
     assert patch["step"] == 10
     assert not {"lastCheckpoint", "metrics", "policyVersion"} & set(patch)
+
+
+def test_an_sft_trainers_reports_become_the_status(tmp_path: Path) -> None:
+    """What the supervised trainer's records publish (crl_worker.train.sft) is what the
+    operator reads: its steps, checkpoints and throughput reach the TrainingRun's status."""
+    example = ROOT / "examples" / "local-trainingrun-toy-sft.yaml"
+    settings = resolve_settings(example, output=tmp_path)
+    sent: list[dict[str, Any]] = []
+    records = Records(settings, 0, sent.append)
+    records.status(0, "Training")
+    records.on_log(1, {"loss": 2.5, "num_tokens": 640.0, "learning_rate": 0.01})
+    (tmp_path / "checkpoint-4").mkdir()
+    records.on_save(4)
+    records.status(8, "Succeeded")
+    assert [r["step"] for r in sent] == [0, 1, 4, 8]
+    assert sent[-1]["finished"] and not sent[-2]["finished"]
+    # Another rank writes nothing and publishes nothing.
+    Records(settings, 1, sent.append).status(3, "Training")
+    assert len(sent) == 4
+
+    run = TrainingRun.model_validate(load("local-trainingrun-toy-sft.yaml"))
+    kids = tuple(job_with(k, ready=1, active=1) if k["kind"] == "Job" else k for k in children(run))
+    st = trainingrun_status(run, Observed(children=kids, pool=None, report=wire(sent[2])), None, T0)
+    assert (st["step"], st["totalSteps"], st["policyVersion"]) == (4, 8, 4)
+    assert st["lastCheckpoint"]["path"] == "step-4"
+    assert (tmp_path / "step-4").resolve() == (tmp_path / "checkpoint-4").resolve()
+    assert st["metrics"]["tokensPerSecond"] > 0
+    training = next(x for x in st["conditions"] if x["type"] == "Training")
+    assert training["status"] == "True"
+    assert "step 4/8" in training["message"]
+    TrainingRun.model_validate({**run.model_dump(by_alias=True), "status": st})
+    assert json.loads((tmp_path / "status.json").read_text())["step"] == 8
 
 
 # --- end to end ---------------------------------------------------------------------------------

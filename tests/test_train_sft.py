@@ -139,3 +139,18 @@ def test_results_folders_are_exported_into_the_run_folder(
     assert len(rows) == 1  # one toy instance, at most one per instance
     assert tuple(rows[0]["input_ids"]) in {tuple(r["input_ids"]) for r in exported(resolved)}
     assert (tmp_path / "o" / "sft-dataset" / "README.md").is_file()
+
+
+def test_in_a_trainer_pod_a_dataset_path_is_on_the_checkpoint_volume(
+    toy_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The operator mounts the checkpoint volume at CRL_CHECKPOINT_DIR (the run folder); the
+    # manifest is its ConfigMap's copy elsewhere, where no dataset is.
+    volume = tmp_path / "checkpoints"
+    (volume / "datasets" / "sft" / "data").mkdir(parents=True)
+    rows = {"input_ids": [[1, 2, 3, 4], [5, 6, 7]], "assistant_masks": [[0, 0, 1, 1], [0, 1, 1]]}
+    datasets.Dataset.from_dict(rows).to_parquet(volume / "datasets" / "sft" / "data" / "a.parquet")
+    config = sft_manifest(toy_files, tmp_path / "config", {"path": "datasets/sft"})
+    monkeypatch.setenv("CRL_CHECKPOINT_DIR", str(volume))
+    loaded = load_sft_dataset(resolve_settings(config))
+    assert loaded.to_dict() == rows

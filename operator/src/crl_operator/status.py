@@ -187,20 +187,33 @@ def _ready(problem: Problem | None, parts: Iterable[Cond], ok_message: str) -> C
 # --- TrainingRun --------------------------------------------------------------------------
 
 
+#: InferenceReady's and SandboxesReady's message for supervised fine-tuning: both hold at once.
+_NO_ROLLOUTS = "algorithm.type is sft: it trains on recorded trajectories, no rollouts run"
+
+
 def trainingrun_conditions(run: TrainingRun, seen: Observed) -> list[Cond]:
-    """Conditions of a TrainingRun from its children."""
+    """Conditions of a TrainingRun from its children (supervised fine-tuning has no server and
+    no pool: InferenceReady and SandboxesReady hold, and Ready follows the trainer)."""
     suspended = run.spec.suspend
     dep = seen.of_kind("Deployment")
     job = seen.of_kind("Job")
     js = job_state(job) if job is not None else None
+    sft = run.spec.algorithm.type == "sft"
+    served = run.spec.generation == "vllm" and not sft
     inference = _inference(
         dep,
-        served=run.spec.generation == "vllm",
+        served=served,
         suspended=suspended,
-        why="generation is in-process: the trainer generates from the weights it trains",
+        why=(
+            _NO_ROLLOUTS
+            if sft
+            else "generation is in-process: the trainer generates from the weights it trains"
+        ),
     )
-    sandboxes = pool_ready(seen.pool)
-    if js is not None and js.phase in ("succeeded", "failed") and run.spec.generation == "vllm":
+    sandboxes = (
+        cond(c.SANDBOXES_READY, True, c.NO_ROLLOUTS, _NO_ROLLOUTS) if sft else pool_ready(seen.pool)
+    )
+    if js is not None and js.phase in ("succeeded", "failed") and served:
         # A finished run keeps only its config and trainer Job; the rest was removed on purpose.
         if dep is None:
             inference = cond(
@@ -257,7 +270,7 @@ def trainingrun_conditions(run: TrainingRun, seen: Observed) -> list[Cond]:
         ready = _ready(
             seen.problem,
             (*queued, inference, sandboxes, training),
-            "inference, sandboxes and trainer are up",
+            "the trainer is up" if sft else "inference, sandboxes and trainer are up",
         )
     return [ready, *out]
 

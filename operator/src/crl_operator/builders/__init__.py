@@ -8,7 +8,7 @@ output nor in :func:`retained`.
 
 | resource | children (apply order) |
 |---|---|
-| TrainingRun | ConfigMap; progress ConfigMap; vLLM Deployment + Service (+ peers Service for NCCL); inline RolloutPool; trainer headless Service, ServiceAccount, Role, RoleBinding and indexed Job (once inference is ready); evaluation Benchmarks |
+| TrainingRun | ConfigMap; progress ConfigMap; vLLM Deployment + Service (+ peers Service for NCCL); inline RolloutPool; trainer headless Service, ServiceAccount, Role, RoleBinding and indexed Job (once inference is ready); evaluation Benchmarks. Supervised (`algorithm.type: sft`): no server and no pool, the trainer at once |
 | RolloutPool | ConfigMap; gateway ServiceAccount, Role, RoleBinding, Deployment, Service; gateway NetworkPolicy; sandbox NetworkPolicy (the token Secret: created once by the runtime, see `token_secret`) |
 | Benchmark | ConfigMap; progress ConfigMap; vLLM Deployment + Service (when served); inline RolloutPool; runner ServiceAccount, Role, RoleBinding and Job (once inference is ready) |
 """
@@ -59,7 +59,13 @@ from crl_operator.builders.pool import (
     token_secret_name,
 )
 from crl_operator.builders.progress import progress_config_map, progress_name
-from crl_operator.builders.trainer import headless_service, job_name, trainer_job, trainer_rbac
+from crl_operator.builders.trainer import (
+    headless_service,
+    job_name,
+    supervised,
+    trainer_job,
+    trainer_rbac,
+)
 from crl_operator.builders.workload import strip_kueue_labels, workload, workload_name
 from crl_worker.api import AnyResource, Benchmark, RolloutPool, TrainingRun
 from crl_worker.api.base import VolumeSource
@@ -176,7 +182,10 @@ def _training_run(run: TrainingRun, ns: str, state: RenderState) -> list[dict[st
         return out + [evaluation_benchmark(run, ns, s) for s in state.evaluation_steps]
     paused = suspended(run, state)
     in_process = run.spec.generation == "in-process"
-    if not in_process:
+    # Supervised fine-tuning trains on recorded trajectories: no rollouts, so no server, no
+    # sandbox pool, and nothing for the trainer to wait for.
+    sft = supervised(run)
+    if not in_process and not sft:
         replicas = 0 if paused else run.spec.inference.replicas
         out += inference_objects(
             run,
@@ -186,13 +195,13 @@ def _training_run(run: TrainingRun, ns: str, state: RenderState) -> list[dict[st
             replicas=replicas,
             scheduling=run.spec.scheduling,
         )
-    pool = inline_pool(run, ns)
+    pool = None if sft else inline_pool(run, ns)
     if pool is not None:
         if paused:
             # Warm sandboxes are of no use while nothing generates rollouts.
             pool["spec"]["replicas"] = 0
         out.append(pool)
-    if (state.inference_ready or in_process) and not paused:
+    if (state.inference_ready or in_process or sft) and not paused:
         # The trainer's identity exists exactly while the trainer may run (created before it).
         out += [headless_service(run, ns), *trainer_rbac(run, ns), trainer_job(run, ns)]
     out += [evaluation_benchmark(run, ns, s) for s in state.evaluation_steps]

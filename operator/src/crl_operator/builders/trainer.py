@@ -72,6 +72,12 @@ COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 GRACE_SECONDS = 300
 
 
+def supervised(run: TrainingRun) -> bool:
+    """Whether the run is supervised fine-tuning (`algorithm.type: sft`): it trains on recorded
+    trajectories, so it has no rollouts, no inference server, no sandbox pool and no tasks."""
+    return run.spec.algorithm.type == "sft"
+
+
 def job_name(run: TrainingRun) -> str:
     """Name of the trainer Job (short enough that `<job>-<index>` is a valid hostname), and of
     its ServiceAccount, Role and RoleBinding."""
@@ -118,7 +124,8 @@ def headless_service(run: TrainingRun, namespace: str) -> dict[str, Any]:
 
 
 def trainer_env(run: TrainingRun) -> list[dict[str, Any]]:
-    """The trainer's environment: rendezvous, the servers, the pool, the config and secrets."""
+    """The trainer's environment: rendezvous, the servers, the pool, the config and secrets
+    (no servers and no pool for supervised fine-tuning: it runs no rollouts)."""
     spec = run.spec
     gpus = spec.trainer.gpus_per_node
     out = [
@@ -137,8 +144,10 @@ def trainer_env(run: TrainingRun) -> list[dict[str, Any]]:
         env_field("POD_NAMESPACE", "metadata.namespace"),
         env(Env.RUN_NAME, owner_name(run)),
         env(Env.CONFIG, CONFIG_PATH),
-        env(Env.POOL_URL, gateway_url(pool_name(run))),
-        token_env(pool_name(run)),
+    ]
+    if not supervised(run):
+        out += [env(Env.POOL_URL, gateway_url(pool_name(run))), token_env(pool_name(run))]
+    out += [
         env(Env.CHECKPOINT_DIR, CHECKPOINT_DIR),
         env(Env.PROGRESS_CONFIGMAP, progress_name(run)),
         env(Env.METRICS_PORT, str(METRICS_PORT)),
@@ -146,7 +155,7 @@ def trainer_env(run: TrainingRun) -> list[dict[str, Any]]:
         # 30 s): time to finish a step and write a checkpoint within the pod's grace period.
         env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(GRACE_SECONDS - 30)),
     ]
-    if spec.generation == "vllm":
+    if spec.generation == "vllm" and not supervised(run):
         out += [
             env(Env.INFERENCE_URL, base_url(run, spec.inference)),
             env(Env.INFERENCE_MODEL, spec.model.name),
@@ -169,11 +178,19 @@ def trainer_env(run: TrainingRun) -> list[dict[str, Any]]:
     return out + user_env(spec.trainer.env)
 
 
+def _tasks_path(run: TrainingRun) -> str | None:
+    """Where the trainer reads its tasks when a ConfigMap or volume task source is mounted;
+    None otherwise, and for supervised fine-tuning, which reads no tasks."""
+    if supervised(run):
+        return None
+    tasks = task_mount(run.spec.tasks)
+    return tasks.path if tasks.volumes else None
+
+
 def trainer_args(run: TrainingRun) -> list[str]:
     """`accelerate launch` arguments: machine layout from the env, then the worker module (with
     `--tasks` where a ConfigMap or volume task source is mounted)."""
-    tasks = task_mount(run.spec.tasks)
-    mounted = bool(tasks.volumes) and tasks.path is not None
+    tasks = _tasks_path(run)
     return [
         "launch",
         "--config_file",
@@ -192,7 +209,7 @@ def trainer_args(run: TrainingRun) -> list[str]:
         "crl_worker.train",
         "--config",
         CONFIG_PATH,
-        *(["--tasks", str(tasks.path)] if mounted else []),
+        *(["--tasks", tasks] if tasks is not None else []),
     ]
 
 
@@ -221,11 +238,10 @@ LAUNCH_SCRIPT = (
 def preflight_script(run: TrainingRun) -> str:
     """The container's shell script: the trainer's preflight, then `accelerate` with the
     container's args (`$@`), the pod's SIGTERM passed on to it (:data:`LAUNCH_SCRIPT`)."""
-    tasks = task_mount(run.spec.tasks)
-    mounted = bool(tasks.volumes) and tasks.path is not None
+    tasks = _tasks_path(run)
     check = ["python", "-m", "crl_worker.train", "--preflight-only", "--config", CONFIG_PATH]
-    if mounted:
-        check += ["--tasks", str(tasks.path)]
+    if tasks is not None:
+        check += ["--tasks", tasks]
     return " ".join(check) + " || exit $?\n" + LAUNCH_SCRIPT
 
 
@@ -247,7 +263,7 @@ def trainer_job(run: TrainingRun, namespace: str) -> dict[str, Any]:
     if spec.checkpoints.volume is not None and spec.checkpoints.volume.sub_path:
         mounts[-1]["subPath"] = spec.checkpoints.volume.sub_path
     tasks = task_mount(spec.tasks)
-    if tasks.volumes and tasks.path is not None:
+    if _tasks_path(run) is not None:
         # The trainer reads the tasks it trains on (the pool gateway has its own copy).
         mounts += tasks.mounts
         volumes += tasks.volumes
@@ -294,7 +310,8 @@ def trainer_job(run: TrainingRun, namespace: str) -> dict[str, Any]:
             "metadata": {
                 "labels": {
                     **labels(run, COMPONENT_TRAINER),
-                    **client_labels(pool_name(run)),
+                    # A pool client (its gateway admits it), except a supervised run: no pool.
+                    **({} if supervised(run) else client_labels(pool_name(run))),
                     **kueue,
                 }
             },

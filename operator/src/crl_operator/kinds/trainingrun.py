@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from crl_operator.builders import RenderState
+from crl_operator.builders.trainer import supervised
 from crl_operator.kinds.base import Subject
 from crl_operator.kinds.workload import WorkloadKind
 from crl_operator.status import Observed, Problem, trainingrun_status
@@ -46,8 +47,13 @@ class TrainingRunKind(WorkloadKind[TrainingRun]):
     report_model = TrainingProgress
 
     def pool_ref(self, resource: TrainingRun) -> PoolReference | None:
-        """``spec.rollout.poolRef``."""
-        return resource.spec.rollout.pool_ref
+        """``spec.rollout.poolRef``; none for supervised fine-tuning, which leases nothing."""
+        return None if supervised(resource) else resource.spec.rollout.pool_ref
+
+    def waits_for_inference(self, resource: TrainingRun) -> bool:
+        """Whether the trainer waits for the vLLM server: not with in-process generation nor
+        with supervised fine-tuning (neither has a server)."""
+        return resource.spec.generation == "vllm" and not supervised(resource)
 
     def refine_state(
         self, s: Subject[TrainingRun], state: RenderState, problem: Problem | None

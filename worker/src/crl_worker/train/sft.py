@@ -23,9 +23,12 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from crl_worker.api.contract import Env
 from crl_worker.api.trainingrun import SftDataset, SftSpec
 from crl_worker.train.build import (
     _prepare_distributed,
@@ -54,9 +57,15 @@ def _sft(settings: TrainSettings) -> SftSpec:
 
 
 def _local(settings: TrainSettings, value: str | os.PathLike[str]) -> Path:
-    """A path of the spec, relative to the manifest's folder (as ``curriculum.results``)."""
+    """A path of the spec: in a trainer pod relative to the checkpoint volume (mounted at
+    ``CRL_CHECKPOINT_DIR``, the run folder), on one machine to the manifest's folder."""
     path = Path(value)
-    return path if path.is_absolute() else settings.config_path.parent / path
+    if path.is_absolute():
+        return path
+    in_pod = os.environ.get(Env.CHECKPOINT_DIR)
+    if in_pod and settings.run_dir == Path(in_pod).resolve():
+        return settings.run_dir / path
+    return settings.config_path.parent / path
 
 
 def parquet_files(path: Path, field: str) -> list[str]:
@@ -193,16 +202,28 @@ def build_sft_trainer(settings: TrainSettings, world: int, callbacks: list[Any])
     )
 
 
-class _Records:
-    """``metrics.jsonl``, the step events and ``step-N``/``latest`` links (rank 0)."""
+#: Publishes one progress report (a :class:`~crl_worker.api.progress.TrainingProgress` as
+#: JSON): into the run's progress ConfigMap in a cluster.
+Publish = Callable[[dict[str, Any]], None]
 
-    def __init__(self, settings: TrainSettings, rank: int) -> None:
+
+class Records:
+    """``metrics.jsonl``, the step events, ``step-N``/``latest`` links and the progress report
+    (``status.json``, and in a cluster the TrainingRun's status through ``publish``); rank 0."""
+
+    def __init__(self, settings: TrainSettings, rank: int, publish: Publish | None = None) -> None:
         self.settings = settings
         self.rank = rank
+        self.publish = publish
         self.last = time.monotonic()
         self.tokens = 0.0
+        self.step = 0
+        self.tokens_per_second: float | None = None
+        self.checkpoint: dict[str, Any] | None = None
 
     def on_log(self, step: int, logs: dict[str, Any]) -> None:
+        """TRL's log of ``step`` (``logs``: its loss, learning rate, token count): a line of
+        ``metrics.jsonl``, the step event, and the report."""
         if self.rank != 0 or "loss" not in logs:
             return
         now = time.monotonic()
@@ -231,36 +252,92 @@ class _Records:
                 **record,
             },
         )
+        self.tokens_per_second = record["tokens_per_second"]
+        self.status(step, "Training")
 
     def on_save(self, step: int) -> None:
+        """TRL wrote ``checkpoint-<step>``: link ``step-N`` and ``latest`` to it and report it."""
         if self.rank != 0:
             return
         from crl_worker.train.trainer import link_checkpoint
 
         link_checkpoint(self.settings.checkpoint_dir, step)
+        self.checkpoint_saved(step, f"step-{step}")
+        self.status(step, "Training")
+
+    def checkpoint_saved(self, step: int, path: str) -> None:
+        """Name the newest checkpoint (relative to the checkpoint directory) in the reports."""
+        self.checkpoint = {"step": step, "path": path, "time": datetime.now(UTC).isoformat()}
 
     def status(self, step: int, phase: str) -> None:
+        """``status.json`` and the published report: the step, the newest checkpoint, tokens
+        per second; ``finished`` once ``phase`` is ``Succeeded``."""
         if self.rank != 0:
             return
-        status = {
-            "phase": phase,
+        self.step = step
+        metrics = (
+            {} if self.tokens_per_second is None else {"tokensPerSecond": self.tokens_per_second}
+        )
+        report: dict[str, Any] = {
             "step": step,
             "totalSteps": self.settings.total_steps,
+            # No server holds a policy: the trained weights are the current ones.
+            "policyVersion": step,
+            "lastCheckpoint": self.checkpoint,
+            "metrics": metrics,
             "finished": phase == "Succeeded",
-            "algorithm": "sft",
+            "phase": phase,
         }
+        status = {**report, "algorithm": "sft"}
         (self.settings.run_dir / "status.json").write_text(json.dumps(status, indent=2) + "\n")
+        if self.publish is not None:
+            try:
+                self.publish({k: v for k, v in report.items() if v is not None})
+            except Exception as exc:  # reporting never stops training
+                logger.warning("publishing the status failed: %s", exc)
+
+
+def _reporter(rank: int) -> tuple[Publish | None, Callable[[], None]]:
+    """Rank 0's publisher into the progress ConfigMap the operator configured (none on one
+    machine), on an event loop of its own; and what closes it."""
+    from crl_worker.train.report import training_reporter_from_env
+
+    reporter = training_reporter_from_env() if rank == 0 else None
+    if reporter is None:
+        return None, lambda: None
+    from crl_worker.train.runtime import Engine
+
+    engine = Engine()
+
+    def publish(report: dict[str, Any]) -> None:
+        engine.call(reporter.publish(report))
+
+    def close() -> None:
+        try:
+            engine.call(reporter.aclose())
+        finally:
+            engine.close()
+
+    return publish, close
 
 
 def run_sft(settings: TrainSettings) -> int:
     """Train the run with supervised fine-tuning; the exit status (0: the last step was
-    reached)."""
-    from transformers import TrainerCallback
-
+    reached). Its progress goes to ``status.json`` and, in a cluster, the TrainingRun's
+    status (the progress ConfigMap)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     settings.run_dir.mkdir(parents=True, exist_ok=True)
-    records = _Records(settings, rank)
+    publish, close = _reporter(rank)
+    try:
+        return _train(settings, world, Records(settings, rank, publish))
+    finally:
+        close()
+
+
+def _train(settings: TrainSettings, world: int, records: Records) -> int:
+    """:func:`run_sft`'s training, its progress in ``records``."""
+    from transformers import TrainerCallback
 
     class Hooks(TrainerCallback):
         """Metrics and checkpoint links."""
@@ -277,9 +354,12 @@ def run_sft(settings: TrainSettings) -> int:
 
     trainer = build_sft_trainer(settings, world, [Hooks()])
     checkpoint = resume_checkpoint(settings)
+    start = 0
     if checkpoint is not None:
         logger.info("resuming from %s", checkpoint)
-    records.status(0 if checkpoint is None else int(checkpoint.name.split("-")[-1]), "Training")
+        start = int(checkpoint.name.split("-")[-1])
+        records.checkpoint_saved(start, f"step-{start}")
+    records.status(start, "Training")
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     trainer.save_model(str(settings.run_dir / "final"))
     step = int(trainer.state.global_step)
@@ -288,4 +368,4 @@ def run_sft(settings: TrainSettings) -> int:
     return 0
 
 
-__all__ = ["build_sft_trainer", "load_sft_dataset", "parquet_files", "run_sft"]
+__all__ = ["Records", "build_sft_trainer", "load_sft_dataset", "parquet_files", "run_sft"]
