@@ -16,10 +16,17 @@ import random
 
 import pytest
 
-from crl_worker.harness import canary, mutants
+from crl_worker.harness import canary, mutants, mutants_java
 from crl_worker.harness.result import TestStatus
 from crl_worker.tasks.model import Task, TestSpec
-from tests.fixtures.canary_attacks import Module, Tally, mini_modules, try_names, try_values
+from tests.fixtures.canary_attacks import (
+    Module,
+    Tally,
+    mini_modules,
+    stringkit_module,
+    try_names,
+    try_values,
+)
 
 #: How much better than chance any guess may pick the real test (chance is about 0.26 here;
 #: the noise of this many gradings is about 0.045).
@@ -125,3 +132,99 @@ def test_no_dictionary_picks_the_real_string_out_of_its_copies(
         least = sum(h - c for _, h, c in hits) / len(hits)
         assert max(most, least) <= STRING_MARGIN, (module.instance, most, least, len(hits))
     assert checked >= 2
+
+
+#: JUnit gradings of the Java fixture's class (one group: a test and four copies, chance 0.2;
+#: the noise of this many is about 0.05).
+JUNIT_GRADINGS = 60
+
+
+def test_no_name_score_picks_the_real_junit_test_out_of_its_copies() -> None:
+    # Before names.py drew the Java names and the real test was renamed: the highest word
+    # bigram score picked it 0.66 over chance, the fewest known words 0.60.
+    module = stringkit_module()
+    tally = Tally()
+    for seed in range(JUNIT_GRADINGS):
+        derived = mutants_java.derive(
+            module.path,
+            module.text,
+            module.fail_to_pass,
+            module.pass_to_pass,
+            random.Random(seed),
+            4,
+        )
+        assert derived is not None and derived.renamed
+        try_names(module, derived, tally)
+    assert tally.gradings == JUNIT_GRADINGS
+    advantage = tally.advantage()
+    assert max(advantage.values()) <= MARGIN, sorted(advantage.items(), key=lambda kv: -kv[1])
+
+
+JUNIT = """\
+package p;
+
+import org.junit.jupiter.api.Test;
+
+class AreaTest {
+    @Test
+    void areaOfRectangle() {
+        assertEquals(12, Area.of(3, 4));
+    }
+
+    @Test
+    void areaOfSquare() {
+        assertEquals(4, Area.of(2, 2));
+    }
+}
+"""
+
+
+def test_a_renamed_junit_test_is_graded_under_the_task_id() -> None:
+    task_ids = ["p.AreaTest#areaOfRectangle"]
+    derived = mutants_java.derive("AreaTest.java", JUNIT, task_ids, [], random.Random(5), 4)
+    assert derived is not None and [old for _, old in derived.renamed] == task_ids
+    new = derived.renamed[0][0]
+    assert "void areaOfRectangle()" not in derived.text
+    name = new.split("#")[1]
+    assert name[:1].islower() and not name.startswith("test")  # the class's style
+    assert f"void {name}() {{\n        assertEquals(12, Area.of(3, 4));" in derived.text
+    planted = canary.Canary(
+        "AreaTest.java", derived.ids, text=derived.text, renamed=derived.renamed
+    )
+    reported = {new: TestStatus.PASSED, derived.ids[0]: TestStatus.FAILED}
+    assert canary.restore_ids(planted, reported) == {
+        task_ids[0]: TestStatus.PASSED,
+        derived.ids[0]: TestStatus.FAILED,
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "keep"),
+    [
+        # Its name elsewhere in the class (a method source, a helper call), or in the command.
+        ("// see areaOfRectangle\n", ""),
+        ("", "mvn test -Dtest=AreaTest#areaOfRectangle"),
+        ("", "mvn test -Dtest='AreaTest#area*'"),
+        # Code that can read a test's own name, or orders tests by it.
+        ("@BeforeEach void setUp(TestInfo info) { name = info.getTestMethod(); }\n", ""),
+        ("@Rule public TestName name = new TestName();\n", ""),
+        ('@DisplayName("area") void x() {}\n', ""),
+        ("void who() { Thread.currentThread().getStackTrace(); }\n", ""),
+        ("@TestMethodOrder(MethodOrderer.MethodName.class)\n", ""),
+        ("@ExtendWith(Recorder.class)\n", ""),
+        ("extends", ""),
+    ],
+)
+def test_a_junit_test_that_may_see_its_name_keeps_it(change: str, keep: str) -> None:
+    if change == "extends":
+        text = JUNIT.replace("class AreaTest {", "class AreaTest extends Base {")
+    elif change.startswith(("@TestMethodOrder", "@ExtendWith")):
+        text = JUNIT.replace("class AreaTest", change + "class AreaTest")
+    else:
+        text = JUNIT.replace(
+            "    @Test\n    void areaOfSquare", "    " + change + "    @Test\n    void areaOfSquare"
+        )
+    ids = ["p.AreaTest#areaOfRectangle"]
+    derived = mutants_java.derive("AreaTest.java", text, ids, [], random.Random(5), 4, keep=keep)
+    assert derived is not None and len(derived.ids) == 4
+    assert derived.renamed == () and "void areaOfRectangle() {" in derived.text

@@ -2,9 +2,10 @@
 methods with one literal expectation changed, planted among its methods, that must fail.
 
 Through Maven on the Java fixture (``stringkit``, JUnit 5): the gold patch still resolves with
-canaries in the run, and package code that starts a process rewriting Surefire's reports (every
-failure removed, after Maven wrote them and before the harness reads them) is caught: its
-canaries pass, so the run is tampered with, reward 0. Without canaries that forgery resolves.
+canaries in the run (the real test renamed like its copies, graded under the task's id), and
+package code that starts a process rewriting Surefire's reports (every failure removed, after
+Maven wrote them and before the harness reads them) is caught: its canaries pass, so the run
+is tampered with, reward 0. Without canaries that forgery resolves.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from crl_worker import rewards
 from crl_worker.harness import mutants_java
 from crl_worker.harness.evaluate import evaluate
+from crl_worker.harness.result import TestStatus
 from crl_worker.sandbox.registry import create_sandbox
 from tests.fixtures.repos import STRINGKIT_FAIL_TO_PASS, STRINGKIT_PASS_TO_PASS, java_repo
 
@@ -121,6 +123,14 @@ async def test_junit_canaries_catch_rewritten_reports_and_spare_the_gold_patch(
         gold = await evaluate(box, task, model_patch=task.patch, canary=True)
         assert gold.resolved and gold.tampered is None, gold.log[-3000:]
         assert "canary tests planted" in gold.log
+        # The real test ran under a drawn name (Surefire reports class#method) and was graded
+        # under the task's id.
+        report = await box.read_file(
+            "target/surefire-reports/TEST-com.example.text.StringsTest.xml"
+        )
+        assert b'name="abbreviateCutsLongText"' not in report and b"<testcase" in report
+        outcomes = {o.name: o.status for o in gold.fail_to_pass}
+        assert outcomes[f"{CLASS}#abbreviateCutsLongText"] == TestStatus.PASSED
         await box.reset()
         code = (await box.read_file(source)).decode()
         at = code.index("{", code.index("class Strings")) + 1

@@ -42,7 +42,8 @@ at all, :func:`make_canary` plants the old synthetic class and function (no pack
 
 Python's runners (``pytest``, ``unittest`` log formats) and JUnit reports (``junit``: derived
 copies of ``@Test`` methods with a literal ``assertEquals`` expectation, in the test classes the
-test patch touches; no fallback); other formats get no canary.
+test patch touches, named and the real method renamed the same way as Python's:
+:mod:`crl_worker.harness.mutants_java`; no fallback); other formats get no canary.
 """
 
 from __future__ import annotations
@@ -138,8 +139,16 @@ def derive_canary(
     order = sorted(sources, key=lambda p: not any(p in i or _module(p) in i for i in f2p))
     for path in order:
         if path.endswith(".java"):
+            # A test renamed keeps working unless the command or another test file names it.
+            others = [text for other, text in sources.items() if other != path]
             derived = derive_java(
-                path, sources[path], task.fail_to_pass, task.pass_to_pass, rng, COUNT
+                path,
+                sources[path],
+                task.fail_to_pass,
+                task.pass_to_pass,
+                rng,
+                COUNT,
+                keep="\n".join([task.test_spec.command, *others]),
             )
         else:
             derived = derive(

@@ -13,6 +13,12 @@ that is safe: annotated ``@Test`` alone (no arguments, such as JUnit 4's ``expec
 (``assume*``), and a top-level statement ``assertEquals(<literal>, <expression>);`` with exactly
 two arguments (a third may be a delta, under which a changed number could still pass, or JUnit
 4's leading message), the literal a number, a string, a character or a boolean.
+
+The copies are named like the class's own test methods (:func:`crl_worker.harness.names.
+canary_name`, lower camel case or ``testXxx`` as the name they start from), and the copied
+FAIL_TO_PASS method is renamed the same way where that cannot change its outcome
+(:func:`renamable`), so no name tells it from its copies; the run's statuses are mapped back to
+the task's ids (``Derived.renamed``, :func:`crl_worker.harness.canary.restore_ids`).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from crl_worker.harness.mutants import Derived, group_sizes, variants
+from crl_worker.harness.names import canary_name
 
 _IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
@@ -33,6 +40,32 @@ _STRING = re.compile(r'"(?:[^"\\\n]|\\[^u])*"')
 _CHAR = re.compile(r"'(?:[^'\\\n]|\\[^u])'")
 _UNSAFE = re.compile(r"\breturn\b|\bassume[A-Z]\w*\(|\bAssumptions?\.")
 _TEST_ANNOTATION = re.compile(r"@(?:org\.junit\.(?:jupiter\.api\.)?)?Test\b(?!\s*\()")
+#: Annotations of a test method of any kind (JUnit 4 and 5): the names canaries are drawn from.
+_ANY_TEST = re.compile(
+    r"@(?:[\w.]*\.)?(?:Test|ParameterizedTest|RepeatedTest|TestFactory|TestTemplate)\b"
+)
+#: Code that may read a test method's own name (``TestInfo``, a ``TestName`` rule, display
+#: names, extensions and runners, reflection, the stack, snapshot and approval libraries) or
+#: run the class's tests in name order: in such a class the copied test keeps its name.
+_OWN_NAME_READERS = re.compile(
+    r"\b(?:TestInfo|TestName|TestWatcher|Description|DisplayName\w*|\w*MethodName\w*"
+    r"|getDisplayName|getTestMethod|ExtensionContext|ExtendWith|RegisterExtension|Rule"
+    r"|ClassRule|RunWith|MethodOrderer|TestMethodOrder|FixMethodOrder|Nested|StackWalker"
+    r"|getStackTrace|getEnclosingMethod|getDeclaredMethods?|getMethods?|currentThread"
+    r"|Approvals|\w*[Ss]napshot\w*)\b"
+)
+_ANNOTATION = re.compile(r"\s*@[\w.$]+\s*")
+#: The name of the method whose declaration starts here (past its annotations).
+_DECLARED = re.compile(r"[^;{}()=@]*?(?<![\w$])([A-Za-z_$][\w$]*)\s*\(")
+#: Class annotations that cannot make a test's outcome depend on its name.
+_HARMLESS_CLASS_ANNOTATIONS = frozenset({"SuppressWarnings", "Tag", "Tags", "Timeout"})
+#: Java's reserved words: never a method name, nor a word drawn from a test's body.
+_KEYWORDS = """abstract assert boolean break byte case catch char class const continue default do double
+    else enum extends final finally float for goto if implements import instanceof int interface
+    long native new package private protected public return short static strictfp super switch
+    synchronized this throw throws transient try void volatile while true false null var record
+    yield sealed permits"""
+JAVA_KEYWORDS = frozenset(_KEYWORDS.split())
 
 
 @dataclass(frozen=True)
@@ -214,32 +247,74 @@ def _number(literal: str) -> float:
     return float(literal.rstrip("lLfFdD").replace("_", ""))
 
 
-def name_words(names: Collection[str]) -> list[str]:
-    """The words of test ``names`` (camel case, without ``test``), each once."""
-    words: list[str] = []
-    for name in names:
-        for word in _WORD.findall(name.removeprefix("test")):
-            if word.lower() not in words and word.lower() != "test":
-                words.append(word.lower())
-    return words or ["value", "case", "result"]
+def test_names(code: str, open_at: int, close_at: int) -> list[str]:
+    """The names of the test methods of any kind (``@Test``, ``@ParameterizedTest``, ...) in
+    blanked ``code`` between the class body's braces, in order."""
+    found: list[str] = []
+    for m in _ANY_TEST.finditer(code, open_at, close_at):
+        i = m.start()
+        while True:  # past this and the next annotations, with their arguments
+            a = _ANNOTATION.match(code, i)
+            if a is None:
+                break
+            i = a.end()
+            if code.startswith("(", i):
+                end = _close(code, i, "()")
+                if end < 0:
+                    break
+                i = end + 1
+        head = _DECLARED.match(code, i)
+        if head is not None and head.group(1) not in found:
+            found.append(head.group(1))
+    return found
 
 
-def _new_name(existing: set[str], rng: random.Random) -> str:
-    """A method name in the class's own style (``testXxx`` where most names are so, else
-    lower camel case) from the words of its test names."""
-    prefixed = sum(n.startswith("test") for n in existing) * 2 > len(existing)
-    words = name_words(existing)
-    lengths = [max(2, len(_WORD.findall(n.removeprefix("test")))) for n in existing] or [3]
-    for attempt in range(100):
-        picked = rng.sample(words, min(len(words), rng.choice(lengths)))
-        if attempt >= 50:
-            picked.append(str(rng.randrange(2, 99)))
-        camel = "".join(w.capitalize() for w in picked)
-        name = "test" + camel if prefixed else camel[:1].lower() + camel[1:]
-        if name not in existing and _IDENT.fullmatch(name):
-            existing.add(name)
-            return name
-    raise ValueError("no new method name")
+def body_words(code: str, method: _Method) -> list[str]:
+    """Words of the identifiers in a method's code (blanked ``code``), the framework's and
+    Java's own left out: new words a person would name the test after."""
+    found: list[str] = []
+    for ident in _IDENT.findall(code[method.body_open : method.end]):
+        if ident.startswith(("assert", "fail")) or ident in JAVA_KEYWORDS:
+            continue
+        found.extend(w.lower() for w in _WORD.findall(ident) if w.isalpha() and len(w) > 2)
+    return [w for w in found if w not in JAVA_KEYWORDS and w not in ("test", "assertions")]
+
+
+def _class_annotations(code: str, class_at: int) -> list[str]:
+    """The names of the annotations on the class declared at ``class_at`` in blanked ``code``."""
+    start = max(code.rfind(";", 0, class_at), code.rfind("}", 0, class_at)) + 1
+    return re.findall(r"@([\w.$]+)", code[start:class_at])
+
+
+def _word_re(word: str) -> str:
+    return rf"(?<![\w$]){re.escape(word)}(?![\w$])"
+
+
+def renamable(text: str, code: str, cls: str, method: _Method, keep: str = "") -> bool:
+    """Whether ``method`` passes or fails the same under another name: its name appears once
+    in the file (its declaration) and nowhere in ``keep`` (the test command, the other test
+    files), the command selects no method of class ``cls`` by name, the class neither extends
+    another nor carries an annotation that could read or order by the name, and nothing in the
+    file could read a test's own name (:data:`_OWN_NAME_READERS`)."""
+    name = method.name
+    if len(re.findall(_word_re(name), text)) != 1 or re.search(_word_re(name), keep):
+        return False
+    if re.search(_word_re(cls) + r"\s*[#.]", keep):
+        return False
+    declared = re.search(rf"\bclass\s+{re.escape(cls)}\b([^{{]*)\{{", code)
+    if declared is None or re.search(r"\bextends\b", declared.group(1)):
+        return False
+    annotations = _class_annotations(code, declared.start())
+    if any(a.rpartition(".")[2] not in _HARMLESS_CLASS_ANNOTATIONS for a in annotations):
+        return False
+    return _OWN_NAME_READERS.search(text) is None
+
+
+def _name_at(code: str, method: _Method) -> int:
+    """Where ``method``'s name starts in its declaration."""
+    m = re.compile(_word_re(method.name) + r"\s*\(").search(code, method.start, method.body_open)
+    assert m is not None  # _methods found the declaration by this very name
+    return m.start()
 
 
 def derive(
@@ -249,12 +324,17 @@ def derive(
     pass_to_pass: Collection[str],
     rng: random.Random,
     count: int,
+    keep: str = "",
 ) -> Derived | None:
     """``text`` (the JUnit test class at ``path``) with up to ``count`` mutated copies of its
     listed ``@Test`` methods planted among its methods, or ``None`` when it lists none that can
     be copied. FAIL_TO_PASS methods get the copies, in groups that change the same literal at
     the same spot (as :func:`crl_worker.harness.mutants.derive`); PASS_TO_PASS ones only where
-    no FAIL_TO_PASS method qualifies, one copy each."""
+    no FAIL_TO_PASS method qualifies, one copy each.
+
+    Every name is drawn from the class's own test names (:func:`~crl_worker.harness.names.
+    canary_name`), and a FAIL_TO_PASS method that has copies is renamed like them where
+    :func:`renamable` (``keep``: the test command and the other test files)."""
     code = _code(text)
     found = _class_body(code)
     if found is None:
@@ -285,23 +365,35 @@ def derive(
                 plan.append((method, span, new))
     if not plan:
         return None
-    names = {m.name for m in methods}
-    inserts: list[tuple[int, str]] = []
+    scope = test_names(code, open_at, close_at)
+    listed_f2p = set(fail_to_pass)
+    known = [n for n in scope if f"{fqn}#{n}" not in listed_f2p]
+    # Any identifier of the file (a method, a field, a static import) or a reserved word.
+    taken = set(_IDENT.findall(code)) | JAVA_KEYWORDS
+    inserts: list[tuple[int, str, int]] = []
+    renamed: list[tuple[str, str]] = []
+    for method in dict.fromkeys(m for m, _, _ in plan):
+        if f"{fqn}#{method.name}" in listed_f2p and renamable(text, code, cls, method, keep):
+            name = canary_name(method.name, scope, known, taken, rng, body_words(code, method))
+            inserts.append((_name_at(code, method), name, len(method.name)))
+            renamed.append((f"{fqn}#{name}", f"{fqn}#{method.name}"))
     ids: list[str] = []
     for method, (a, b), new in plan:
-        name = _new_name(names, rng)
+        name = canary_name(method.name, scope, known, taken, rng, body_words(code, method))
         head = text[method.start : method.body_open]
-        head = re.sub(rf"\b{re.escape(method.name)}(\s*\()", rf"{name}\1", head, count=1)
+        at = _name_at(code, method) - method.start
+        head = head[:at] + name + head[at + len(method.name) :]
         body = text[method.body_open : a] + new + text[b : method.end]
         where = rng.choice(methods)
         indent = text[text.rfind("\n", 0, where.start) + 1 : where.start]
         copy = head + body
         if rng.random() < 0.5:
-            inserts.append((where.start, copy + "\n\n" + indent))
+            inserts.append((where.start, copy + "\n\n" + indent, 0))
         else:
-            inserts.append((where.end, "\n\n" + indent + copy))
+            inserts.append((where.end, "\n\n" + indent + copy, 0))
         ids.append(f"{fqn}#{name}")
     out = text
-    for at, new in sorted(inserts, key=lambda i: i[0], reverse=True):
-        out = out[:at] + new + out[at:]
-    return Derived(out, tuple(ids), tuple(f"{fqn}#{m.name}" for m, _, _ in plan))
+    # From the end; at one offset a rename (which replaces) goes last.
+    for at, new, replaced in sorted(inserts, key=lambda i: (i[0], -i[2]), reverse=True):
+        out = out[:at] + new + out[at + replaced :]
+    return Derived(out, tuple(ids), tuple(f"{fqn}#{m.name}" for m, _, _ in plan), tuple(renamed))

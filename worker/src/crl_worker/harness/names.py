@@ -42,9 +42,12 @@ class Style:
 
 
 def style_of(name: str) -> Style:
-    """The style of test ``name``: ``test_a_b`` (snake) or ``testAB`` (camel)."""
+    """The style of test ``name``: ``test_a_b`` (snake) or ``testAB`` (camel), or without the
+    ``test`` prefix (JUnit 5's ``aB`` or ``a_b``)."""
     if name.startswith("test_"):
         return Style("test_", True)
+    if not name.startswith("test"):
+        return Style("", "_" in name)
     return Style(name[:4], "_" in name[4:])
 
 
@@ -61,7 +64,9 @@ def render(words: Sequence[str], style: Style) -> str:
     """A test name of ``words`` in ``style``."""
     if style.snake:
         return style.prefix + "_".join(words)
-    return style.prefix + "".join(w[:1].upper() + w[1:] for w in words)
+    camel = "".join(w[:1].upper() + w[1:] for w in words)
+    # Without a prefix, lower camel case (``cutsLongText``).
+    return style.prefix + camel if style.prefix else camel[:1].lower() + camel[1:]
 
 
 def words(name: str) -> list[str]:
@@ -182,16 +187,21 @@ def canary_name(
     profile = Profile(known or ordered)
     target = profile.of(copied)
     drawn: dict[str, tuple[float, ...]] = {}
-    for _ in range(CANDIDATES):
+    # A small scope's recombinations often repeat a word or a name: draw on (up to a bound)
+    # until one is new.
+    for attempt in range(CANDIDATES * 8):
+        if attempt >= CANDIDATES and drawn:
+            break
         name = _candidate(ordered, pool, rng)
         seq = words(name)
         if name in taken or not name.isidentifier() or not seq or len(set(seq)) < len(seq):
             continue
         drawn[name] = profile.of(name)
     if not drawn:
-        name = f"{copied}_{rng.randrange(2, 99)}"
+        sep = "_" if style_of(copied).snake else ""
+        name = f"{copied}{sep}{rng.randrange(2, 99)}"
         while name in taken:
-            name = f"{copied}_{rng.randrange(2, 999)}"
+            name = f"{copied}{sep}{rng.randrange(2, 999)}"
     else:
         # Each score in units of its spread among the candidates, so none outweighs the rest.
         spreads = [
