@@ -182,7 +182,7 @@ class LocalSandbox(LimitedSandbox):
         missing = await asyncio.to_thread(toolchains.link_tools, self.root / "tools", tools)
         if task.language == "rust":
             missing += await asyncio.to_thread(toolchains.link_rust, self.root / "tools")
-        if task.test_spec.log_format == "jest":  # installed once per machine (sandbox/node.py)
+        if task.test is not None and task.test.log_format == "jest":  # Jest: sandbox/node.py
             self._jest = await asyncio.to_thread(node.ensure_jest)
             node.link_jest(self._jest, self.root / "tools")
             env.update(node.jest_env(self._jest))
