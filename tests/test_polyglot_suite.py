@@ -1,4 +1,4 @@
-"""The bundled polyglot suite (examples/suites/polyglot): Go, Rust and C++ exercises whose
+"""The bundled polyglot suite (examples/suites/polyglot): Go, Rust, C++ and JavaScript exercises whose
 tests are withheld until grading, loaded by the ``polyglot`` format, checked in local
 sandboxes with the real toolchains, and run by ``crl bench`` with the gold agent."""
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.go
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "examples" / "suites" / "polyglot"
-TOOLS = {"go": "go", "rust": "cargo", "cpp": "cmake"}
+TOOLS = {"go": "go", "rust": "cargo", "cpp": "cmake", "javascript": "npm"}
 POLYGLOT_REPO = "Aider-AI/polyglot-benchmark"
 
 
@@ -57,14 +57,18 @@ def _need(*languages: str) -> None:
 def test_records_hide_the_tests_and_the_reference(tmp_path: Path) -> None:
     tasks = _suite()
     assert sorted(tasks) == [
-        f"{lang}__{name}" for lang in ("cpp", "go", "rust") for name in ("digit-sum", "word-tally")
+        f"{lang}__{name}"
+        for lang in ("cpp", "go", "javascript", "rust")
+        for name in ("digit-sum", "word-tally")
     ]
     for task in tasks.values():
         where = task.metadata["exercise_dir"]
         assert task.task_type == "implement" and task.fail_to_pass
         assert task.problem_statement.startswith("# Instructions")
         hidden = touched_files(task.test_patch)
-        assert hidden and all(p.startswith(where) and "test" in p for p in hidden)
+        assert hidden and all(
+            p.startswith(where) and ("test" in p or p.endswith(".spec.js")) for p in hidden
+        )
         # The bundle's only commit holds neither the tests nor the reference solution.
         clone = tmp_path / task.instance_id
         subprocess.run(["git", "clone", "-q", task.source or "", str(clone)], check=True)
@@ -85,25 +89,35 @@ def test_records_hide_the_tests_and_the_reference(tmp_path: Path) -> None:
     cpp = tasks["cpp__word-tally"]
     assert cpp.test_spec.log_format == "junit" and cpp.test_spec.junit_reports
     assert "word-tally.global#ties_go_to_the_first_alphabetically" in cpp.fail_to_pass
+    js = tasks["javascript__word-tally"]
+    assert js.test_spec.log_format == "jest" and "--runTestsByPath word-tally.spec.js" in (
+        js.test_spec.command
+    )
+    # Tests Exercism marks xtest/xit run too (the reference run listed them).
+    assert "most common word > ties go to the first alphabetically" in js.fail_to_pass
+    assert len(js.fail_to_pass) == 5
 
 
 def test_bad_polyglot_records_name_the_field() -> None:
     rows = [
         {"language": "go", "exercise": "x", "base_commit": "a" * 40},
         {"language": "javascript", "exercise": "x", "base_commit": "a" * 40},
+        {"language": "kotlin", "exercise": "x", "base_commit": "a" * 40},
     ]
     result = load_records(rows_with_refs(rows), "polyglot")
     assert not result.tasks
-    assert [e.field for e in result.errors] == ["FAIL_TO_PASS", "language"]
-    assert "javascript has no runner" in str(result.errors[1])
+    assert [e.field for e in result.errors] == ["FAIL_TO_PASS", "FAIL_TO_PASS", "language"]
+    assert "javascript exercises need FAIL_TO_PASS" in str(result.errors[1])
+    assert "kotlin" in str(result.errors[2]) and "javascript" in str(result.errors[2])
 
 
 async def test_reference_resolves_and_stub_does_not(tmp_path: Path) -> None:
-    """Go and Rust (a few seconds each): the stub that does not compile (Go) and the one that
-    panics (Rust) are graded unresolved, not environment errors."""
-    _need("go", "rust")
+    """Go, Rust and JavaScript (a few seconds each): the stub that does not compile (Go), the
+    one that panics (Rust) and the one that throws (JavaScript) are graded unresolved, not
+    environment errors."""
+    _need("go", "rust", "javascript")
     tasks = _suite()
-    picked = [tasks["go__word-tally"], tasks["rust__digit-sum"]]
+    picked = [tasks["go__word-tally"], tasks["rust__digit-sum"], tasks["javascript__word-tally"]]
     results = await check_tasks(
         picked, jobs=2, sandbox_config={"type": "local", "root": str(tmp_path)}
     )
@@ -114,9 +128,10 @@ async def test_reference_resolves_and_stub_does_not(tmp_path: Path) -> None:
 
 def test_crl_bench_gold_reports_each_language(tmp_path: Path) -> None:
     """One exercise per language through ``crl bench --agent gold``; summary.json has a row per
-    language. The C++ one compiles Catch2's main (the slow part: tens of seconds)."""
-    _need("go", "rust", "cpp")
-    picked = ["go__digit-sum", "rust__word-tally", "cpp__digit-sum"]
+    language. The C++ one compiles Catch2's main (the slow part: tens of seconds); the
+    JavaScript one runs the shared Jest (installed once per machine under the cache)."""
+    _need("go", "rust", "cpp", "javascript")
+    picked = ["go__digit-sum", "rust__word-tally", "cpp__digit-sum", "javascript__digit-sum"]
     done = subprocess.run(
         [sys.executable, "-m", "crl_cli", "bench", str(ROOT / "examples" /
          "local-benchmark-polyglot.yaml"), "--agent", "gold", "--results", str(tmp_path / "out"),
@@ -125,12 +140,14 @@ def test_crl_bench_gold_reports_each_language(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["resolved"] == 3 and summary["errored"] == 0
+    assert summary["resolved"] == 4 and summary["errored"] == 0
     assert {(r["language"], r["resolved"]) for r in summary["languages"]} == {
         ("cpp", 1),
         ("go", 1),
+        ("javascript", 1),
         ("rust", 1),
     }
+    assert "javascript" in done.stdout or "javascript" in done.stderr
 
 
 async def test_real_exercises_convert_and_check(tmp_path: Path) -> None:

@@ -195,7 +195,7 @@ def test_quixbugs_bugsinpy_and_polyglot() -> None:
         "polyglot",
         [
             {"language": "python", "exercise": "two-fer", "base_commit": "d" * 40},
-            {"language": "javascript", "exercise": "two-fer", "base_commit": "d" * 40},
+            {"language": "kotlin", "exercise": "two-fer", "base_commit": "d" * 40},
         ],
     )
     (exercise,) = polyglot.tasks

@@ -19,6 +19,8 @@ Pure functions, one per :data:`crl_worker.tasks.model.LogFormat`:
   result under its import path (a package that does not build: ``pkg`` ERROR).
 - ``cargo``: ``cargo test``'s ``test name ... ok`` lines; a crate that does not compile:
   ``crate [build failed]`` ERROR.
+- ``jest``: Jest's ``--json`` report, printed after the line :data:`JEST_REPORT_MARKER`:
+  ``describe > test`` ids; a test file that does not run (a syntax error): the file ERROR.
 
 Each parser returns ``dict[str, TestStatus]``. When one test appears several times (a teardown
 error after a pass, a summary line after a verbose line) the worse status wins, so a failure is
@@ -34,6 +36,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Mapping
 
 from crl_worker.harness.result import TestStatus
+from crl_worker.tasks.model import JEST_REPORT_MARKER
 
 logger = logging.getLogger(__name__)
 
@@ -479,6 +482,81 @@ def parse_cargo(log: str) -> StatusMap:
     return statuses
 
 
+# --- jest --json ---------------------------------------------------------------------------------
+
+_JEST_STATUS = {
+    "passed": TestStatus.PASSED,
+    "failed": TestStatus.FAILED,
+    "pending": TestStatus.SKIPPED,
+    "skipped": TestStatus.SKIPPED,
+    "todo": TestStatus.SKIPPED,
+    "disabled": TestStatus.SKIPPED,
+}
+#: Id of a run that printed the marker but no report (Jest ended before writing it: the code under
+#: test called ``process.exit``).
+JEST_NO_REPORT = "jest [no report]"
+
+
+def jest_test_id(ancestors: Iterable[object], title: object) -> str:
+    """A Jest test's id: its ``describe`` titles and its own, joined by `` > ``."""
+    return " > ".join(str(part) for part in [*ancestors, title])
+
+
+def _jest_report(text: str) -> dict[str, object] | None:
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        report, _ = json.JSONDecoder().raw_decode(text, start)
+    except ValueError:
+        return None
+    return report if isinstance(report, dict) and "testResults" in report else None
+
+
+def parse_jest(log: str) -> StatusMap:
+    """Parse Jest's ``--json`` report (``testResults[].assertionResults[]``).
+
+    The report is the JSON after the last :data:`JEST_REPORT_MARKER` line (the test command
+    prints the marker, then the report file), so what the code under test prints before it
+    is never read as results; a log without the marker is read as ``jest --json`` output.
+    Ids are the ``describe`` titles and the test's title joined by `` > `` (``Affine cipher >
+    encode > encode yes``); the file is not part of the id. A test file that failed to run (a
+    syntax error in the code under test, an import that fails) is recorded by its file name as
+    ``ERROR``, so such a candidate is graded (its tests missing), never taken for a run that
+    reported nothing. A marker with no report after it but an exit status other than 126 or 127
+    (Jest ran, then the code under test ended the process) is :data:`JEST_NO_REPORT` ``ERROR``.
+    """
+    statuses: StatusMap = {}
+    _, marked, after = log.rpartition(JEST_REPORT_MARKER)
+    text = after if marked else log
+    exit_word, _, rest = text.partition("\n")
+    report = _jest_report(rest if marked else text)
+    if report is None:
+        code = exit_word.strip()
+        if marked and code not in ("126", "127"):
+            record(statuses, JEST_NO_REPORT, TestStatus.ERROR)
+        return statuses
+    suites = report.get("testResults")
+    for suite in suites if isinstance(suites, list) else []:
+        if not isinstance(suite, dict):
+            continue
+        results = suite.get("assertionResults")
+        results = [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []
+        for result in results:
+            ancestors = result.get("ancestorTitles")
+            test_id = jest_test_id(ancestors if isinstance(ancestors, list) else [],
+                                   result.get("title", ""))  # fmt: skip
+            record(
+                statuses, test_id, _JEST_STATUS.get(str(result.get("status")), TestStatus.FAILED)
+            )
+        failed_tests = any(r.get("status") == "failed" for r in results)
+        if suite.get("status") == "failed" and not failed_tests:
+            # "Test suite failed to run", or an error outside any test (a hook, the module).
+            name = str(suite.get("name") or "test file").replace("\\", "/").rsplit("/", 1)[-1]
+            record(statuses, name, TestStatus.ERROR)
+    return statuses
+
+
 #: The text parsers by log format (``junit`` reads XML reports instead of the log).
 PARSERS: Mapping[str, Parser] = {
     "pytest": parse_pytest,
@@ -488,6 +566,7 @@ PARSERS: Mapping[str, Parser] = {
     "junit": parse_junit_xml,
     "go": parse_go_json,
     "cargo": parse_cargo,
+    "jest": parse_jest,
 }
 
 

@@ -48,7 +48,7 @@ from functools import partial
 from pathlib import Path
 
 from crl_worker.errors import SandboxError
-from crl_worker.sandbox import identity, isolation, leftovers, limits, repos, toolchains
+from crl_worker.sandbox import identity, isolation, leftovers, limits, node, repos, toolchains
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.files import FileTooLarge, read_local
 from crl_worker.sandbox.interpreters import (
@@ -118,6 +118,7 @@ class LocalSandbox(LimitedSandbox):
         self._handed = False
         self._overlays: list[isolation.Bind] = []
         self._view: identity.View | None = None
+        self._jest: Path | None = None  # JavaScript tasks: the shared Jest install
         self.identity: tuple[int, int] | None = None
         """(uid, gid) the agent's commands run as: the config's ``user`` when the worker is
         root and the sandbox is confined, else None (the worker's own user)."""
@@ -181,6 +182,10 @@ class LocalSandbox(LimitedSandbox):
         missing = await asyncio.to_thread(toolchains.link_tools, self.root / "tools", tools)
         if task.language == "rust":
             missing += await asyncio.to_thread(toolchains.link_rust, self.root / "tools")
+        if task.test is not None and task.test.log_format == "jest":  # Jest: sandbox/node.py
+            self._jest = await asyncio.to_thread(node.ensure_jest)
+            node.link_jest(self._jest, self.root / "tools")
+            env.update(node.jest_env(self._jest))
         if missing:
             logger.debug("%s: host tools not found: %s", self.name, ", ".join(missing))
         env["PATH"] = f"{self.root / 'tools'}{os.pathsep}{SYSTEM_PATH}"
@@ -389,6 +394,8 @@ class LocalSandbox(LimitedSandbox):
             sysroot = toolchains.rust_sysroot()
             if sysroot is not None:
                 plan.keep(sysroot.resolve())
+        if self._jest is not None:
+            plan.keep(self._jest.resolve())  # read-only: the shared node_modules
         goroot = toolchains.go_root() if self._go else None
         if goroot is not None:
             plan.keep(goroot)  # GOROOT: the standard library

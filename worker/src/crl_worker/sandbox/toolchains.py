@@ -22,7 +22,11 @@ HARNESS_TOOLS = ("git", "patch")
 JAVA_TOOLS = ("mvn", "gradle")
 #: Host tools the sandboxes of the other compiled languages get (Rust's come from the toolchain
 #: itself, see :func:`rust_sysroot`: rustup's proxies need the hidden ``~/.rustup``).
-LANGUAGE_TOOLS = {"go": ("go", "gofmt"), "cpp": ("cmake", "make", "c++", "g++", "cc")}
+LANGUAGE_TOOLS = {
+    "go": ("go", "gofmt"),
+    "cpp": ("cmake", "make", "c++", "g++", "cc"),
+    "javascript": ("node",),  # and ``jest``, see crl_worker.sandbox.node
+}
 #: The Rust toolchain's programs linked into a Rust sandbox.
 RUST_TOOLS = ("cargo", "rustc", "rustdoc")
 

@@ -15,7 +15,10 @@ from crl_worker.api.common import TaskType
 from crl_worker.errors import CrlError
 
 Language = Literal["python", "java", "javascript", "go", "rust", "cpp", "other"]
-LogFormat = Literal["pytest", "unittest", "sympy", "django", "junit", "go", "cargo"]
+LogFormat = Literal["pytest", "unittest", "sympy", "django", "junit", "go", "cargo", "jest"]
+#: The ``jest`` log format: the line a test command prints (with Jest's exit status) before it
+#: prints Jest's ``--json`` report; the parser reads the report after the last such line.
+JEST_REPORT_MARKER = "@@crl-jest-report@@"
 
 #: Every task type, in the order the docs list them.
 TASK_TYPES: tuple[str, ...] = get_args(TaskType)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
 from crl_worker.tasks.formats.common import (
@@ -14,7 +15,7 @@ from crl_worker.tasks.formats.common import (
     recipe_fields,
     repo_name,
 )
-from crl_worker.tasks.model import Task, TestSpec
+from crl_worker.tasks.model import JEST_REPORT_MARKER, Task, TestSpec
 from crl_worker.tasks.recipes import PYTEST, java_recipe
 from crl_worker.tasks.records import (
     ConvertOptions,
@@ -169,13 +170,22 @@ def convert_bugsinpy(record: Record, ref: RecordRef, options: ConvertOptions) ->
 # --- Aider-polyglot style exercises -----------------------------------------------------------------
 
 #: Languages the ``polyglot`` format loads, in Aider's benchmark's folder names.
-POLYGLOT_LANGUAGES = ("python", "java", "go", "rust", "cpp")
+POLYGLOT_LANGUAGES = ("python", "java", "go", "rust", "cpp", "javascript")
 #: The C++ test binary's JUnit report (Catch2's ``--reporter junit``), in the exercise's folder.
 CATCH2_REPORT = "build/crl-catch2-report.xml"
+#: Jest's ``--json`` report, in the exercise's folder (printed into the log after the run).
+JEST_REPORT = ".crl-jest-report.json"
+#: Exercism marks all tests but the first to skip (``xtest``, ``xit``); the runner runs them all,
+#: as Aider's benchmark does (its ``npm-test.sh`` turns ``xtest(`` into ``test(``).
+UNSKIP_JEST = r"sed -i -E 's/\bx(test|it|describe)\(/\1(/g'"
 
 
-def polyglot_test_spec(language: str, exercise_dir: str, exercise: str) -> TestSpec:
-    """How an exercise of a compiled language is tested, from the repository's root.
+def polyglot_test_spec(
+    language: str, exercise_dir: str, exercise: str, test_files: Sequence[str] = ()
+) -> TestSpec:
+    """How an exercise of a compiled language or JavaScript is tested, from the repository's
+    root (``test_files``, relative to the exercise's folder: JavaScript's test files, by
+    default ``<exercise>.spec.js``).
 
     Each runs every test of the exercise (the tests Exercism marks as skipped included:
     ``--include-ignored``, ``EXERCISM_RUN_ALL_TESTS``) and reports each test by name; code
@@ -204,6 +214,25 @@ def polyglot_test_spec(language: str, exercise_dir: str, exercise: str) -> TestS
             junit_reports=[f"{exercise_dir}/{CATCH2_REPORT}"],
             pre=[f"rm -rf {where}/build"],
         )
+    if language == "javascript":
+        # The shared Jest (sandbox/node.py) with a configuration of its own (``--config {}``:
+        # no jest.config.js or package.json "jest" key the agent could add takes part), Babel's
+        # from the exercise; only the task's test files (``--runTestsByPath``: a test file the
+        # agent adds, with tests named like the task's, does not run); no transform cache
+        # (entries from the agent's runs could stand in for the code under test); one process.
+        report = shlex.quote(JEST_REPORT)
+        files = " ".join(shlex.quote(f) for f in (test_files or [f"{exercise}.spec.js"]))
+        return TestSpec(
+            command=(
+                f"cd {where} && {UNSKIP_JEST} {files}"
+                f" && {{ jest --ci --no-cache --runInBand --config '{{}}' --json"
+                f" --outputFile={report} --runTestsByPath {files}; status=$?;"
+                f" printf '\\n%s %s\\n' {JEST_REPORT_MARKER} \"$status\";"
+                f" cat {report} 2>/dev/null; exit $status; }}"
+            ),
+            log_format="jest",
+            pre=[f"rm -f {where}/{report}"],
+        )
     raise ValueError(f"no test command for polyglot language {language!r}")
 
 
@@ -212,6 +241,7 @@ POLYGLOT_ENV: dict[str, dict[str, str]] = {
     "go": {"GOTOOLCHAIN": "local", "GOPROXY": "off", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"},
     "rust": {"CARGO_NET_OFFLINE": "true", "CARGO_TERM_COLOR": "never"},
     "cpp": {},
+    "javascript": {"CI": "true", "NO_COLOR": "1"},
 }
 
 
@@ -225,7 +255,8 @@ def convert_polyglot(record: Record, ref: RecordRef, options: ConvertOptions) ->
     """Exercism-style exercises (Aider's polyglot benchmark): solution stubs plus tests in the
     benchmark repository, or in a repository of the exercise alone whose tests come in
     ``test_patch`` (hidden until grading: an ``implement`` task). Python (pytest), Java
-    (Gradle), Go (``go test -json``), Rust (``cargo test``) and C++ (CMake and Catch2)."""
+    (Gradle), Go (``go test -json``), Rust (``cargo test``), C++ (CMake and Catch2) and
+    JavaScript (Jest)."""
     language_name = text(record, ref, "language", required=True).lower()
     exercise = text(record, ref, "exercise", required=True)
     instance_id = optional_text(record, ref, "instance_id") or f"{language_name}__{exercise}"
@@ -269,14 +300,14 @@ def convert_polyglot(record: Record, ref: RecordRef, options: ConvertOptions) ->
         fields = {
             "language": language_name,
             "install": list(POLYGLOT_INSTALL.get(language_name, ())),
-            "test": polyglot_test_spec(language_name, exercise_dir, exercise),
+            "test": polyglot_test_spec(language_name, exercise_dir, exercise, test_files_list),
             "env": dict(POLYGLOT_ENV[language_name]),
         }
         fail_to_pass = explicit
     else:
         raise ref.error(
             f"polyglot language {language_name!r} is not supported: use one of"
-            f" {', '.join(POLYGLOT_LANGUAGES)} (javascript has no runner here yet)",
+            f" {', '.join(POLYGLOT_LANGUAGES)}",
             "language",
         )
     test_patch = text(record, ref, "test_patch")
@@ -315,6 +346,7 @@ def convert_native(record: Record, ref: RecordRef, options: ConvertOptions) -> T
 
 __all__ = [
     "CATCH2_REPORT",
+    "JEST_REPORT",
     "POLYGLOT_ENV",
     "POLYGLOT_INSTALL",
     "POLYGLOT_LANGUAGES",
