@@ -38,7 +38,17 @@ def new_file(path: str, text: str = "x", mode: str = "100644") -> str:
 
 TREE = Tree(
     files=frozenset(
-        {"intervals/__init__.py", "intervals/ops.py", "src/lib/mod.py", "bin/test", "README.md"}
+        {
+            "intervals/__init__.py",
+            "intervals/ops.py",
+            "src/lib/mod.py",
+            "bin/test",
+            "README.md",
+            "bob/bob.js",
+            "bob/bob.test.mjs",
+            "bob/babel.config.js",
+            "bob/package.json",
+        }
     ),
     links=frozenset({"intervals/data"}),
     import_roots=frozenset({"", "src"}),
@@ -126,6 +136,21 @@ CASES = [
     ),
     ("usercustomize", block("usercustomize.py"), ["usercustomize.py"], False),
     ("pth file", new_file("intervals/x.pth"), ["intervals/x.pth"], False),
+    # JavaScript (Jest): the configuration Babel and Jest load, tests, packages, mocks.
+    ("Babel's configuration", block("bob/babel.config.js"), ["bob/babel.config.js"], False),
+    ("a .babelrc", new_file("bob/.babelrc"), ["bob/.babelrc"], False),
+    ("Jest's configuration", new_file("bob/jest.config.js"), ["bob/jest.config.js"], False),
+    ("package.json", block("bob/package.json"), ["bob/package.json"], False),
+    ("a spec file", new_file("bob/extra.spec.js"), ["bob/extra.spec.js"], False),
+    ("a test file", block("bob/bob.test.mjs"), ["bob/bob.test.mjs"], False),
+    (
+        "a package ahead of the shared Jest",
+        new_file("bob/node_modules/expect/index.js"),
+        ["bob/node_modules/expect/index.js"],
+        False,
+    ),
+    ("an automatic mock", new_file("bob/__mocks__/fs.js"), ["bob/__mocks__/fs.js"], False),
+    ("the solution", block("bob/bob.js"), ["bob/bob.js"], True),
 ]
 
 

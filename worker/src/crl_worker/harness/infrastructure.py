@@ -65,6 +65,31 @@ INFRASTRUCTURE_NAMES = frozenset(
         "build.rs",
         "CMakeLists.txt",
         "CMakeCache.txt",
+        # JavaScript (Jest): the package, npm's and yarn's settings, and the configuration
+        # files Babel and Jest load from the working directory (a Babel plugin rewrites the
+        # test files as Jest loads them; a Jest setup file runs before every test file).
+        "package.json",
+        "package-lock.json",
+        "npm-shrinkwrap.json",
+        "yarn.lock",
+        ".npmrc",
+        ".yarnrc",
+        ".yarnrc.yml",
+        ".babelrc",
+        ".babelrc.js",
+        ".babelrc.cjs",
+        ".babelrc.mjs",
+        ".babelrc.json",
+        "babel.config.js",
+        "babel.config.cjs",
+        "babel.config.mjs",
+        "babel.config.cts",
+        "babel.config.json",
+        "jest.config.js",
+        "jest.config.cjs",
+        "jest.config.mjs",
+        "jest.config.ts",
+        "jest.config.json",
     }
 )
 #: Suffixes of files that run code at interpreter start (``.pth``) or hold compiled code.
@@ -92,10 +117,16 @@ RUNNER_MODULES = frozenset(
 )
 _PY_TEST_NAME = re.compile(r"^(test_.*|.*_test)\.py$")
 _JAVA_TEST_NAME = re.compile(r"^(Test.*|.*(Test|Tests|TestCase|IT))\.java$")
-# Go's test files (a TestMain there decides what the test binary reports), C++ test sources.
-_COMPILED_TEST_NAME = re.compile(r"^.*_test\.(go|cpp|cc|cxx|h|hpp)$")
-#: Folders, at any depth, that hold a Rust crate's integration tests or Cargo's configuration.
-_COMPILED_TEST_FOLDERS = frozenset({".cargo"})
+# Go's test files (a TestMain there decides what the test binary reports), C++ test sources,
+# JavaScript's test files (Jest finds ``*.spec.js``, ``*.test.js`` and their kin).
+_COMPILED_TEST_NAME = re.compile(
+    r"^.*_test\.(go|cpp|cc|cxx|h|hpp)$|^.*\.(spec|test)\.(js|cjs|mjs|jsx|ts|tsx)$"
+)
+#: Folders, at any depth, that hold a Rust crate's integration tests or Cargo's configuration,
+#: or that Node and Jest read code from without an import naming it: installed packages (ahead
+#: of the shared Jest install on Node's search path), Jest's automatic mocks and its test
+#: folders.
+_COMPILED_TEST_FOLDERS = frozenset({".cargo", "node_modules", "__mocks__", "__tests__"})
 
 
 def is_test_infrastructure(path: str) -> bool:
