@@ -52,6 +52,8 @@ from crl_worker.harness.diffsplit import DiffError, parse_diff
 from crl_worker.harness.diffsplit import touched_files as touched_files
 from crl_worker.harness.grading import Grade, grade
 from crl_worker.harness.marks import expected_statuses
+from crl_worker.harness.native import NATIVE_FORMATS, settle
+from crl_worker.harness.native import harden as harden_native
 from crl_worker.harness.parsers import junit_durations, parse_junit_reports, parse_log
 from crl_worker.harness.result import EvalResult, TestStatus
 from crl_worker.harness.runner import (
@@ -398,6 +400,10 @@ async def _run_tests(
         if hardened is None:
             logger.info("%s: the test command is not one the reporter knows", task.instance_id)
         command = hardened or test_command
+    native = canary and task.test_spec.log_format in NATIVE_FORMATS
+    if native:
+        hidden = touched_files(task.test_patch)
+        command = harden_native(test_command, task.test_spec.log_format, hidden) or test_command
     if task.test_spec.log_format == "junit":
         stale = await clear_junit_reports(sandbox, task.test_spec.junit_reports)
         run.add(f"stale junit reports removed: {stale}", "")
@@ -423,6 +429,10 @@ async def _run_tests(
         tests.statuses, tests.durations = parse_junit_reports(reports), junit_durations(reports)
         return _restored(tests)
     tests.statuses = parse_log(task.test_spec.log_format, result.output)
+    if native:
+        in_run = task if planted is None else with_canary(task, planted)
+        fmt = task.test_spec.log_format
+        tests.statuses, tests.tampered = settle(tests.statuses, result.output, fmt, in_run, planted)
     if probe is not None and command != test_command:
         report = await collect(sandbox, probe)
         tests.tampered = cross_check(report, tests.statuses)
