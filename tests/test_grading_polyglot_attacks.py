@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from crl_worker import rewards
+from crl_worker.harness import mutants_native
 from crl_worker.harness.canary import derive_canary, restore_ids, with_canary
 from crl_worker.harness.evaluate import evaluate
 from crl_worker.harness.integrity import grade_candidate
-from crl_worker.harness import mutants_native
 from crl_worker.harness.native import harden, settle, unexpected
 from crl_worker.harness.result import TestStatus
 from crl_worker.sandbox.registry import create_sandbox
@@ -65,7 +65,8 @@ def _attack(task: Task, solution: str) -> str:
 
 def test_canaries_copy_rename_and_map_back() -> None:
     """Go: copies of the test functions named like them, every real test renamed (its
-    subtests mapped back to the task's ids); Rust: snake-case copies, ``#[ignore]`` kept."""
+    subtests mapped back to the task's ids); Rust: snake-case copies, ``#[ignore]`` kept;
+    C++: Catch2 ``TEST_CASE`` copies under the report's ids."""
     go = _task("go__digit-sum")
     sources = _hidden(go)
     canary = derive_canary(go, sources, random.Random(3))
@@ -74,7 +75,7 @@ def test_canaries_copy_rename_and_map_back() -> None:
     in_file = [t.name for t in mutants_native.tests_of(canary.text, "go")]
     assert sorted(in_file) == sorted([*canary.ids, *(new for new, _ in canary.renamed)])
     assert not {"TestDigitSum", "TestNegativeIsAnError"} & set(in_file)
-    assert canary.text.count("t.Fatalf(\"got %d, want %d\", got, want)") == 4
+    assert canary.text.count("t.FailNow()") == 4
     run_id = dict((old, new) for new, old in canary.renamed)["TestDigitSum"]
     assert f"{run_id}/zero" in with_canary(go, canary).fail_to_pass
     back = restore_ids(canary, {f"{run_id}/zero": TestStatus.PASSED})
@@ -86,6 +87,15 @@ def test_canaries_copy_rename_and_map_back() -> None:
     assert all(i.islower() and i.isidentifier() for i in canary.ids)
     assert canary.text.count("#[test]") == 8 and canary.text.count("#[ignore]") >= 3
     assert {old for _, old in canary.renamed} == set(rust.fail_to_pass)
+
+    cpp = _task("cpp__digit-sum")
+    canary = derive_canary(cpp, _hidden(cpp), random.Random(2))
+    assert canary is not None and canary.text is not None
+    assert all(i.startswith("digit-sum.global#") for i in canary.ids)
+    assert {old for _, old in canary.renamed} == set(cpp.fail_to_pass)
+    # One-line TEST_CASEs, one-line copies: the body in a block, then the failing REQUIRE.
+    copies = [line for line in canary.text.splitlines() if line.count("REQUIRE") == 2]
+    assert len(copies) == 4 and all(line.endswith("); }") for line in copies)
 
 
 def test_unknown_passing_ids_and_the_package_result() -> None:
@@ -112,36 +122,39 @@ def test_unknown_passing_ids_and_the_package_result() -> None:
     assert harden(go.test_spec.command, "go", ["elsewhere/a_test.go"]) is None
 
 
-#: Each attack and whether the integrity check calls it tampered: the forgeries that print
-#: results are; the one whose file read finds nothing runs the real tests (one passes: the stub's
-#: ``None`` for a negative number), and the one that includes the test file does not compile.
-ATTACKS = [
-    ("go__digit-sum", "GO_READ_TESTS", True),
-    ("go__digit-sum", "GO_KNOWN_NAMES", True),
-    ("go__digit-sum", "GO_EMBED", True),
-    ("rust__digit-sum", "RUST_READ_TESTS", False),
-    ("rust__digit-sum", "RUST_KNOWN_NAMES", True),
-    ("rust__digit-sum", "RUST_INCLUDE", False),
-]
+#: Each language's attacks and whether the integrity check calls them tampered: the forgeries
+#: that print results are; the one whose file read finds nothing runs the real tests (one
+#: passes: the stub's ``None`` for a negative number), and the one that includes the test file
+#: does not compile.
+ATTACKS = {
+    "go__digit-sum": [("GO_READ_TESTS", True), ("GO_KNOWN_NAMES", True), ("GO_EMBED", True)],
+    "rust__digit-sum": [
+        ("RUST_READ_TESTS", False),
+        ("RUST_KNOWN_NAMES", True),
+        ("RUST_INCLUDE", False),
+    ],
+}
 
 
-@pytest.mark.parametrize(("instance_id", "attack", "tampered"), ATTACKS)
-async def test_forged_results_earn_nothing(
-    instance_id: str, attack: str, tampered: bool, tmp_path: Path
-) -> None:
+@pytest.mark.parametrize("instance_id", sorted(ATTACKS))
+async def test_forged_results_earn_nothing(instance_id: str, tmp_path: Path) -> None:
+    """One sandbox per language (reset between gradings, as a pooled sandbox is): each attack
+    resolves where nothing checks the run, and earns nothing through the integrity check."""
     task = _task(instance_id)
     _need(task.language)
-    patch = _attack(task, getattr(forgery, attack))
     async with create_sandbox({"type": "local", "root": str(tmp_path)}, task) as sandbox:
-        plain = await evaluate(sandbox, task, model_patch=patch)
-        # The forgery works where nothing checks the run.
-        assert plain.resolved and rewards.tests_score(plain) == 1.0, plain.log[-3000:]
-        await sandbox.reset()
-        graded = await grade_candidate(sandbox, task, patch)
-    assert graded.infrastructure_error is None, graded.infrastructure_error
-    assert not graded.resolved and rewards.tests_score(graded) == 0.0, graded.log[-3000:]
-    assert (graded.tampered is not None) is tampered, graded.tampered
-    if tampered:
-        assert rewards.tests_score(graded, "fraction") == 0.0
-    else:
-        assert graded.fail_to_pass_fraction <= 0.25
+        for attack, tampered in ATTACKS[instance_id]:
+            patch = _attack(task, getattr(forgery, attack))
+            plain = await evaluate(sandbox, task, model_patch=patch)
+            assert plain.resolved and rewards.tests_score(plain) == 1.0, (attack, plain.log[-3000:])
+            await sandbox.reset()
+            graded = await grade_candidate(sandbox, task, patch)
+            await sandbox.reset()
+            assert graded.infrastructure_error is None, (attack, graded.infrastructure_error)
+            assert not graded.resolved, (attack, graded.log[-3000:])
+            assert rewards.tests_score(graded) == 0.0, attack
+            assert (graded.tampered is not None) is tampered, (attack, graded.tampered)
+            if tampered:
+                assert rewards.tests_score(graded, "fraction") == 0.0, attack
+            else:
+                assert graded.fail_to_pass_fraction <= 0.25, attack

@@ -45,7 +45,8 @@ copies of ``@Test`` methods with a literal ``assertEquals`` expectation, in the 
 test patch touches, named and the real method renamed the same way as Python's:
 :mod:`crl_worker.harness.mutants_java`; no fallback), and Go's and Rust's test files (``go``,
 ``cargo``: copies of top-level tests with a failing comparison after their body, the real tests
-renamed: :mod:`crl_worker.harness.mutants_native`); other formats get no canary.
+renamed: :mod:`crl_worker.harness.mutants_native`), as are C++'s (Catch2's ``TEST_CASE``s in the
+``junit`` runs of ``cpp`` tasks); other formats get no canary.
 """
 
 from __future__ import annotations
@@ -104,6 +105,9 @@ def canary_files(task: Task) -> list[str]:
     """The test modules the test patch touches that the run executes: where canaries go."""
     if task.test_spec.log_format not in CANARY_FORMATS or not task.test_patch.strip():
         return []
+    if task.test_spec.log_format == "junit" and task.language == "cpp":
+        # Catch2's test files (the polyglot exercises' ``<name>_test.cpp``).
+        return [f for f in patch_files(task.test_patch) if f.endswith("_test.cpp")]
     if task.test_spec.log_format == "junit":
         # Selected by test ids (``Class#method``), which the canaries' ids join: any test class
         # the patch touches can hold them.
@@ -151,8 +155,10 @@ def derive_canary(
     # The module with a FAIL_TO_PASS test first.
     order = sorted(sources, key=lambda p: not any(p in i or _module(p) in i for i in f2p))
     for path in order:
-        language = NATIVE_LANGUAGES.get(task.test_spec.log_format)
+        language = native_language(task)
         if language is not None:
+            # Catch2's ids are ``exercise.global#name``: the copies' ids take the same prefix.
+            prefix = next((i.partition("#")[0] + "#" for i in f2p if "#" in i), "")
             native = derive_native(
                 sources[path],
                 language,
@@ -160,6 +166,7 @@ def derive_canary(
                 rng,
                 COUNT,
                 keep=[task.test_spec.command, *(t for p, t in sources.items() if p != path)],
+                prefix=prefix if language == "cpp" else "",
             )
             if native is not None:
                 return Canary(
@@ -168,7 +175,8 @@ def derive_canary(
                     text=native.text,
                     sources=native.sources,
                     renamed=native.renamed,
-                    separator="/" if language == "go" else "[",
+                    # Go's subtests, Catch2's sections: ``TestX/case``, ``x/section``.
+                    separator="[" if language == "rust" else "/",
                 )
             continue
         if path.endswith(".java"):
@@ -203,6 +211,14 @@ def derive_canary(
                 renamed=derived.renamed,
             )
     return None
+
+
+def native_language(task: Task) -> str | None:
+    """The language of ``task``'s compiled test binary (``go``, ``rust``, ``cpp``: the polyglot
+    exercises' runs), or ``None`` when its tests run otherwise."""
+    if task.test_spec.log_format == "junit":
+        return "cpp" if task.language == "cpp" else None
+    return NATIVE_LANGUAGES.get(task.test_spec.log_format)
 
 
 def _module(path: str) -> str:

@@ -1,7 +1,8 @@
-"""Go and Rust test runs the candidate's code cannot read the hidden tests in.
+r"""Go, Rust and C++ test runs the candidate's code cannot read the hidden tests in.
 
 A polyglot exercise's hidden tests are compiled into one binary with the candidate's code, which
-runs first (Go: an ``init`` function; Rust: a function in ``.init_array``) and owns the
+runs first (Go: an ``init`` function; Rust: a function in ``.init_array``; C++: a static
+initializer) and owns the
 process's output: it can print the runner's framing for every test it knows of and exit before
 any test runs. Canaries (:mod:`crl_worker.harness.mutants_native`) catch a forger that does not
 tell them apart; the integrity check's run (:func:`harden`) makes telling them apart, or even
@@ -17,13 +18,16 @@ learning the real tests' names, a matter of taking the binary apart:
   same library (a library rebuilt once the tests are there is a build failure), then their
   binaries are copied out, the hidden files and ``target/`` removed, and the binaries run from the
   crate's folder;
+- **C++** (Catch2): the test binary is built as the task's command builds it, the hidden test
+  sources are removed, then the binary runs. Its build is not split: a solution that
+  ``#include``\ s the test file is not stopped here (the canaries still are);
 - **ids**: a run that reports a passing test the harness did not plant or list
   (:func:`unexpected`) is tampered: a forger that prints the exercise's published test names is
   caught, since the real tests run under drawn names.
 
 Only the polyglot format's own commands (``cd DIR && go test -json ./...``, ``cd DIR && cargo
-test --offline ... -- ARGS``) are rewritten; another command runs as it is, canaries and the id
-check still apply.
+test --offline --test '*' -- ARGS``, the CMake build and Catch2 run) are rewritten; another
+command runs as it is, canaries and the id check still apply.
 """
 
 from __future__ import annotations
@@ -37,11 +41,14 @@ from crl_worker.harness.canary import Canary
 from crl_worker.harness.result import TestStatus
 from crl_worker.tasks.model import Task
 
-#: Log formats :func:`harden` rewrites the command of.
-NATIVE_FORMATS = frozenset({"go", "cargo"})
-
+_CPP_COMMAND = re.compile(
+    r"^cd (?P<dir>\S+) && (?P<build>cmake -S \. -B build .* && cmake --build build --target \S+)"
+    r" && (?P<run>\./build/\S+ --reporter junit --out \S+)$"
+)
 _GO_COMMAND = re.compile(r"^cd (?P<dir>\S+) && go test -json \./\.\.\.$")
-_CARGO_COMMAND = re.compile(r"^cd (?P<dir>\S+) && cargo test --offline --test '\*' -- (?P<args>.*)$")
+_CARGO_COMMAND = re.compile(
+    r"^cd (?P<dir>\S+) && cargo test --offline --test '\*' -- (?P<args>.*)$"
+)
 #: Starts a line of the hardened run's own (printed before any of the candidate's code runs)
 #: saying what of the candidate's answer makes it tampered with.
 REFUSED = "crl-integrity: refused: "
@@ -65,8 +72,8 @@ def _go(folder: str, hidden: list[str]) -> str:
             "__crl_t=$(mktemp -d) || exit 1",
             "trap 'rm -rf \"$__crl_t\"' EXIT",
             "__crl_p=$(go list -e -f '{{.ImportPath}}' .) || exit 1",
-            "__crl_e=$(go list -e -f '{{join .EmbedFiles \" \"}}{{join .TestEmbedFiles \" \"}}"
-            "{{join .XTestEmbedFiles \" \"}}' .)",
+            '__crl_e=$(go list -e -f \'{{join .EmbedFiles " "}}{{join .TestEmbedFiles " "}}'
+            '{{join .XTestEmbedFiles " "}}\' .)',
             'if [ -n "$__crl_e" ]; then',
             f'  echo "{REFUSED}the package embeds files ($__crl_e)"',
             f"  printf '{_GO_FAILED}' \"$__crl_p\" 'embedded files'; exit 1",
@@ -94,13 +101,13 @@ def _cargo(folder: str, hidden: list[str], args: str) -> str:
             'tar -xf "$__crl_t/hidden.tar" && rm -f "$__crl_t/hidden.tar" || exit 1',
             "cargo test --offline --no-run --test '*' --message-format=json-render-diagnostics"
             ' > "$__crl_t/build.json" || exit 1',
-            "if grep -q '\"kind\":\\[\"lib\"\\].*\"fresh\":false' \"$__crl_t/build.json\"; then",
+            'if grep -q \'"kind":\\["lib"\\].*"fresh":false\' "$__crl_t/build.json"; then',
             "  " + fail.format("the library was rebuilt once the tests were there"),
             "fi",
             "__crl_n=0",
             "while read -r __crl_x; do",
             '  __crl_n=$((__crl_n + 1)); cp -- "$__crl_x" "$__crl_t/test-$__crl_n" || exit 1',
-            "done < <(sed -n 's/.*\"kind\":\\[\"test\"\\].*\"executable\":\"\\([^\"]*\\)\".*/\\1/p'"
+            'done < <(sed -n \'s/.*"kind":\\["test"\\].*"executable":"\\([^"]*\\)".*/\\1/p\''
             ' "$__crl_t/build.json")',
             f"rm -rf -- {files} target",
             "__crl_rc=0",
@@ -131,6 +138,15 @@ def harden(command: str, log_format: str, hidden: Collection[str]) -> str | None
         if match is None or not relative:
             return None
         script = _cargo(match.group("dir"), relative, match.group("args") or "")
+    elif log_format == "junit":
+        match = _CPP_COMMAND.match(command)
+        cpp_files = [h for h in hidden if h.endswith(".cpp")]
+        relative = _relative(cpp_files, match.group("dir")) if match else None
+        if match is None or not relative:
+            return None
+        files = " ".join(shlex.quote(f) for f in relative)
+        build, run = match.group("build"), match.group("run")
+        script = f"cd {shlex.quote(match.group('dir'))} && {build} && rm -f -- {files} && {run}"
     else:
         return None
     return f"bash -c {shlex.quote(script)}"
@@ -212,4 +228,6 @@ def settle(
     known = [*task.fail_to_pass, *task.pass_to_pass, *planted]
     refused = [line[len(REFUSED) :] for line in log.splitlines() if line.startswith(REFUSED)]
     why = [f"{r}: the test run was tampered with" for r in refused[:1]]
-    return settled, "; ".join([*why, *filter(None, [unexpected(settled, known, separator)])]) or None
+    return settled, "; ".join(
+        [*why, *filter(None, [unexpected(settled, known, separator)])]
+    ) or None
