@@ -120,7 +120,8 @@ def tests_of(text: str, language: str) -> list[NativeTest]:
             if lines[i].strip() != "#[test]":
                 i += 1
                 continue
-            while i + 1 < len(lines) and lines[i + 1].startswith("#["):
+            # Other attributes and doc comments (``/// Chromatic scale``) up to the ``fn``.
+            while i + 1 < len(lines) and lines[i + 1].startswith(("#[", "///")):
                 i += 1
             match = _RUST_FN.match(lines[i + 1]) if i + 1 < len(lines) else None
             i += 1

@@ -71,6 +71,9 @@ def _go(folder: str, hidden: list[str]) -> str:
             f"cd {shlex.quote(folder)} || exit 1",
             "__crl_t=$(mktemp -d) || exit 1",
             "trap 'rm -rf \"$__crl_t\"' EXIT",
+            # No module index: loading a package may write one to the build cache, which a local
+            # sandbox shares read-only, and a failed write there fails the load.
+            '__crl_godebug="${GODEBUG-}"; export GODEBUG="${GODEBUG:+$GODEBUG,}goindex=0"',
             "__crl_p=$(go list -e -f '{{.ImportPath}}' .) || exit 1",
             '__crl_e=$(go list -e -f \'{{join .EmbedFiles " "}}{{join .TestEmbedFiles " "}}'
             '{{join .XTestEmbedFiles " "}}\' .)',
@@ -82,6 +85,7 @@ def _go(folder: str, hidden: list[str]) -> str:
             f"  printf '{_GO_FAILED}' \"$__crl_p\" 'build failed'; exit 1",
             "fi",
             f"rm -f -- {files}",
+            'GODEBUG="$__crl_godebug"',
             'go tool test2json -t -p "$__crl_p" "$__crl_t/crl.test" -test.v=test2json'
             " -test.paniconexit0",
         ]
