@@ -114,12 +114,23 @@ def test_unknown_passing_ids_and_the_package_result() -> None:
     statuses.update({**dict.fromkeys(canary.ids, TestStatus.FAILED), "digitsum": TestStatus.FAILED})
     settled, why = settle(statuses, log, "go", in_run, canary)
     assert settled["digitsum"] is TestStatus.PASSED and why is None
+    # Unknown ids count in the polyglot format's own (hardened) run only.
+    odd = {**statuses, "TestDigitSum": TestStatus.PASSED}
+    assert "TestDigitSum" in (settle(odd, log, "go", in_run, canary)[1] or "")
+    assert settle(odd, log, "go", in_run, canary, hardened=False)[1] is None
     # A build failure: the canaries failed with it, no tampering.
     settled, why = settle({"digitsum": TestStatus.ERROR}, log, "go", in_run, canary)
     assert {settled[i] for i in canary.ids} == {TestStatus.ERROR} and why is None
-    # Only the polyglot format's own commands are rewritten.
+    # Only the polyglot format's own commands are rewritten, each of the three languages'.
     assert harden("go test ./...", "go", ["a_test.go"]) is None
     assert harden(go.test_spec.command, "go", ["elsewhere/a_test.go"]) is None
+    for instance_id, log_format in (("rust__digit-sum", "cargo"), ("cpp__digit-sum", "junit")):
+        task = _task(instance_id)
+        script = harden(task.test_spec.command, log_format, list(_hidden(task)))
+        assert script is not None and "rm -f -- " in script, instance_id
+    cpp = _task("cpp__digit-sum")
+    script = harden(cpp.test_spec.command, "junit", list(_hidden(cpp))) or ""
+    assert script.index("rm -f -- digit_sum_test.cpp") < script.index("./build/digit-sum")
 
 
 #: Each language's attacks and whether the integrity check calls them tampered: the forgeries

@@ -27,7 +27,7 @@ learning the real tests' names, a matter of taking the binary apart:
 
 Only the polyglot format's own commands (``cd DIR && go test -json ./...``, ``cd DIR && cargo
 test --offline --test '*' -- ARGS``, the CMake build and Catch2 run) are rewritten; another
-command runs as it is, canaries and the id check still apply.
+command runs as it is, with the canaries but no id check (:func:`settle`).
 """
 
 from __future__ import annotations
@@ -198,12 +198,21 @@ def go_packages(log: str) -> set[str]:
 
 
 def settle(
-    statuses: Mapping[str, TestStatus], log: str, log_format: str, task: Task, canary: Canary | None
+    statuses: Mapping[str, TestStatus],
+    log: str,
+    log_format: str,
+    task: Task,
+    canary: Canary | None,
+    *,
+    hardened: bool = True,
 ) -> tuple[dict[str, TestStatus], str | None]:
-    """A native (Go, Rust) canary run's statuses as grading reads them, and why the run is
+    """A native (Go, Rust, C++) canary run's statuses as grading reads them, and why the run is
     tampered with (:func:`unexpected`; a refusal of the hardened run: :data:`REFUSED`), if it
     is. ``task`` is the task as the run was built
     (:func:`~crl_worker.harness.canary.with_canary`: the ids the run gives its tests).
+    Unknown passing ids count only in a ``hardened`` run (the polyglot format's own command,
+    whose lists name every test its reference run reported); another task's lists may leave
+    tests out.
 
     A Go package's own result fails with its canaries; it is the result of the package's other
     tests here (passed when each of them passed; a build failure stays an error). When the
@@ -232,6 +241,5 @@ def settle(
     known = [*task.fail_to_pass, *task.pass_to_pass, *planted]
     refused = [line[len(REFUSED) :] for line in log.splitlines() if line.startswith(REFUSED)]
     why = [f"{r}: the test run was tampered with" for r in refused[:1]]
-    return settled, "; ".join(
-        [*why, *filter(None, [unexpected(settled, known, separator)])]
-    ) or None
+    odd = unexpected(settled, known, separator) if hardened else None
+    return settled, "; ".join([*why, *filter(None, [odd])]) or None
