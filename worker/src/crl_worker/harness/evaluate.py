@@ -432,9 +432,9 @@ async def _run_tests(
         tests.statuses = parse_log(task.test_spec.log_format, result.output)
     if native:
         in_run = task if planted is None else with_canary(task, planted)
-        fmt, hardened = task.test_spec.log_format, command != test_command
+        fmt, own = task.test_spec.log_format, command != test_command
         tests.statuses, tests.tampered = settle(
-            tests.statuses, result.output, fmt, in_run, planted, hardened=hardened
+            tests.statuses, result.output, fmt, in_run, planted, hardened=own
         )
     if probe is not None and command != test_command:
         report = await collect(sandbox, probe)
