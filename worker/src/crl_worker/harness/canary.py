@@ -43,12 +43,16 @@ at all, :func:`make_canary` plants the old synthetic class and function (no pack
 Python's runners (``pytest``, ``unittest`` log formats) and JUnit reports (``junit``: derived
 copies of ``@Test`` methods with a literal ``assertEquals`` expectation, in the test classes the
 test patch touches, named and the real method renamed the same way as Python's:
-:mod:`crl_worker.harness.mutants_java`; no fallback); other formats get no canary.
+:mod:`crl_worker.harness.mutants_java`; no fallback), and Go's and Rust's test files (``go``,
+``cargo``: copies of top-level tests with a failing comparison after their body, the real tests
+renamed: :mod:`crl_worker.harness.mutants_native`), as are C++'s (Catch2's ``TEST_CASE``s in the
+``junit`` runs of ``cpp`` tasks); other formats get no canary.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,6 +60,7 @@ from typing import TypeVar
 
 from crl_worker.harness.mutants import derive
 from crl_worker.harness.mutants_java import derive as derive_java
+from crl_worker.harness.mutants_native import derive as derive_native
 from crl_worker.harness.result import TestStatus
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
@@ -66,7 +71,9 @@ V = TypeVar("V")
 #: Log formats whose test runs get canaries: Python's runners (derived copies, or a synthetic
 #: ``unittest.TestCase`` appended to a test module) and JUnit's reports (derived copies of
 #: ``@Test`` methods only: :mod:`crl_worker.harness.mutants_java`).
-CANARY_FORMATS = frozenset({"pytest", "unittest", "junit"})
+CANARY_FORMATS = frozenset({"pytest", "unittest", "junit", "go", "cargo"})
+#: The languages of the ``go`` and ``cargo`` formats' test files.
+NATIVE_LANGUAGES = {"go": "go", "cargo": "rust"}
 #: How many canaries :func:`derive_canary` plants (at most; one a listed test).
 COUNT = 4
 #: Words the synthetic canary's names are made of.
@@ -86,6 +93,8 @@ class Canary:
     sources: tuple[str, ...] = ()
     #: The task's tests renamed like their copies: (the id in the run, the task's id).
     renamed: tuple[tuple[str, str], ...] = ()
+    #: What separates a test's id from its parameters or subtests (Go: ``TestX/sub``).
+    separator: str = "["
 
 
 def _name() -> str:
@@ -96,10 +105,18 @@ def canary_files(task: Task) -> list[str]:
     """The test modules the test patch touches that the run executes: where canaries go."""
     if task.test_spec.log_format not in CANARY_FORMATS or not task.test_patch.strip():
         return []
+    if task.test_spec.log_format == "junit" and task.language == "cpp":
+        # Catch2's test files (the polyglot exercises' ``<name>_test.cpp``).
+        return [f for f in patch_files(task.test_patch) if f.endswith("_test.cpp")]
     if task.test_spec.log_format == "junit":
         # Selected by test ids (``Class#method``), which the canaries' ids join: any test class
         # the patch touches can hold them.
         return [f for f in patch_files(task.test_patch) if is_test_file(f, "java")]
+    if task.test_spec.log_format == "go":
+        return [f for f in patch_files(task.test_patch) if f.endswith("_test.go")]
+    if task.test_spec.log_format == "cargo":
+        # Integration tests (``tests/*.rs``): the test files a crate's tests are built from.
+        return [f for f in patch_files(task.test_patch) if re.search(r"(^|/)tests/[^/]+\.rs$", f)]
     files = [f for f in patch_files(task.test_patch) if is_test_file(f, "python")]
     if "{tests}" in task.test_spec.command:
         selected = set(test_arguments(task))
@@ -138,6 +155,30 @@ def derive_canary(
     # The module with a FAIL_TO_PASS test first.
     order = sorted(sources, key=lambda p: not any(p in i or _module(p) in i for i in f2p))
     for path in order:
+        language = native_language(task)
+        if language is not None:
+            # Catch2's ids are ``exercise.global#name``: the copies' ids take the same prefix.
+            prefix = next((i.partition("#")[0] + "#" for i in f2p if "#" in i), "")
+            native = derive_native(
+                sources[path],
+                language,
+                task.fail_to_pass,
+                rng,
+                COUNT,
+                keep=[task.test_spec.command, *(t for p, t in sources.items() if p != path)],
+                prefix=prefix if language == "cpp" else "",
+            )
+            if native is not None:
+                return Canary(
+                    path=path,
+                    ids=native.ids,
+                    text=native.text,
+                    sources=native.sources,
+                    renamed=native.renamed,
+                    # Go's subtests, Catch2's sections: ``TestX/case``, ``x/section``.
+                    separator="[" if language == "rust" else "/",
+                )
+            continue
         if path.endswith(".java"):
             # A test renamed keeps working unless the command or another test file names it.
             others = [text for other, text in sources.items() if other != path]
@@ -170,6 +211,14 @@ def derive_canary(
                 renamed=derived.renamed,
             )
     return None
+
+
+def native_language(task: Task) -> str | None:
+    """The language of ``task``'s compiled test binary (``go``, ``rust``, ``cpp``: the polyglot
+    exercises' runs), or ``None`` when its tests run otherwise."""
+    if task.test_spec.log_format == "junit":
+        return "cpp" if task.language == "cpp" else None
+    return NATIVE_LANGUAGES.get(task.test_spec.log_format)
 
 
 def _module(path: str) -> str:
@@ -227,7 +276,7 @@ def with_canary(task: Task, canary: Canary) -> Task:
     new = {old: run for run, old in canary.renamed}
 
     def rename(test_id: str) -> str:
-        base, bracket, rest = test_id.partition("[")
+        base, bracket, rest = test_id.partition(canary.separator)
         return new[base] + bracket + rest if base in new else new.get(test_id, test_id)
 
     return task.model_copy(
@@ -246,7 +295,7 @@ def restore_ids(canary: Canary | None, found: Mapping[str, V]) -> dict[str, V]:
     old = dict(canary.renamed)
     restored: dict[str, V] = {}
     for test_id, value in found.items():
-        base, bracket, rest = test_id.partition("[")
+        base, bracket, rest = test_id.partition(canary.separator)
         restored[old[base] + bracket + rest if base in old else test_id] = value
     return restored
 

@@ -41,6 +41,7 @@ from crl_worker.harness.canary import (
     Canary,
     derive_canary,
     make_canary,
+    native_language,
     plant,
     read_test_modules,
     restore_ids,
@@ -52,6 +53,8 @@ from crl_worker.harness.diffsplit import DiffError, parse_diff
 from crl_worker.harness.diffsplit import touched_files as touched_files
 from crl_worker.harness.grading import Grade, grade
 from crl_worker.harness.marks import expected_statuses
+from crl_worker.harness.native import harden as harden_native
+from crl_worker.harness.native import settle
 from crl_worker.harness.parsers import junit_durations, parse_junit_reports, parse_log
 from crl_worker.harness.result import EvalResult, TestStatus
 from crl_worker.harness.runner import (
@@ -398,6 +401,10 @@ async def _run_tests(
         if hardened is None:
             logger.info("%s: the test command is not one the reporter knows", task.instance_id)
         command = hardened or test_command
+    native = canary and native_language(task) is not None
+    if native:
+        hidden = touched_files(task.test_patch)
+        command = harden_native(test_command, task.test_spec.log_format, hidden) or test_command
     if task.test_spec.log_format == "junit":
         stale = await clear_junit_reports(sandbox, task.test_spec.junit_reports)
         run.add(f"stale junit reports removed: {stale}", "")
@@ -421,8 +428,14 @@ async def _run_tests(
         reports = await read_junit_reports(sandbox, task.test_spec.junit_reports)
         run.add(f"junit reports: {len(reports)}", "")
         tests.statuses, tests.durations = parse_junit_reports(reports), junit_durations(reports)
-        return _restored(tests)
-    tests.statuses = parse_log(task.test_spec.log_format, result.output)
+    else:
+        tests.statuses = parse_log(task.test_spec.log_format, result.output)
+    if native:
+        in_run = task if planted is None else with_canary(task, planted)
+        fmt, own = task.test_spec.log_format, command != test_command
+        tests.statuses, tests.tampered = settle(
+            tests.statuses, result.output, fmt, in_run, planted, hardened=own
+        )
     if probe is not None and command != test_command:
         report = await collect(sandbox, probe)
         tests.tampered = cross_check(report, tests.statuses)
@@ -493,7 +506,8 @@ async def evaluate(
     in the working tree. ``timeout`` bounds the test run (default ``task.timeouts.test``);
     running past it is an infrastructure error. ``canary`` (the integrity check's run) plants
     failing copies of the task's own tests among them (:mod:`crl_worker.harness.canary`) and
-    runs pytest and unittest through the harness's reporter (:mod:`crl_worker.harness.runner`):
+    runs pytest and unittest through the harness's reporter (:mod:`crl_worker.harness.runner`),
+    Go, Rust and C++ as a binary without its test sources (:mod:`crl_worker.harness.native`):
     if a canary is not reported failing, or the reporter's cross-checks fail, the run was
     tampered with, and the result says so (``tampered``, unresolved, no credit).
     Never raises for a failed evaluation: the result says what happened.

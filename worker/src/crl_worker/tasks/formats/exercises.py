@@ -198,7 +198,9 @@ def polyglot_test_spec(
         return TestSpec(command=f"cd {where} && go test -json ./...", log_format="go")
     if language == "rust":
         return TestSpec(
-            command=f"cd {where} && cargo test --offline -- --include-ignored",
+            # The integration tests only (the hidden ones), not unit or doc tests of the
+            # candidate's own files (nor the reference solution's, when FAIL_TO_PASS is made).
+            command=f"cd {where} && cargo test --offline --test '*' -- --include-ignored",
             log_format="cargo",
             pre=[f"rm -rf {where}/target"],
         )

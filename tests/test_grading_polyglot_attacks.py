@@ -1,0 +1,171 @@
+"""Forged test results in the polyglot suite's Go and Rust exercises (issue 30), graded through
+the integrity check's path (:func:`~crl_worker.harness.integrity.grade_candidate`, as a
+confirmed episode and a prediction are graded) on the local backend.
+
+Each attack (tests/fixtures/polyglot_forgery.py) is a solution that fixes nothing and prints the
+runner's framing from code that runs before any test. Each is first graded as the agent's own
+sandbox grades it (no integrity check), where it resolves: the attack works; then through the
+integrity check, where it must be unresolved with reward 0.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+from crl_worker import rewards
+from crl_worker.harness import mutants_native
+from crl_worker.harness.canary import derive_canary, restore_ids, with_canary
+from crl_worker.harness.evaluate import evaluate
+from crl_worker.harness.integrity import grade_candidate
+from crl_worker.harness.native import harden, settle, unexpected
+from crl_worker.harness.result import TestStatus
+from crl_worker.sandbox.registry import create_sandbox
+from crl_worker.tasks.loaders import load_tasks
+from crl_worker.tasks.model import Task
+from tests.fixtures import polyglot_forgery as forgery
+
+pytestmark = pytest.mark.go
+
+SUITE = Path(__file__).resolve().parents[1] / "examples" / "suites" / "polyglot"
+TOOLS = {"go": "go", "rust": "cargo"}
+
+
+def _task(instance_id: str) -> Task:
+    loaded = load_tasks(SUITE / "tasks.jsonl", "polyglot")
+    assert loaded.ok, loaded.errors
+    return next(t for t in loaded.tasks if t.instance_id == instance_id)
+
+
+def _hidden(task: Task) -> dict[str, str]:
+    """The task's hidden test files as its test patch writes them (new files only)."""
+    files: dict[str, str] = {}
+    path = ""
+    for line in task.test_patch.splitlines():
+        if line.startswith("+++ b/"):
+            path = line[len("+++ b/") :]
+            files[path] = ""
+        elif path and line.startswith("+") and not line.startswith("+++"):
+            files[path] += line[1:] + "\n"
+    return files
+
+
+def _need(language: str) -> None:
+    if shutil.which(TOOLS[language]) is None:
+        pytest.skip(f"no {TOOLS[language]} on PATH")
+
+
+def _attack(task: Task, solution: str) -> str:
+    stub = (SUITE / "src" / forgery.solution_file(task)).read_text()
+    return forgery.solution_patch(task, stub, solution)
+
+
+def test_canaries_copy_rename_and_map_back() -> None:
+    """Go: copies of the test functions named like them, every real test renamed (its
+    subtests mapped back to the task's ids); Rust: snake-case copies, ``#[ignore]`` kept;
+    C++: Catch2 ``TEST_CASE`` copies under the report's ids."""
+    go = _task("go__digit-sum")
+    sources = _hidden(go)
+    canary = derive_canary(go, sources, random.Random(3))
+    assert canary is not None and canary.text is not None and canary.separator == "/"
+    assert len(canary.ids) == 4 and all(i.startswith("Test") and i[4].isupper() for i in canary.ids)
+    in_file = [t.name for t in mutants_native.tests_of(canary.text, "go")]
+    assert sorted(in_file) == sorted([*canary.ids, *(new for new, _ in canary.renamed)])
+    assert not {"TestDigitSum", "TestNegativeIsAnError"} & set(in_file)
+    assert canary.text.count("t.FailNow()") == 4
+    run_id = dict((old, new) for new, old in canary.renamed)["TestDigitSum"]
+    assert f"{run_id}/zero" in with_canary(go, canary).fail_to_pass
+    back = restore_ids(canary, {f"{run_id}/zero": TestStatus.PASSED})
+    assert back == {"TestDigitSum/zero": TestStatus.PASSED}
+
+    rust = _task("rust__digit-sum")
+    canary = derive_canary(rust, _hidden(rust), random.Random(5))
+    assert canary is not None and canary.text is not None
+    assert all(i.islower() and i.isidentifier() for i in canary.ids)
+    assert canary.text.count("#[test]") == 8 and canary.text.count("#[ignore]") >= 3
+    assert {old for _, old in canary.renamed} == set(rust.fail_to_pass)
+
+    cpp = _task("cpp__digit-sum")
+    canary = derive_canary(cpp, _hidden(cpp), random.Random(2))
+    assert canary is not None and canary.text is not None
+    assert all(i.startswith("digit-sum.global#") for i in canary.ids)
+    assert {old for _, old in canary.renamed} == set(cpp.fail_to_pass)
+    # One-line TEST_CASEs, one-line copies: the body in a block, then the failing REQUIRE.
+    copies = [line for line in canary.text.splitlines() if line.count("REQUIRE") == 2]
+    assert len(copies) == 4 and all(line.endswith("); }") for line in copies)
+
+
+def test_unknown_passing_ids_and_the_package_result() -> None:
+    """A passing id the harness neither planted nor lists is tampering (a failing one is not);
+    a Go package's own result is that of its tests other than the canaries."""
+    known = ["TestA", "TestA/x", "pkg"]
+    assert unexpected({"TestA/y": TestStatus.PASSED}, known, "/") is None
+    assert unexpected({"TestOld": TestStatus.FAILED}, known, "/") is None
+    assert "TestOld" in (unexpected({"TestOld": TestStatus.PASSED}, known, "/") or "")
+    go = _task("go__digit-sum")
+    canary = derive_canary(go, _hidden(go), random.Random(1))
+    assert canary is not None
+    in_run = with_canary(go, canary)
+    log = '{"Action":"fail","Package":"digitsum","Elapsed":0.1}\n'
+    statuses = {t: TestStatus.PASSED for t in in_run.fail_to_pass if "/" in t or t.startswith("T")}
+    statuses.update({**dict.fromkeys(canary.ids, TestStatus.FAILED), "digitsum": TestStatus.FAILED})
+    settled, why = settle(statuses, log, "go", in_run, canary)
+    assert settled["digitsum"] is TestStatus.PASSED and why is None
+    # Unknown ids count in the polyglot format's own (hardened) run only.
+    odd = {**statuses, "TestDigitSum": TestStatus.PASSED}
+    assert "TestDigitSum" in (settle(odd, log, "go", in_run, canary)[1] or "")
+    assert settle(odd, log, "go", in_run, canary, hardened=False)[1] is None
+    # A build failure: the canaries failed with it, no tampering.
+    settled, why = settle({"digitsum": TestStatus.ERROR}, log, "go", in_run, canary)
+    assert {settled[i] for i in canary.ids} == {TestStatus.ERROR} and why is None
+    # Only the polyglot format's own commands are rewritten, each of the three languages'.
+    assert harden("go test ./...", "go", ["a_test.go"]) is None
+    assert harden(go.test_spec.command, "go", ["elsewhere/a_test.go"]) is None
+    for instance_id, log_format in (("rust__digit-sum", "cargo"), ("cpp__digit-sum", "junit")):
+        task = _task(instance_id)
+        script = harden(task.test_spec.command, log_format, list(_hidden(task)))
+        assert script is not None and "rm -f -- " in script, instance_id
+    cpp = _task("cpp__digit-sum")
+    script = harden(cpp.test_spec.command, "junit", list(_hidden(cpp))) or ""
+    assert script.index("rm -f -- digit_sum_test.cpp") < script.index("./build/digit-sum")
+
+
+#: Each language's attacks and whether the integrity check calls them tampered: the forgeries
+#: that print results are; the one whose file read finds nothing runs the real tests (one
+#: passes: the stub's ``None`` for a negative number), and the one that includes the test file
+#: does not compile.
+ATTACKS = {
+    "go__digit-sum": [("GO_READ_TESTS", True), ("GO_KNOWN_NAMES", True), ("GO_EMBED", True)],
+    "rust__digit-sum": [
+        ("RUST_READ_TESTS", False),
+        ("RUST_KNOWN_NAMES", True),
+        ("RUST_INCLUDE", False),
+    ],
+}
+
+
+@pytest.mark.parametrize("instance_id", sorted(ATTACKS))
+async def test_forged_results_earn_nothing(instance_id: str, tmp_path: Path) -> None:
+    """One sandbox per language (reset between gradings, as a pooled sandbox is): each attack
+    resolves where nothing checks the run, and earns nothing through the integrity check."""
+    task = _task(instance_id)
+    _need(task.language)
+    async with create_sandbox({"type": "local", "root": str(tmp_path)}, task) as sandbox:
+        for attack, tampered in ATTACKS[instance_id]:
+            patch = _attack(task, getattr(forgery, attack))
+            plain = await evaluate(sandbox, task, model_patch=patch)
+            assert plain.resolved and rewards.tests_score(plain) == 1.0, (attack, plain.log[-3000:])
+            await sandbox.reset()
+            graded = await grade_candidate(sandbox, task, patch)
+            await sandbox.reset()
+            assert graded.infrastructure_error is None, (attack, graded.infrastructure_error)
+            assert not graded.resolved, (attack, graded.log[-3000:])
+            assert rewards.tests_score(graded) == 0.0, attack
+            assert (graded.tampered is not None) is tampered, (attack, graded.tampered)
+            if tampered:
+                assert rewards.tests_score(graded, "fraction") == 0.0, attack
+            else:
+                assert graded.fail_to_pass_fraction <= 0.25, attack

@@ -1,0 +1,288 @@
+"""Canaries for Go, Rust and C++ test files (the polyglot exercises' hidden tests).
+
+The candidate's code is compiled into the same test binary as the hidden tests, so it can print
+the runner's framing itself (``--- PASS: TestX`` for test2json, ``test x ... ok`` for libtest)
+or write the report (Catch2's JUnit XML) and exit before any test runs. Canaries are tests that
+must fail: a run in which one of them is reported passing was forged. :func:`derive` plants
+:data:`~crl_worker.harness.canary.COUNT` of them in one hidden test file, at every grading
+anew:
+
+- **the same calls**: each is a copy of one of the file's top-level tests (Go: ``func TestX(t
+  *testing.T)``; Rust: a ``#[test] fn x()``, its other attributes, ``#[ignore]`` included,
+  kept; C++: a ``TEST_CASE("x", tags)``), its body run first (Go: inside a closure, so that a
+  ``return`` or ``t.Fatal`` ends only the body; Rust and C++: in a block), then one failing
+  comparison of two different numbers (Go: a silent ``t.FailNow`` when they differ, so a
+  failing copy prints what the test it copies prints; Rust: ``assert_eq!``; C++:
+  ``REQUIRE``, which a wrong answer's failing body never reaches). This is the weaker fallback
+  of the Python canaries (no literal expectation of the body is changed: Exercism's Go tests
+  keep their expectations in case tables, often in another file, where a change cannot be made
+  safely): code that reads the test file could spare the copies that end in such a comparison,
+  which is why the harness runs the test binary with the test sources removed
+  (:mod:`crl_worker.harness.native`);
+- **named in the task's style**: :func:`crl_worker.harness.names.canary_name` over the file's
+  own test names; every real top-level test whose name appears nowhere else in the hidden files
+  or the command is renamed the same way, so neither the names nor a list of the exercise's
+  published test names tell a canary from a real test;
+- **placed among the real tests**: each after a randomly drawn test of the file.
+
+Tests that skip themselves (Go: ``Skip``; C++: ``SKIP``, ``SUCCEED``, a ``return``), expect a
+panic (Rust: ``should_panic``) or return a value (Rust: ``-> Result``) are not copied: the
+comparison would not run, or not fail the test.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from crl_worker.harness.mutants import Derived
+from crl_worker.harness.names import canary_name
+
+_GO_TEST = re.compile(r"^func (?P<name>Test\w*)\((?P<t>\w+) \*testing\.T\) \{\s*$")
+_RUST_FN = re.compile(r"^(?:pub )?fn (?P<name>\w+)\(\) \{\s*$")
+_CPP_TEST = re.compile(
+    r'^TEST_CASE\(\s*"(?P<name>[\w ]+)"(?P<tags>\s*,\s*"[^"\\]*")?\s*\)\s*(?P<rest>.*?)\s*$'
+)
+_IDENT = re.compile(r"[A-Za-z][a-z0-9]+")
+_WORDS = re.compile(r"[A-Za-z_]\w*")
+#: Rust's keywords, reserved words included (a test cannot be named so).
+_KEYWORDS = frozenset(
+    {"as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum",
+     "extern", "false", "fn", "for", "gen", "if", "impl", "in", "let", "loop", "match", "mod",
+     "move", "mut", "pub", "ref", "return", "self", "static", "struct", "super", "trait",
+     "true", "try", "type", "unsafe", "use", "where", "while", "abstract", "become", "box",
+     "do", "final", "macro", "override", "priv", "typeof", "unsized", "virtual", "yield",
+     "union"}
+)  # fmt: skip
+#: Words of a body that say nothing of the task (the language's own).
+_COMMON = frozenset(
+    {"func", "range", "return", "struct", "string", "name", "want", "got", "let", "mut", "assert",
+     "some", "none", "vec", "self", "true", "false", "fatalf", "errorf", "run", "test", "for"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NativeTest:
+    """A top-level test of a Go, Rust or C++ test file: lines ``[start, end]`` (``start`` its
+    first attribute, or the ``func`` line), the line of its signature, its name and body."""
+
+    name: str
+    start: int
+    signature: int
+    end: int
+    #: The lines between its braces (C++'s one-line ``TEST_CASE``: the text between them).
+    body: tuple[str, ...] = ()
+    #: Go: the name of its ``*testing.T`` parameter; C++: the tags argument (``, "[x]"``).
+    param: str = ""
+
+
+def _cpp_test(lines: list[str], i: int) -> NativeTest | None:
+    """The Catch2 ``TEST_CASE`` whose signature is line ``i``: ``{`` at its end or alone on the
+    next line, up to a ``}`` in the first column; or all on one line."""
+    match = _CPP_TEST.match(lines[i])
+    if match is None:
+        return None
+    name, tags, rest = match.group("name"), match.group("tags") or "", match.group("rest")
+    if rest.startswith("{") and rest.rstrip().endswith("}") and len(rest.strip()) > 1:
+        return NativeTest(name, i, i, i, (rest.strip()[1:-1].strip(),), tags)
+    first = i + 1
+    if not rest:
+        if i + 1 >= len(lines) or lines[i + 1].strip() != "{":
+            return None
+        first = i + 2
+    elif rest.strip() != "{":
+        return None
+    end = next((j for j in range(first, len(lines)) if lines[j].rstrip() == "}"), None)
+    if end is None:
+        return None
+    return NativeTest(name, i, i, end, tuple(lines[first:end]), tags)
+
+
+def tests_of(text: str, language: str) -> list[NativeTest]:
+    """The top-level tests of a Go (``language="go"``), Rust (``"rust"``) or C++ (``"cpp"``:
+    Catch2) test file's ``text`` whose body ends at a ``}`` in the first column."""
+    lines = text.splitlines()
+    found: list[NativeTest] = []
+    i = 0
+    while i < len(lines):
+        start = i
+        if language == "cpp":
+            test = _cpp_test(lines, i)
+            if test is not None:
+                found.append(test)
+            i = (test.end if test is not None else i) + 1
+            continue
+        if language == "go":
+            match = _GO_TEST.match(lines[i])
+        else:
+            if lines[i].strip() != "#[test]":
+                i += 1
+                continue
+            # Other attributes and doc comments (``/// Chromatic scale``) up to the ``fn``.
+            while i + 1 < len(lines) and lines[i + 1].startswith(("#[", "///")):
+                i += 1
+            match = _RUST_FN.match(lines[i + 1]) if i + 1 < len(lines) else None
+            i += 1
+        if match is None:
+            i += 1
+            continue
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].rstrip() == "}"), None)
+        if end is None:
+            break
+        param = match.groupdict().get("t") or ""
+        body = tuple(lines[i + 1 : end])
+        found.append(NativeTest(match.group("name"), start, i, end, body, param))
+        i = end + 1
+    return found
+
+
+def copyable(test: NativeTest, lines: list[str], language: str) -> bool:
+    """Whether a failing comparison appended to a copy of ``test`` makes the copy fail."""
+    body = "\n".join(test.body)
+    if language == "go":
+        return "Skip" not in body
+    if language == "cpp":
+        # ``SUCCEED``/``SKIP`` or a ``return`` could end the copy before the comparison.
+        return not re.search(r"\b(SKIP|SUCCEED|return)\b", body)
+    attributes = "\n".join(lines[test.start : test.signature])
+    return "should_panic" not in attributes
+
+
+def _occurrences(name: str, texts: Collection[str]) -> int:
+    word = re.compile(rf"(?<![\w]){re.escape(name)}(?![\w])")
+    return sum(len(word.findall(t)) for t in texts)
+
+
+def _draw(copied: str, names: list[str], taken: set[str], rng: random.Random, extra: list[str],
+          language: str) -> str:  # fmt: skip
+    """A new name for a copy of (or the renamed) ``copied`` in the language's own style."""
+    if language == "go":
+        # ``TestDigitSum`` as ``testDigitSum`` (names.py's camel style with a ``test`` prefix).
+        scope = ["test" + n[4:] for n in names]
+        seen = {"test" + n[4:] for n in taken}
+        name = canary_name("test" + copied[4:], scope, (), seen, rng, extra)
+        new = "Test" + name[4:]
+    else:
+        # Rust's snake case, single words included (``zero``), through the ``test_`` style;
+        # a Catch2 name written with spaces gets them back.
+        spaced = " " in copied
+
+        def snake(n: str) -> str:
+            return "test_" + n.replace(" ", "_")
+
+        scope = [snake(n) for n in names]
+        seen = {snake(n) for n in taken}
+        new = canary_name(snake(copied), scope, (), seen, rng, extra).removeprefix("test_")
+        new = new.replace("_", " ") if spaced else new
+    taken.add(new)
+    return new
+
+
+def _canary(test: NativeTest, lines: list[str], name: str, language: str,
+            rng: random.Random) -> list[str]:  # fmt: skip
+    """The copy of ``test`` named ``name`` with a failing comparison after its body."""
+    a = rng.randrange(2, 1000)
+    b = a + rng.randrange(1, 1000)
+    if language == "go":
+        t = test.param
+        return [
+            f"func {name}({t} *testing.T) {{",
+            "\tfunc() {",
+            *[f"\t{line}" if line.strip() else line for line in test.body],
+            "\t}()",
+            # Silent: a run that rewrites failures into passes sees the copy fail exactly as
+            # the test it copies does (a wrong answer fails in the body, the same way).
+            f"\tif got, want := {a}, {b}; got != want {{",
+            f"\t\t{t}.FailNow()",
+            "\t}",
+            "}",
+        ]
+    indented = [f"    {line}" if line.strip() else line for line in test.body]
+    if language == "cpp" and test.start == test.end:
+        # A one-line test's copy on one line too.
+        return [f'TEST_CASE("{name}"{test.param}) {{ {{ {test.body[0]} }} REQUIRE({a} == {b}); }}']
+    if language == "cpp":
+        return [
+            f'TEST_CASE("{name}"{test.param}) {{',
+            "    {",
+            *indented,
+            "    }",
+            f"    REQUIRE({a} == {b});",
+            "}",
+        ]
+    return [
+        *lines[test.start : test.signature],
+        f"fn {name}() {{",
+        "    {",
+        *indented,
+        "    };",
+        f"    assert_eq!({a}, {b});",
+        "}",
+    ]
+
+
+def _renamed(line: str, old: str, new: str, language: str) -> str:
+    """Signature ``line`` with the test's name ``old`` replaced by ``new``."""
+    if language == "cpp":
+        return line.replace(f'"{old}"', f'"{new}"', 1)
+    return line.replace(f" {old}(", f" {new}(", 1)
+
+
+def derive(
+    text: str,
+    language: str,
+    fail_to_pass: Collection[str],
+    rng: random.Random,
+    count: int,
+    keep: Collection[str] = (),
+    prefix: str = "",
+) -> Derived | None:
+    """``text`` (a Go or Rust test file) with ``count`` canaries among its tests and its tests
+    renamed where safe (see the module's docstring); ``None`` when it has no test to copy.
+    ``keep`` are the texts (the command, the other hidden files) where a renamed test's name
+    must not appear. Ids are the tests' names after ``prefix`` (C++: ``exercise.global#``)."""
+    lines = text.splitlines()
+    tests = tests_of(text, language)
+    listed = {i.removeprefix(prefix) for i in fail_to_pass}
+    pool = [t for t in tests if copyable(t, lines, language)]
+    # Copies of FAIL_TO_PASS tests first (a copy of a passing test would pass unless forged).
+    pool = [t for t in pool if t.name in listed] or pool
+    if not pool:
+        return None
+    names = [t.name for t in tests]
+    # Never a name the file or the package already has (a Rust test named like the function it
+    # imports, a Go test named like a helper of another test file), nor a Rust keyword.
+    taken = {*names, *_KEYWORDS, *(w for t in [text, *keep] for w in _WORDS.findall(t))}
+    renamed: dict[str, str] = {}
+    for test in tests:
+        if _occurrences(test.name, [text, *keep]) == 1:
+            renamed[test.name] = _draw(test.name, names, taken, rng, [], language)
+    after: dict[int, list[list[str]]] = {}
+    ids: list[str] = []
+    sources: list[str] = []
+    for _ in range(count):
+        source = rng.choice(pool)
+        body = "\n".join(source.body)
+        extra = sorted({w.lower() for w in _IDENT.findall(body) if len(w) > 2} - _COMMON)
+        name = _draw(source.name, names, taken, rng, extra, language)
+        where = rng.choice(tests)
+        after.setdefault(where.end, []).append(_canary(source, lines, name, language, rng))
+        ids.append(prefix + name)
+        sources.append(prefix + source.name)
+    signatures = {t.signature: t for t in tests}
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        at = signatures.get(i)
+        if at is not None and at.name in renamed:
+            line = _renamed(line, at.name, renamed[at.name], language)
+        out.append(line)
+        for planted in after.get(i, []):
+            out.extend(["", *planted])
+    return Derived(
+        text="\n".join(out) + "\n",
+        ids=tuple(ids),
+        sources=tuple(sources),
+        renamed=tuple((prefix + new, prefix + old) for old, new in renamed.items()),
+    )
