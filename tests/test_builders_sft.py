@@ -4,15 +4,32 @@ channel), and none of GRPO's rollout machinery (vLLM server, sandbox pool, pool 
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from crl_operator.builders import RenderState, render
 from crl_worker.api import TrainingRun
+from crl_worker.api.validation import validate_text
+from crl_worker.rollout.results import AttemptResult, ResultsStore
+from crl_worker.train.settings import resolve_settings
+from crl_worker.train.tasklist import load_tasks
 
-from .fixtures.builders import STATES, container, env_of, find, kinds, load, pod_spec, with_spec
+from .fixtures.builders import (
+    STATES,
+    container,
+    env_of,
+    find,
+    kinds,
+    load,
+    pod_spec,
+    trainer_pod,
+    with_spec,
+)
 from .fixtures.cli import crl
+from .fixtures.paths import ROOT
 
 #: The supervised run's children, in apply order: configs, then the trainer and its identity.
 TRAINER_ONLY = [
@@ -37,7 +54,7 @@ ROLLOUT_ENV = {
 
 def cluster_sft() -> TrainingRun:
     """The cluster example turned into its recipe's SFT step: a Benchmark's results on the
-    checkpoint volume, tasks on a volume and a referenced pool (both to be ignored)."""
+    checkpoint volume, and tasks on a volume (required by the schema, to be ignored)."""
     run = load("trainingrun-qwen3-8b-swe-gym.yaml")
     sft = with_spec(
         run,
@@ -48,9 +65,14 @@ def cluster_sft() -> TrainingRun:
             "learningRate": 1.0e-5,
         },
         tasks={"format": "swe-gym", "volume": {"claimName": "data", "path": "/gym.parquet"}},
-        rollout={"poolRef": {"name": "shared-pool"}},
+        # GRPO's pool, reward and weight sync are refused with sft: the agent's token limit stays.
+        rollout={"agent": {"maxTotalTokens": 32768}},
+        weightSync="auto",
     )
     assert isinstance(sft, TrainingRun)
+    # A run the API server would take (its CEL rules, as `crl validate` evaluates them).
+    [checked] = validate_text(yaml.safe_dump(sft.model_dump(mode="json", by_alias=True)))
+    assert checked.ok, [str(p) for p in checked.problems]
     return sft
 
 
@@ -137,3 +159,54 @@ def test_crl_render_of_the_sft_example_shows_only_the_trainer() -> None:
         ("Job", "toy-sft-trainer"),
     ]
     assert_no_rollouts(docs)
+
+
+def write_bench_results(folder: Path, resolved: dict[str, bool]) -> None:
+    """A results folder as `crl bench` writes it: one attempt per instance."""
+    store = ResultsStore(folder)
+    store.open({"suite": "mini"})
+    try:
+        for instance, outcome in resolved.items():
+            result = AttemptResult(
+                instance_id=instance,
+                repo="crl-mini/x",
+                attempt=0,
+                resolved=outcome,
+                exit_reason="submitted",
+            )
+            store.append(result, "{}")
+    finally:
+        store.close()
+
+
+def test_a_trainer_pod_reads_benchmark_results_on_the_volume_the_operator_mounts(
+    tmp_path: Path,
+) -> None:
+    """`curriculum.results` and `sft.dataset.benchmarkResults` are relative to the checkpoint
+    volume: the trainer, in the pod the operator renders, reads them there (not beside the
+    ConfigMap's copy of the manifest, where nothing is)."""
+    grpo = with_spec(
+        load("trainingrun-qwen3-8b-swe-gym.yaml"),
+        tasks={"format": "task", "volume": {"claimName": "data", "path": "/mini.jsonl"}},
+        curriculum={"order": "benchmark-results", "results": "baselines/base"},
+    )
+    pod = trainer_pod(render(grpo, state=STATES["ready"]), tmp_path / "grpo")
+    # The Benchmark wrote to the same claim and subPath: in the pod, under the mount.
+    assert pod.env["CRL_CHECKPOINT_DIR"] == str(pod.volume("checkpoints"))
+    write_bench_results(
+        pod.volume("checkpoints") / "baselines" / "base",
+        {"crl-mini__lrukit-1": True, "crl-mini__iniconf-2": True, "crl-mini__iniconf-1": False},
+    )
+    assert pod.tasks is not None
+    pod.tasks.parent.mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / "suites" / "mini" / "tasks.jsonl", pod.tasks)
+    settings = resolve_settings(pod.config, env=pod.env, tasks_file=pod.tasks)
+    ordered = [t.instance_id for t in load_tasks(settings)]
+    assert ordered[:3] == ["crl-mini__iniconf-2", "crl-mini__lrukit-1", "crl-mini__iniconf-1"]
+
+    sft = trainer_pod(render(cluster_sft(), state=STATES["waiting"]), tmp_path / "sft")
+    settings = resolve_settings(sft.config, env=sft.env)
+    assert settings.spec.algorithm.sft is not None
+    results = settings.spec.algorithm.sft.dataset.benchmark_results
+    assert results is not None
+    assert settings.spec_path(results) == sft.volume("checkpoints") / "results" / "sample"

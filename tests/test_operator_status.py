@@ -564,6 +564,7 @@ def test_hosted_endpoint_needs_no_inference() -> None:
 
 def test_an_sft_trainingrun_waits_for_no_server_and_no_pool() -> None:
     algorithm = {"type": "sft", "sft": {"dataset": {"path": "datasets/sft"}}, "steps": 50}
+    # A poolRef is refused with sft by the CRD now; one stored before that rule is ignored.
     run = run_model(algorithm=algorithm, rollout={"poolRef": {"name": "shared"}})
     kids = children(run)  # nothing observed yet: no server to wait for
     job = by_kind(kids, "Job")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
@@ -40,7 +41,8 @@ def resolved(short_runs: ShortRuns, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def sft_manifest(toy_files: Path, folder: Path, dataset: dict[str, Any]) -> Path:
-    return manifest(
+    """The toy's run turned supervised, without the GRPO fields the CRD refuses with sft."""
+    path = manifest(
         toy_files,
         folder,
         name="toy-sft",
@@ -52,6 +54,11 @@ def sft_manifest(toy_files: Path, folder: Path, dataset: dict[str, Any]) -> Path
         },
         checkpoints={"everySteps": 2, "keepLast": 2},
     )
+    document = yaml.safe_load(path.read_text())
+    spec = document["spec"]
+    del spec["rollout"]["pool"], spec["algorithm"]["tasksPerStep"]
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
 
 
 def exported(folder: Path) -> Any:

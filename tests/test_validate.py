@@ -76,6 +76,37 @@ def _problems(text: str) -> list[str]:
     return [f"{p.path}: {p.message}" for r in validate_text(text) for p in r.problems]
 
 
+#: Fields that mean nothing for `algorithm.type: sft` (more of the algorithm, or another line
+#: of the spec), and where the refusal points.
+SFT_REFUSED = [
+    ("", "rollout: {poolRef: {name: shared-pool}}", "spec.rollout.poolRef"),
+    ("", "rollout: {pool: {replicas: 2}}", "spec.rollout.pool"),
+    ("", "rollout: {reward: {type: diff-similarity}}", "spec.rollout.reward"),
+    ("", "rollout: {reward: {testsMode: fraction}}", "spec.rollout.reward"),
+    ("", "rollout: {reward: {evaluationTimeoutSeconds: 60}}", "spec.rollout.reward"),
+    ("", "generation: in-process", "spec.generation"),
+    ("", "weightSync: nccl", "spec.weightSync"),
+    (
+        "",
+        "scheduling: {queueName: q, sandboxesUseQuota: true}",
+        "spec.scheduling.sandboxesUseQuota",
+    ),
+    (", numGenerations: 1", "", "spec.algorithm.numGenerations"),
+    (", tasksPerStep: 4", "", "spec.algorithm.tasksPerStep"),
+    (", lossType: grpo", "", "spec.algorithm.lossType"),
+    (", epsilon: 0.3", "", "spec.algorithm.epsilon"),
+    (", scaleRewards: none", "", "spec.algorithm.scaleRewards"),
+]
+
+
+def sft_run(algorithm: str = "", line: str = "") -> str:
+    """The lines a supervised run adds to RUN: `algorithm` more of its algorithm, `line` one
+    more line of the spec."""
+    return f"  algorithm: {{type: sft, sft: {{dataset: {{path: d}}}}{algorithm}}}\n" + (
+        f"  {line}\n" if line else ""
+    )
+
+
 @pytest.mark.parametrize(
     ("extra", "problem"),
     [
@@ -107,7 +138,7 @@ def _problems(text: str) -> list[str]:
         ("  curriculum: {order: benchmark-results, results: bench/results}\n", None),
         ("  curriculum: {order: benchmark-results}\n", "spec.curriculum.results"),
         # Supervised fine-tuning: its data is needed, GRPO-only fields are refused.
-        ("  algorithm: {type: sft, numGenerations: 1, sft: {dataset: {path: d}}}\n", None),
+        ("  algorithm: {type: sft, numGenerations: 8, sft: {dataset: {path: d}}}\n", None),
         ("  algorithm: {type: sft, sft: {dataset: {huggingFace: o/n, split: x}}}\n", None),
         ("  algorithm: {type: sft, sft: {dataset: {benchmarkResults: r}}}\n", None),
         ("  algorithm: {type: sft}\n", "spec.algorithm.sft"),
@@ -130,6 +161,13 @@ def _problems(text: str) -> list[str]:
             "  algorithm: {type: sft, sft: {dataset: {path: d}}}\n  curriculum: {order: patch-size}\n",
             "spec.curriculum",
         ),
+        # Neither rollouts nor their sandboxes, rewards or server: each refused by name.
+        *[(sft_run(algorithm, line), path) for algorithm, line, path in SFT_REFUSED],
+        # Left at their defaults, written or not, they pass.
+        (sft_run(", tasksPerStep: 8, epsilon: 0.2, lossType: dapo"), None),
+        (sft_run(line="rollout: {agent: {maxTotalTokens: 512}, reward: {type: tests}}"), None),
+        (sft_run(line="weightSync: auto"), None),
+        ("  rollout: {poolRef: {name: p}}\n  generation: in-process\n", None),  # GRPO: fine
     ],
 )
 def test_cel_rules(extra: str, problem: str | None) -> None:

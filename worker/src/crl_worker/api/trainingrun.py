@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints
 
@@ -114,6 +114,30 @@ class SftSpec(ApiModel):
     `maxTotalTokens` when empty."""
 
 
+#: GRPO's defaults that a supervised run must leave as they are (its CEL rules compare with them).
+DEFAULT_LOSS_TYPE: Final = "dapo"
+DEFAULT_NUM_GENERATIONS = 8
+DEFAULT_TASKS_PER_STEP = 8
+DEFAULT_EPSILON = 0.2
+DEFAULT_SCALE_REWARDS: Final = "group"
+
+#: How a rule refusing a field for supervised fine-tuning ends its message.
+_SFT_WHY = "means nothing for algorithm.type 'sft', which trains on recorded trajectories and"
+
+
+#: The reward a supervised run leaves as it is.
+DEFAULT_REWARD = RewardSpec()
+
+
+def _not_for_sft(
+    condition: str, message: str, field_path: str, *, kind: str = "self.algorithm.type"
+) -> dict[str, str]:
+    """A CEL rule refusing a field (set, or changed from its default) with `algorithm.type:
+    sft`: `condition` holds when the field is left as it is, `message` says why it means
+    nothing there, `kind` is where the rule reads the algorithm's type."""
+    return cel(f"{kind} != 'sft' || ({condition})", message, field_path=field_path)
+
+
 class AlgorithmSpec(ApiModel):
     """The training algorithm (GRPO by default, or supervised fine-tuning) and its
     hyperparameters."""
@@ -151,6 +175,41 @@ class AlgorithmSpec(ApiModel):
                 "maxStaleness (asynchronous rollouts) means nothing for type 'sft'; leave it out",
                 field_path=".maxStaleness",
             ),
+            _not_for_sft(
+                f"self.numGenerations == {DEFAULT_NUM_GENERATIONS}",
+                f"numGenerations (rollouts per task in a GRPO group) {_SFT_WHY} runs no"
+                " rollouts; leave it out",
+                ".numGenerations",
+                kind="self.type",
+            ),
+            _not_for_sft(
+                f"self.tasksPerStep == {DEFAULT_TASKS_PER_STEP}",
+                f"tasksPerStep (GRPO's task groups per step) {_SFT_WHY} takes"
+                " trainer.perDeviceBatchSize sequences per process and step; leave it out",
+                ".tasksPerStep",
+                kind="self.type",
+            ),
+            _not_for_sft(
+                f"self.lossType == '{DEFAULT_LOSS_TYPE}'",
+                f"lossType (GRPO's loss normalization) {_SFT_WHY} uses the cross-entropy of"
+                " the model's own tokens; leave it out",
+                ".lossType",
+                kind="self.type",
+            ),
+            _not_for_sft(
+                f"self.epsilon == {DEFAULT_EPSILON}",
+                f"epsilon (GRPO's clipping) {_SFT_WHY} has no importance ratio to clip;"
+                " leave it out",
+                ".epsilon",
+                kind="self.type",
+            ),
+            _not_for_sft(
+                f"self.scaleRewards == '{DEFAULT_SCALE_REWARDS}'",
+                f"scaleRewards (GRPO's advantage scaling) {_SFT_WHY} has no rewards to scale;"
+                " leave it out",
+                ".scaleRewards",
+                kind="self.type",
+            ),
             cel(
                 "!has(self.epsilonHigh) || self.epsilonHigh >= self.epsilon",
                 "epsilonHigh (upper clip) must be at least epsilon (lower clip)",
@@ -162,17 +221,19 @@ class AlgorithmSpec(ApiModel):
     type: Literal["grpo", "sft"] = "grpo"
     """`grpo` (default): reinforcement learning on the run's own rollouts. `sft`: supervised
     fine-tuning on recorded trajectories (`sft.dataset`), e.g. the resolved attempts of a
-    Benchmark before GRPO starts from the result (docs/training.md). The GRPO-only fields
-    `beta`, `epsilonHigh` and `maxStaleness` are refused with `sft`; `steps`, `learningRate`,
-    `warmupSteps`, `maxGradNorm`, `seed` and `lora` apply to both."""
+    Benchmark before GRPO starts from the result (docs/training.md). With `sft` the GRPO-only
+    fields (`beta`, `epsilon`, `epsilonHigh`, `lossType`, `numGenerations`, `tasksPerStep`,
+    `scaleRewards`, `maxStaleness`) must be left out, as must the rollouts' (`rollout.pool`,
+    `rollout.poolRef`, `rollout.reward`, `generation`, `weightSync`, `curriculum`);
+    `steps`, `learningRate`, `warmupSteps`, `maxGradNorm`, `seed` and `lora` apply to both."""
     sft: SftSpec | None = None
     """Supervised fine-tuning's data and settings (with `type: sft` only)."""
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = DEFAULT_LOSS_TYPE
     """Loss normalization of the GRPO family (TRL's `loss_type`): `grpo` (per sequence),
     `bnpo` (per batch), `dr_grpo` (constant), `dapo` (per token over the global batch)."""
-    num_generations: int = Field(default=8, ge=1, le=512)
+    num_generations: int = Field(default=DEFAULT_NUM_GENERATIONS, ge=1, le=512)
     """Rollouts per task in a group; advantages are relative to the group (at least 2)."""
-    tasks_per_step: int = Field(default=8, ge=1, le=65536)
+    tasks_per_step: int = Field(default=DEFAULT_TASKS_PER_STEP, ge=1, le=65536)
     """Tasks (groups) per optimizer step."""
     steps: int = Field(default=200, ge=1, le=10000000)
     """Optimizer steps of the run."""
@@ -184,11 +245,11 @@ class AlgorithmSpec(ApiModel):
     """Gradient clipping norm."""
     beta: float = Field(default=0.0, ge=0.0, le=10.0)
     """KL penalty coefficient against the reference model (0 loads no reference model)."""
-    epsilon: float = Field(default=0.2, gt=0.0, le=1.0)
+    epsilon: float = Field(default=DEFAULT_EPSILON, gt=0.0, le=1.0)
     """Lower clipping epsilon of the importance ratio."""
     epsilon_high: float | None = Field(default=None, gt=0.0, le=10.0)
     """Upper clipping epsilon (DAPO's clip-higher); equal to `epsilon` when empty."""
-    scale_rewards: Literal["group", "batch", "none"] = "group"
+    scale_rewards: Literal["group", "batch", "none"] = DEFAULT_SCALE_REWARDS
     """Divide advantages by the reward spread of the group, of the batch, or not at all."""
     max_staleness: int = Field(default=0, ge=0, le=64)
     """How many policy versions a rollout may lag behind the trainer. 0 (default): synchronous,
@@ -271,6 +332,44 @@ class TrainingRunSpec(ApiModel):
                 "curriculum orders the rollouts' tasks and means nothing for algorithm.type"
                 " 'sft'; leave it out",
                 field_path=".curriculum",
+            ),
+            _not_for_sft(
+                "!has(self.rollout.poolRef)",
+                f"rollout.poolRef (the RolloutPool whose sandboxes run the rollouts) {_SFT_WHY}"
+                " runs no rollouts: no pool is used; leave it out",
+                ".rollout.poolRef",
+            ),
+            _not_for_sft(
+                "!has(self.rollout.pool)",
+                f"rollout.pool (the sandbox pool of the rollouts) {_SFT_WHY} runs no rollouts:"
+                " no pool is created; leave it out",
+                ".rollout.pool",
+            ),
+            _not_for_sft(
+                f"self.rollout.reward.type == '{DEFAULT_REWARD.type}'"
+                f" && self.rollout.reward.testsMode == '{DEFAULT_REWARD.tests_mode}'"
+                " && !has(self.rollout.reward.weights)"
+                " && self.rollout.reward.evaluationTimeoutSeconds =="
+                f" {DEFAULT_REWARD.evaluation_timeout_seconds}",
+                f"rollout.reward (how rollouts are scored) {_SFT_WHY} scores nothing (the"
+                " dataset's trajectories were graded when they were sampled); leave it out",
+                ".rollout.reward",
+            ),
+            _not_for_sft(
+                "self.generation == 'vllm'",
+                f"generation (who samples the rollouts) {_SFT_WHY} samples nothing; leave it out",
+                ".generation",
+            ),
+            _not_for_sft(
+                "self.weightSync == 'auto'",
+                f"weightSync (how new weights reach the inference server) {_SFT_WHY} has no"
+                " inference server; leave it out",
+                ".weightSync",
+            ),
+            _not_for_sft(
+                "!self.scheduling.sandboxesUseQuota",
+                f"scheduling.sandboxesUseQuota {_SFT_WHY} runs no sandboxes; leave it out",
+                ".scheduling.sandboxesUseQuota",
             ),
         )
     )

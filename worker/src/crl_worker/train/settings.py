@@ -54,6 +54,20 @@ class TrainSettings:
     """Key sent to the inference server."""
     steps: int | None = None
     """Override of ``spec.algorithm.steps`` (``crl train --steps``)."""
+    in_pod: bool = False
+    """Whether this process runs in a trainer pod: the run folder is the checkpoint volume the
+    operator mounted (``CRL_CHECKPOINT_DIR``), and the manifest is its ConfigMap's copy."""
+
+    @property
+    def spec_dir(self) -> Path:
+        """What a relative path of the spec (``sft.dataset``, ``curriculum.results``) is
+        relative to: in a trainer pod the checkpoint volume (the run folder, where the operator
+        mounts it), on one machine the manifest's folder."""
+        return self.run_dir if self.in_pod else self.config_path.parent
+
+    def spec_path(self, value: str | os.PathLike[str]) -> Path:
+        """Where a path of the spec is read: as it is when absolute, else in :attr:`spec_dir`."""
+        return self.spec_dir / value  # an absolute path replaces spec_dir
 
     def run(self) -> TrainingRun:
         """The TrainingRun these settings were read from."""
@@ -126,11 +140,8 @@ def resolve_settings(
     spec = found.spec
     name = env.get(Env.RUN_NAME) or found.name
     base_dir = config.parent
-    run_dir = output or (
-        Path(env[Env.CHECKPOINT_DIR])
-        if env.get(Env.CHECKPOINT_DIR)
-        else Path.cwd() / "runs" / found.name
-    )
+    mounted = env.get(Env.CHECKPOINT_DIR)
+    run_dir = output or (Path(mounted) if mounted else Path.cwd() / "runs" / found.name)
     inference_url = url or env.get(Env.INFERENCE_URL) or None
     weight_sync: WeightSyncMode
     if inference_url is None:
@@ -167,6 +178,7 @@ def resolve_settings(
         metrics_port=metrics_port,
         api_key=next((env[k] for k in API_KEY_ENVS if env.get(k)), None),
         steps=steps,
+        in_pod=bool(mounted) and run_dir.resolve() == Path(str(mounted)).resolve(),
     )
 
 

@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from crl_worker.api.contract import Env
 from crl_worker.api.trainingrun import SftDataset, SftSpec
 from crl_worker.train.build import (
     _prepare_distributed,
@@ -56,18 +55,6 @@ def _sft(settings: TrainSettings) -> SftSpec:
     return sft
 
 
-def _local(settings: TrainSettings, value: str | os.PathLike[str]) -> Path:
-    """A path of the spec: in a trainer pod relative to the checkpoint volume (mounted at
-    ``CRL_CHECKPOINT_DIR``, the run folder), on one machine to the manifest's folder."""
-    path = Path(value)
-    if path.is_absolute():
-        return path
-    in_pod = os.environ.get(Env.CHECKPOINT_DIR)
-    if in_pod and settings.run_dir == Path(in_pod).resolve():
-        return settings.run_dir / path
-    return settings.config_path.parent / path
-
-
 def parquet_files(path: Path, field: str) -> list[str]:
     """The parquet files of an exported dataset folder (``data/*.parquet``), of a folder of
     parquet files, or a parquet file; a :class:`TrainConfigError` naming ``field`` otherwise."""
@@ -93,7 +80,7 @@ def _export(settings: TrainSettings, dataset: SftDataset) -> list[str]:
     out = settings.run_dir / EXPORTED
     try:
         report = export_trajectories(
-            [_local(settings, dataset.benchmark_results)],
+            [settings.spec_path(dataset.benchmark_results)],
             out,
             filters=ExportFilters(resolved_only=True, per_instance=dataset.per_instance),
             overwrite=True,
@@ -122,7 +109,7 @@ def load_sft_dataset(settings: TrainSettings) -> Any:
                     files = _export(settings, dataset)
             else:
                 assert dataset.path is not None
-                files = parquet_files(_local(settings, dataset.path), f"{DATASET_FIELD}.path")
+                files = parquet_files(settings.spec_path(dataset.path), f"{DATASET_FIELD}.path")
             loaded = datasets.load_dataset(
                 "parquet", data_files=files, split="train", cache_dir=cache
             )

@@ -30,9 +30,9 @@ def load_tasks(settings: TrainSettings) -> list[Task]:
             "with `crl tasks check`",
         )
     curriculum = getattr(settings.spec, "curriculum", None)
-    ordered: list[Task] = order_tasks(
-        loaded.tasks, curriculum, base_dir=settings.config_path.parent
-    )
+    # `curriculum.results` is read where the spec's data paths are: in a trainer pod on the
+    # checkpoint volume the operator mounted, not beside the ConfigMap's copy of the manifest.
+    ordered: list[Task] = order_tasks(loaded.tasks, curriculum, base_dir=settings.spec_dir)
     return ordered
 
 
