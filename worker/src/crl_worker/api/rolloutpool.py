@@ -6,7 +6,7 @@ from pydantic import Field
 
 from crl_worker.api.base import ApiModel, Short, Text
 from crl_worker.api.common import PoolSettings, SchedulingSpec, TaskSource
-from crl_worker.api.status import CommonStatus
+from crl_worker.api.status import CommonStatus, ValidationStatus
 
 
 class RolloutPoolSpec(PoolSettings):
@@ -50,3 +50,5 @@ class RolloutPoolStatus(CommonStatus):
     """Share of leases served by an already warm sandbox."""
     gateway_url: Text | None = None
     """In-cluster URL of the pool gateway."""
+    validation: ValidationStatus | None = None
+    """Task validation, when `spec.validation.enabled`: counts and the most common reasons."""
