@@ -30,7 +30,8 @@ class LatencySummary(ApiModel):
 
 
 class RolloutPoolStatus(CommonStatus):
-    """Observed state of a RolloutPool. Condition types: `Ready`, `GatewayReady`."""
+    """Observed state of a RolloutPool. Condition types: `Ready`, `GatewayReady`,
+    `TasksValidated` (with `spec.validation.enabled`)."""
 
     replicas: int | None = Field(default=None, ge=0)
     """Sandboxes that exist and are not leased (warm or starting); the scale subresource reads it."""
