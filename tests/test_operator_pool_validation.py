@@ -13,6 +13,7 @@ from crl_operator import conditions as c
 from crl_operator.builders import progress_name
 from crl_operator.events import TASKS_QUARANTINED, TASKS_VALIDATED, transition_events
 from crl_operator.metrics import forget_quarantined, record_quarantined
+from crl_operator.patches import status_patch
 from crl_operator.status import Observed, rolloutpool_status, trainingrun_status
 from crl_worker.api import RolloutPool
 from crl_worker.api.contract import Env
@@ -119,6 +120,8 @@ def test_a_validating_pool_is_not_ready_until_its_gateway_says_it_is_done() -> N
     assert _conds(after)["Ready"] == ("True", c.RECONCILED)
     assert _conds(after)["TasksValidated"] == ("True", c.VALIDATED)
     assert (after["validation"]["state"], after["validation"]["cached"]) == ("Done", 4)
+    # The status write carries it (the operator owns the key).
+    assert status_patch("RolloutPool", during, after)["validation"]["state"] == "Done"
     # The report gone (the ConfigMap recreated, a malformed write): what was recorded stays.
     kept = rolloutpool_status(pool, Observed(children=live), after, T1)
     assert kept["validation"] == after["validation"]
@@ -138,6 +141,7 @@ def test_a_validating_pool_is_not_ready_until_its_gateway_says_it_is_done() -> N
     trun = trainingrun_status(run, Observed(pool=rpool), None, T0)
     assert _conds(trun)["SandboxesReady"] == ("False", c.VALIDATING)
     assert (trun["validation"]["validated"], trun["validation"]["quarantined"]) == (4, 3)
+    assert status_patch("TrainingRun", None, trun)["validation"] == trun["validation"]
 
 
 def test_the_quarantine_gauge_follows_the_status() -> None:
