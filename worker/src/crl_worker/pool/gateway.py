@@ -5,6 +5,10 @@ together.
 process per sandbox). ``kubernetes``: one pod per sandbox through the Kubernetes API; at start
 the gateway resolves its RolloutPool's uid and deletes the pool's pods that no live gateway
 tracks.
+
+With ``spec.validation.enabled`` the gateway listens at once but leases nothing until it has
+validated its tasks on its own sandboxes (:mod:`crl_worker.pool.validation`); then it serves
+only the valid ones.
 """
 
 from __future__ import annotations
