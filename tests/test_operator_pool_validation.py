@@ -122,6 +122,10 @@ def test_a_validating_pool_is_not_ready_until_its_gateway_says_it_is_done() -> N
     assert (after["validation"]["state"], after["validation"]["cached"]) == ("Done", 4)
     # The status write carries it (the operator owns the key).
     assert status_patch("RolloutPool", during, after)["validation"]["state"] == "Done"
+    # Every task broken: nothing to serve, not Ready.
+    none = _report(total=2, validated=2, quarantined=2, finished=True, reasons={"no gold patch": 2})
+    empty = rolloutpool_status(pool, Observed(children=live, report=none), during, T1)
+    assert _conds(empty)["Ready"] == ("False", c.NO_VALID_TASKS)
     # The report gone (the ConfigMap recreated, a malformed write): what was recorded stays.
     kept = rolloutpool_status(pool, Observed(children=live), after, T1)
     assert kept["validation"] == after["validation"]

@@ -60,6 +60,7 @@ SANDBOXES_WARM = "SandboxesWarm"
 SANDBOXES_STARTING = "SandboxesStarting"
 VALIDATING = "Validating"
 VALIDATED = "Validated"
+NO_VALID_TASKS = "NoValidTasks"
 # Admission by Kueue (docs/scheduling.md): Kueue's own reasons (Pending, Inadmissible,
 # Preempted, PodsReadyTimeout, ...) are carried as they are; these are the operator's.
 KUEUE_ADMITTED = "Admitted"

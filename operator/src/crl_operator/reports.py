@@ -161,7 +161,8 @@ def reasons_in_words(validation: Mapping[str, Any]) -> str:
 
 
 def validation_condition(validation: Mapping[str, Any]) -> Cond:
-    """`TasksValidated`: False (`Validating`) until the gateway's last report, then True."""
+    """`TasksValidated`: False (`Validating`) until the gateway's last report, then True; False
+    (`NoValidTasks`) when it quarantined every task."""
     counts = (
         f"{validation['validated']}/{validation['total']} tasks validated,"
         f" {validation['quarantined']} quarantined"
@@ -170,6 +171,9 @@ def validation_condition(validation: Mapping[str, Any]) -> Cond:
         counts += f": {reasons_in_words(validation)}"
     if validation.get("state") != "Done":
         return cond(c.TASKS_VALIDATED, False, c.VALIDATING, f"validating before serving; {counts}")
+    if validation["total"] and validation["quarantined"] >= validation["total"]:
+        # Nothing to serve: a pool of broken tasks is not ready to train or benchmark on.
+        return cond(c.TASKS_VALIDATED, False, c.NO_VALID_TASKS, f"no task to serve; {counts}")
     return cond(c.TASKS_VALIDATED, True, c.VALIDATED, counts)
 
 
