@@ -14,6 +14,7 @@ one machine, and the builders' tests render them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -22,7 +23,10 @@ from typing import Any
 import yaml
 
 from crl_operator.apply import Kube
+from crl_operator.builders.pool import gateway_name
 from crl_worker.api import KINDS
+from crl_worker.api.progress import PoolProgress
+from crl_worker.pool.validation import ConfigMapPublisher
 
 from .fixtures import operator_e2e
 from .fixtures.cluster import Cluster
@@ -115,6 +119,46 @@ def claims(cluster: Cluster, namespace: str, *names: str) -> None:
     )
 
 
+def validated_by_its_gateway(
+    cluster: Cluster, kube: Kube, operator: Operator, namespace: str, name: str
+) -> None:
+    """A pool that validates its tasks is not Ready until its gateway's last report; the test
+    plays the gateway (kwok runs no program), publishing with the gateway's own
+    ServiceAccount and the gateway's publisher. Then `kubectl get rpool` shows the counts, an
+    Event names the reasons, and the operator's gauge counts the quarantined tasks."""
+
+    def validating() -> dict[str, Any] | None:
+        obj = kube.get("RolloutPool", namespace, name)
+        found = condition(obj, "Ready") if obj else None
+        return obj if found and found.get("reason") == "Validating" else None
+
+    wait_for(f"RolloutPool {name} Validating", validating, timeout=120, op=operator)
+    account = cluster.service_account_kubeconfig(gateway_name(name), namespace)
+    publish = ConfigMapPublisher(namespace, f"{name}-progress", str(account))
+    done = {"total": 3, "validated": 3, "quarantined": 1, "cached": 0, "finished": True,
+            "reasons": {"gold patch does not resolve": 1},
+            "tasks": [{"instanceId": "broken__task-1", "reason": "gold patch does not resolve"}]}  # fmt: skip
+    asyncio.run(publish(PoolProgress.model_validate(done)))
+    wait_for(
+        f"RolloutPool {name} Ready after its gateway's last report",
+        lambda: is_(kube.get("RolloutPool", namespace, name), "Ready"),
+        timeout=120,
+        op=operator,
+    )
+    table = cluster.kubectl("get", "rpool", name, "-n", namespace).stdout.split("\n")
+    columns = dict(zip(table[0].split(), table[1].split(), strict=False))
+    assert (columns.get("VALIDATED"), columns.get("QUARANTINED")) == ("3", "1"), table
+    events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout)
+    assert any(
+        e["reason"] == "TasksQuarantined" and "gold patch does not resolve (1)" in e["message"]
+        for e in events["items"]
+        if e["involvedObject"]["name"] == name
+    ), [e["reason"] for e in events["items"]]
+    gauge = {labels: v for (metric, labels), v in operator.proc.metrics().items()
+             if metric == "crl_operator_pool_quarantined_tasks"}  # fmt: skip
+    assert 1.0 in [v for labels, v in gauge.items() if ("resource_name", name) in labels], gauge
+
+
 def test_examples_reach_ready(
     cluster: Cluster, kube: Kube, operator: Operator, namespace: str
 ) -> None:
@@ -129,6 +173,8 @@ def test_examples_reach_ready(
     apply(cluster, namespace, *docs)
     for doc in docs:
         kind, name = doc["kind"], doc["metadata"]["name"]
+        if kind == "RolloutPool" and doc["spec"].get("validation", {}).get("enabled"):
+            validated_by_its_gateway(cluster, kube, operator, namespace, name)
 
         def ready(kind: str = kind, name: str = name) -> dict[str, Any] | None:
             obj = kube.get(kind, namespace, name)

@@ -18,34 +18,19 @@ from crl_worker.harness.validate import (
     task_digest,
     validate_tasks,
 )
-from crl_worker.tasks.loaders import load_tasks
-from crl_worker.tasks.model import Task
 from crl_worker.train.errors import TrainConfigError
 from crl_worker.train.validation import drop_quarantined
 
+from .fixtures.validation import good_and_broken
+
 ROOT = Path(__file__).resolve().parents[1]
-SUITE = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"
 MANIFEST = ROOT / "examples" / "local-benchmark-mini.yaml"
-
-
-def _good_and_broken() -> tuple[Task, Task]:
-    """``crl-mini__iniconf-1`` (unittest: nothing to download), and a copy whose FAIL_TO_PASS
-    test already passes without the fix (the kind of broken instance large sets carry)."""
-    (good,) = [t for t in load_tasks(SUITE, "task").tasks if t.instance_id.endswith("iniconf-1")]
-    broken = good.model_copy(
-        update={
-            "instance_id": "crl-mini__iniconf-1-broken",
-            "fail_to_pass": good.pass_to_pass[:1],
-            "pass_to_pass": [],
-        }
-    )
-    return good, broken
 
 
 def test_mini_suite_with_a_broken_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CRL_CACHE_DIR", str(tmp_path / "cache"))
     sandbox = {"type": "local", "root": str(tmp_path / "sandboxes")}
-    good, broken = _good_and_broken()
+    good, broken = good_and_broken()
     seen: list[TaskVerdict] = []
     report = asyncio.run(
         validate_tasks([good, broken], runs=1, jobs=2, sandbox_config=sandbox, progress=seen.append)
@@ -89,7 +74,7 @@ def test_mini_suite_with_a_broken_task(tmp_path: Path, monkeypatch: pytest.Monke
 def test_a_changed_task_is_validated_again(tmp_path: Path) -> None:
     """The cache key is the task's content (not its id, nor its metadata), the runs and the
     sandbox's kind; a forged or mismatched cache file is ignored."""
-    good, _ = _good_and_broken()
+    good, _ = good_and_broken()
     digest = task_digest(good)
     assert task_digest(good.model_copy(update={"metadata": {"note": 1}})) == digest
     assert task_digest(good.model_copy(update={"patch": good.patch + "\n"})) != digest

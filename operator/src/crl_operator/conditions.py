@@ -26,6 +26,7 @@ RUNNING = "Running"
 GATEWAY_READY = "GatewayReady"
 ADMITTED = "Admitted"
 WEIGHT_SYNC = "WeightSync"
+TASKS_VALIDATED = "TasksValidated"
 
 # --- reasons (CamelCase, as the API requires) ---------------------------------------------
 INVALID_SPEC = "InvalidSpec"
@@ -57,6 +58,9 @@ IN_PROGRESS = "InProgress"
 FINISHED = "Finished"
 SANDBOXES_WARM = "SandboxesWarm"
 SANDBOXES_STARTING = "SandboxesStarting"
+VALIDATING = "Validating"
+VALIDATED = "Validated"
+NO_VALID_TASKS = "NoValidTasks"
 # Admission by Kueue (docs/scheduling.md): Kueue's own reasons (Pending, Inadmissible,
 # Preempted, PodsReadyTimeout, ...) are carried as they are; these are the operator's.
 KUEUE_ADMITTED = "Admitted"

@@ -28,6 +28,8 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
         {"name": "Admission", "type": "string", "jsonPath": ".status.queue.state"},
         {"name": "Queue", "type": "string", "jsonPath": ".status.queue.name"},
         {"name": "Step", "type": "integer", "jsonPath": ".status.step"},
+        {"name": "Validated", "type": "integer", "jsonPath": ".status.validation.validated"},
+        {"name": "Quarantined", "type": "integer", "jsonPath": ".status.validation.quarantined"},
         {"name": "Reward", "type": "number", "jsonPath": ".status.metrics.rewardMean"},
         {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1},
         {
@@ -42,6 +44,8 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
         {"name": "Ready", "type": "integer", "jsonPath": ".status.ready"},
         {"name": "Leased", "type": "integer", "jsonPath": ".status.leased"},
         {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+        {"name": "Validated", "type": "integer", "jsonPath": ".status.validation.validated"},
+        {"name": "Quarantined", "type": "integer", "jsonPath": ".status.validation.quarantined"},
         {"name": "Max", "type": "integer", "jsonPath": ".spec.maxSandboxes", "priority": 1},
         {"name": "Hit ratio", "type": "number", "jsonPath": ".status.hitRatio", "priority": 1},
         _age(),

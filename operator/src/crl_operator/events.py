@@ -23,6 +23,8 @@ TRAINER_STARTED = "TrainerStarted"
 RUNNER_STARTED = "RunnerStarted"
 CHECKPOINT_WRITTEN = "CheckpointWritten"
 SUCCEEDED = "Succeeded"
+TASKS_VALIDATED = "TasksValidated"
+TASKS_QUARANTINED = "TasksQuarantined"
 
 #: status.children keys in words.
 _CHILD_WORDS = {
@@ -112,6 +114,25 @@ def transition_events(
             out.append(Event("Normal", CHECKPOINT_WRITTEN, f"checkpoint written: {where}"))
     if kind == "Benchmark" and _turned_true(prev, computed, c.RUNNING):
         out.append(Event("Normal", RUNNER_STARTED, _message_of(computed, c.RUNNING)))
+    if kind == "RolloutPool":
+        out += _validation_events(prev, computed)
     if _turned_true(prev, computed, c.SUCCEEDED):
         out.append(Event("Normal", SUCCEEDED, _message_of(computed, c.SUCCEEDED)))
     return out
+
+
+def _validation_events(prev: Mapping[str, Any], computed: Mapping[str, Any]) -> list[Event]:
+    """A pool's validation finishing: a warning naming the most common reasons when it
+    quarantined tasks, else a normal event."""
+    new = computed.get("validation")
+    old = prev.get("validation")
+    if not isinstance(new, Mapping) or new.get("state") != "Done":
+        return []
+    if isinstance(old, Mapping) and old.get("state") == "Done":
+        return []
+    counts = f"validated {new.get('validated')} tasks"
+    if not new.get("quarantined"):
+        return [Event("Normal", TASKS_VALIDATED, f"{counts}, none quarantined")]
+    reasons = ", ".join(f"{r['reason']} ({r['count']})" for r in new.get("reasons") or ())
+    message = f"{counts}, quarantined {new.get('quarantined')} (never leased): {reasons}"
+    return [Event("Warning", TASKS_QUARANTINED, message)]

@@ -107,3 +107,36 @@ def forget_benchmark(namespace: str, name: str) -> None:
             BENCHMARK_INSTANCES.remove(namespace, name, state)
     with contextlib.suppress(KeyError):
         BENCHMARK_RESOLVE_RATE.remove(namespace, name)
+
+
+QUARANTINED = Gauge(
+    "crl_operator_pool_quarantined_tasks",
+    "Tasks a RolloutPool's validation quarantined (never leased), by reason (the most common"
+    " ones, as its status shows them), the resource's namespace and name.",
+    ["resource_namespace", "resource_name", "reason"],
+)
+#: The reasons each pool's series were last set for (to drop the ones that went away).
+_QUARANTINE_REASONS: dict[tuple[str, str], set[str]] = {}
+
+
+def record_quarantined(namespace: str, name: str, status: object) -> None:
+    """Set QUARANTINED for one pool from its computed status (`status.validation.reasons`)."""
+    validation = status.get("validation") if isinstance(status, dict) else None
+    if not isinstance(validation, dict):
+        return
+    now: set[str] = set()
+    for entry in validation.get("reasons") or ():
+        if isinstance(entry, dict) and isinstance(entry.get("reason"), str):
+            now.add(entry["reason"])
+            QUARANTINED.labels(namespace, name, entry["reason"]).set(int(entry.get("count", 0)))
+    for gone in _QUARANTINE_REASONS.get((namespace, name), set()) - now:
+        with contextlib.suppress(KeyError):
+            QUARANTINED.remove(namespace, name, gone)
+    _QUARANTINE_REASONS[(namespace, name)] = now
+
+
+def forget_quarantined(namespace: str, name: str) -> None:
+    """Remove a deleted pool's series."""
+    for reason in _QUARANTINE_REASONS.pop((namespace, name), set()):
+        with contextlib.suppress(KeyError):
+            QUARANTINED.remove(namespace, name, reason)

@@ -21,6 +21,7 @@ OWNED_KEYS: dict[str, frozenset[str]] = {
             "metrics",
             "children",
             "queue",
+            "validation",
         }
     ),
     "RolloutPool": frozenset(
@@ -34,6 +35,7 @@ OWNED_KEYS: dict[str, frozenset[str]] = {
             "coldStarting",
             "selector",
             "gatewayUrl",
+            "validation",
         }
     ),
     "Benchmark": frozenset(

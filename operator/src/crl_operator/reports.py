@@ -128,11 +128,63 @@ def benchmark_progress(
     return None
 
 
+# --- RolloutPool ----------------------------------------------------------------------------
+
+
+def pool_validation(report: Obj | None, previous: Mapping[str, Any]) -> dict[str, Any]:
+    """`status.validation` of a pool that validates its tasks, from its gateway's report; the
+    recorded one without a report; `Validating` with nothing counted before the first."""
+    if report is None:
+        recorded = previous.get("validation")
+        if isinstance(recorded, Mapping):
+            return dict(recorded)
+        return {"state": "Validating", "total": 0, "validated": 0, "quarantined": 0}
+    reasons = sorted(
+        ((str(k), int(v)) for k, v in (report.get("reasons") or {}).items()),
+        key=lambda kv: (-kv[1], kv[0]),
+    )
+    out: dict[str, Any] = {
+        "state": "Done" if report.get("finished") else "Validating",
+        "total": int(report["total"]),
+        "validated": int(report["validated"]),
+        "quarantined": int(report["quarantined"]),
+        "cached": int(report.get("cached", 0)),
+    }
+    if reasons:
+        out["reasons"] = [{"reason": k[:128], "count": v} for k, v in reasons]
+    return out
+
+
+def reasons_in_words(validation: Mapping[str, Any]) -> str:
+    """`gold patch does not resolve (3), flaky tests (1)`: the most common reasons first."""
+    return ", ".join(f"{r['reason']} ({r['count']})" for r in validation.get("reasons") or ())
+
+
+def validation_condition(validation: Mapping[str, Any]) -> Cond:
+    """`TasksValidated`: False (`Validating`) until the gateway's last report, then True; False
+    (`NoValidTasks`) when it quarantined every task."""
+    counts = (
+        f"{validation['validated']}/{validation['total']} tasks validated,"
+        f" {validation['quarantined']} quarantined"
+    )
+    if validation.get("reasons"):
+        counts += f": {reasons_in_words(validation)}"
+    if validation.get("state") != "Done":
+        return cond(c.TASKS_VALIDATED, False, c.VALIDATING, f"validating before serving; {counts}")
+    if validation["total"] and validation["quarantined"] >= validation["total"]:
+        # Nothing to serve: a pool of broken tasks is not ready to train or benchmark on.
+        return cond(c.TASKS_VALIDATED, False, c.NO_VALID_TASKS, f"no task to serve; {counts}")
+    return cond(c.TASKS_VALIDATED, True, c.VALIDATED, counts)
+
+
 __all__ = [
     "benchmark_progress",
     "benchmark_results",
+    "pool_validation",
+    "reasons_in_words",
     "significant",
     "trainer_says",
     "training_progress",
+    "validation_condition",
     "weight_sync_condition",
 ]

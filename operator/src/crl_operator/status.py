@@ -22,8 +22,10 @@ from crl_operator.conditions import Cond, cond, merge_conditions, timestamp
 from crl_operator.reports import (
     benchmark_progress,
     benchmark_results,
+    pool_validation,
     trainer_says,
     training_progress,
+    validation_condition,
     weight_sync_condition,
 )
 from crl_worker.api import Benchmark, RolloutPool, TrainingRun
@@ -87,6 +89,10 @@ def pool_ready(pool: Obj | None) -> Cond:
     counts = f"{st.get('ready', 0)}/{st.get('desired', '?')} sandboxes ready"
     if ready is not None and ready.get("status") == "True":
         return cond(c.SANDBOXES_READY, True, c.POOL_READY, f"RolloutPool {name}: {counts}")
+    if ready is not None and ready.get("reason") == c.VALIDATING:
+        return cond(
+            c.SANDBOXES_READY, False, c.VALIDATING, f"RolloutPool {name}: {ready.get('message')}"
+        )
     return cond(c.SANDBOXES_READY, False, c.POOL_NOT_READY, f"RolloutPool {name}: {counts}")
 
 
@@ -321,6 +327,9 @@ def trainingrun_status(
     }
     if run.spec.rollout.pool_ref is not None and seen.pool is not None:
         out["children"]["rolloutPool"] = name_of(seen.pool)
+    validation = ((seen.pool or {}).get("status") or {}).get("validation")
+    if isinstance(validation, Mapping):
+        out["validation"] = dict(validation)
     if seen.admission is not None:
         out["queue"] = seen.admission.status()
     out["completionTime"] = _completion_time(prev, js, now)
@@ -396,7 +405,13 @@ def rolloutpool_status(
     # Ready means the pool can serve leases (its gateway is up); how many sandboxes are warm
     # is in the counts and the message, since filling a large pool can take a long time.
     warm = f"{ready}/{desired} warm sandboxes ready, {leased} leased, {starting} starting"
-    ready_cond = _ready(seen.problem, (gateway,), f"gateway up; {warm}")
+    parts = [gateway]
+    validation = None
+    if pool.spec.validation.enabled:
+        # A pool that validates serves nothing until its gateway's last report says so.
+        validation = pool_validation(seen.report, prev)
+        parts.append(validation_condition(validation))
+    ready_cond = _ready(seen.problem, parts, f"gateway up; {warm}")
     svc = seen.of_kind("Service")
     url = None
     if svc is not None:
@@ -406,7 +421,7 @@ def rolloutpool_status(
     out = {
         "observedGeneration": generation,
         "conditions": merge_conditions(
-            prev.get("conditions"), [ready_cond, gateway], generation=generation, now=now
+            prev.get("conditions"), [ready_cond, *parts], generation=generation, now=now
         ),
         "replicas": ready + starting,
         "desired": desired,
@@ -415,6 +430,7 @@ def rolloutpool_status(
         "coldStarting": starting,
         "selector": f"{POOL_LABEL}={name}",
         "gatewayUrl": url,
+        "validation": validation,
     }
     return _drop_none(out)
 

@@ -9,7 +9,7 @@ output nor in :func:`retained`.
 | resource | children (apply order) |
 |---|---|
 | TrainingRun | ConfigMap; progress ConfigMap; vLLM Deployment + Service (+ peers Service for NCCL); inline RolloutPool; trainer headless Service, ServiceAccount, Role, RoleBinding and indexed Job (once inference is ready); evaluation Benchmarks. Supervised (`algorithm.type: sft`): no server and no pool, the trainer at once |
-| RolloutPool | ConfigMap; gateway ServiceAccount, Role, RoleBinding, Deployment, Service; gateway NetworkPolicy; sandbox NetworkPolicy (the token Secret: created once by the runtime, see `token_secret`) |
+| RolloutPool | ConfigMap; progress ConfigMap (with `spec.validation.enabled`); gateway ServiceAccount, Role, RoleBinding, Deployment, Service; gateway NetworkPolicy; sandbox NetworkPolicy (the token Secret: created once by the runtime, see `token_secret`) |
 | Benchmark | ConfigMap; progress ConfigMap; vLLM Deployment + Service (when served); inline RolloutPool; runner ServiceAccount, Role, RoleBinding and Job (once inference is ready) |
 """
 
@@ -210,7 +210,11 @@ def _training_run(run: TrainingRun, ns: str, state: RenderState) -> list[dict[st
 
 def _rollout_pool(pool: RolloutPool, ns: str) -> list[dict[str, Any]]:
     config = config_map(pool, ns)
-    out = [config, *gateway_objects(pool, ns, content_hash(config["data"][CONFIG_KEY]))]
+    out = [config]
+    if pool.spec.validation.enabled:
+        # The gateway reports its task validation there; it outlives the gateway's pods.
+        out.append(progress_config_map(pool, ns))
+    out += gateway_objects(pool, ns, content_hash(config["data"][CONFIG_KEY]))
     out.append(gateway_network_policy(pool, ns))
     policy = network_policy(pool, ns)
     if policy is not None:

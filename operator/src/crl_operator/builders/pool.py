@@ -42,6 +42,7 @@ from crl_operator.builders.pods import (
     resources,
     task_mount,
 )
+from crl_operator.builders.progress import progress_name
 from crl_worker.api import API_VERSION, Benchmark, RolloutPool, TrainingRun
 from crl_worker.api.contract import (
     GATEWAY_METRICS_PORT,
@@ -51,6 +52,10 @@ from crl_worker.api.contract import (
     Env,
     Label,
 )
+
+#: Where the gateway of a pool that validates its tasks keeps its verdicts (`CRL_CACHE_DIR`).
+VALIDATION_CACHE_DIR = "/var/cache/crl"
+VALIDATION_CACHE_VOLUME = "validation-cache"
 
 #: What the gateway may do in its namespace: manage the sandbox pods and run commands in them.
 GATEWAY_RULES: list[dict[str, Any]] = [
@@ -272,6 +277,10 @@ def gateway_objects(pool: RolloutPool, namespace: str, config_hash: str) -> list
         "livenessProbe": http_probe("/healthz", "metrics", period=15, failures=4, initial=10),
         "securityContext": {**RESTRICTED_CONTAINER, "readOnlyRootFilesystem": True},
     }
+    validation = validation_mounts(pool)
+    if validation is not None:
+        container_env += validation[0]
+        container["volumeMounts"].append(validation[1])
     rules = [
         *GATEWAY_RULES,
         # Its own RolloutPool, read only when CRL_POOL_UID is missing (the owner uid of the
@@ -283,6 +292,16 @@ def gateway_objects(pool: RolloutPool, namespace: str, config_hash: str) -> list
             "verbs": ["get"],
         },
     ]
+    if validation is not None:
+        # The validation report: its own progress ConfigMap, by name, nothing else.
+        rules.append(
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": [progress_name(pool)],
+                "verbs": ["get", "patch"],
+            }
+        )
     return [
         *account_rbac(meta, gw, namespace, rules),
         {
@@ -305,12 +324,15 @@ def gateway_objects(pool: RolloutPool, namespace: str, config_hash: str) -> list
                             "runAsNonRoot": True,
                             "runAsUser": 1000,
                             "runAsGroup": 1000,
+                            # A validation cache claim must be writable by the gateway's user.
+                            **({"fsGroup": 1000} if validation is not None else {}),
                         },
                         "containers": [container],
                         "volumes": [
                             config_volume(config_map_name(pool)),
                             {"name": "tmp", "emptyDir": {}},
                             *tasks.volumes,
+                            *([validation[2]] if validation is not None else []),
                         ],
                     },
                 },
@@ -335,3 +357,29 @@ def gateway_objects(pool: RolloutPool, namespace: str, config_hash: str) -> list
             },
         },
     ]
+
+
+def validation_mounts(
+    pool: RolloutPool,
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]] | None:
+    """What the gateway of a pool that validates its tasks (`spec.validation.enabled`) adds:
+    its env (the progress ConfigMap it reports into, the cache folder), the cache's mount and
+    its volume (`spec.validation.cache`'s claim, else an emptyDir that survives a container
+    restart, not a new pod); None when the pool does not validate."""
+    spec = pool.spec.validation
+    if not spec.enabled:
+        return None
+    env_vars = [
+        env(Env.PROGRESS_CONFIGMAP, progress_name(pool)),
+        env(Env.CACHE_DIR, VALIDATION_CACHE_DIR),
+    ]
+    mount: dict[str, Any] = {"name": VALIDATION_CACHE_VOLUME, "mountPath": VALIDATION_CACHE_DIR}
+    volume: dict[str, Any] = {"name": VALIDATION_CACHE_VOLUME, "emptyDir": {}}
+    if spec.cache is not None:
+        volume = {
+            "name": VALIDATION_CACHE_VOLUME,
+            "persistentVolumeClaim": {"claimName": spec.cache.claim_name},
+        }
+        if spec.cache.sub_path:
+            mount["subPath"] = spec.cache.sub_path
+    return env_vars, mount, volume

@@ -1,5 +1,6 @@
 """The progress channel of a worker Job: a ConfigMap the worker writes its report into, and the
-identity that may write it. Used by the Benchmark's runner and the TrainingRun's trainer.
+identity that may write it. Used by the Benchmark's runner, the TrainingRun's trainer and the gateway of a RolloutPool that
+validates its tasks.
 
 The worker merge-patches key `progress.json` of `<resource>-progress` (crl_worker.rollout.report,
 crl_worker.api.progress) and the reconcile copies the report into the resource's status. The
@@ -14,10 +15,10 @@ from typing import Any
 
 from crl_operator.builders.meta import COMPONENT_PROGRESS, child_name, object_meta, owner_name
 from crl_operator.builders.pods import account_rbac
-from crl_worker.api import Benchmark, TrainingRun
+from crl_worker.api import Benchmark, RolloutPool, TrainingRun
 
-Reporting = Benchmark | TrainingRun
-"""A resource whose worker reports progress."""
+Reporting = Benchmark | TrainingRun | RolloutPool
+"""A resource whose worker reports progress (a RolloutPool's gateway: its task validation)."""
 
 
 def progress_name(resource: Reporting) -> str:

@@ -1,5 +1,6 @@
 """The workers' progress reports as the reconcile reads them: from the progress ConfigMap of a
-Benchmark (the runner's) or a TrainingRun (the trainer's), watched like every child."""
+Benchmark (the runner's), a TrainingRun (the trainer's) or a RolloutPool that validates its
+tasks (the gateway's), watched like every child."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 from crl_operator import builders
 from crl_operator.apply import controller_uid
 from crl_operator.cache import Cache, Key
-from crl_worker.api import Benchmark, TrainingRun
+from crl_worker.api import Benchmark, RolloutPool, TrainingRun
 from crl_worker.api.contract import PROGRESS_KEY
 from crl_worker.api.progress import WireReport
 
@@ -34,7 +35,7 @@ class ProgressReports:
             self._bad.pop(key, None)
 
     def read(
-        self, resource: TrainingRun | Benchmark, uid: str, model: type[WireReport]
+        self, resource: TrainingRun | Benchmark | RolloutPool, uid: str, model: type[WireReport]
     ) -> dict[str, Any] | None:
         """The report of the resource's worker, validated by ``model``, as JSON; None when
         there is none.

@@ -7,16 +7,19 @@ outside the render is the gateway's token Secret."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from crl_operator import conditions as c
 from crl_operator.apply import KubeError
 from crl_operator.builders import RenderState
+from crl_operator.cache import Key
 from crl_operator.kinds.base import KindHandler, Subject
-from crl_operator.metrics import ERRORS
+from crl_operator.metrics import ERRORS, forget_quarantined, record_quarantined
 from crl_operator.status import Observed, Problem, rolloutpool_status
 from crl_worker.api import RolloutPool
+from crl_worker.api.progress import PoolProgress
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +30,15 @@ class RolloutPoolKind(KindHandler[RolloutPool]):
 
     kind = "RolloutPool"
     model = RolloutPool
+
+    def read(
+        self, key: Key, resource: RolloutPool, uid: str, previous: Mapping[str, Any]
+    ) -> Subject[RolloutPool]:
+        """The gateway's validation report, when the pool validates its tasks."""
+        report = None
+        if resource.spec.validation.enabled:
+            report = self.ctx.reports.read(resource, uid, PoolProgress)
+        return Subject(key, resource, uid, previous, report)
 
     def render_state(self, s: Subject[RolloutPool]) -> tuple[RenderState, Problem | None]:
         """Nothing to wait for: the gateway is always wanted."""
@@ -48,8 +60,18 @@ class RolloutPoolKind(KindHandler[RolloutPool]):
     def observe(self, s: Subject[RolloutPool], problem: Problem | None) -> Observed:
         """The owned children and the sandbox pods (labelled with the pool's name)."""
         pods = tuple(self.ctx.cache.pool_pods(s.namespace, s.resource.metadata.name or ""))
-        return Observed(children=tuple(self.ctx.cache.owned(s.uid)), pods=pods, problem=problem)
+        return Observed(
+            children=tuple(self.ctx.cache.owned(s.uid)), pods=pods, report=s.report, problem=problem
+        )
 
     def status(self, s: Subject[RolloutPool], seen: Observed, now: datetime) -> dict[str, Any]:
         """:func:`~crl_operator.status.rolloutpool_status`."""
         return rolloutpool_status(s.resource, seen, s.previous, now)
+
+    def record(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """The quarantined tasks by reason, as a gauge."""
+        record_quarantined(namespace, name, status)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop the pool's quarantine gauge."""
+        forget_quarantined(namespace, name)

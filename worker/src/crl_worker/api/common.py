@@ -237,6 +237,29 @@ class GatewaySpec(ApiModel):
     """CPU and memory of the gateway container."""
 
 
+class ValidationSpec(ApiModel):
+    """Validating the pool's tasks before it serves them (docs/tasks.md#validation-in-a-pool).
+
+    The gateway checks each task on the pool's own sandboxes (at most `maxSandboxes` at a
+    time): its gold patch must resolve, no patch must not, and `runs` runs of each must agree
+    (no flaky test). Tasks that fail are quarantined with their reason and never leased; the
+    status counts them. Only the task set's gold patches are graded, never a policy's answer.
+    """
+
+    enabled: bool = False
+    """Validate before serving. Off by default (a TrainingRun's or Benchmark's inline pool
+    included): it costs `2 x runs` test runs per task on the first start."""
+    runs: int = Field(default=1, ge=1, le=10)
+    """Runs of the gold patch and of no patch per task; more than one finds flaky tests."""
+    timeout_seconds: int | None = Field(default=None, ge=10, le=86400)
+    """Seconds one test run may take; the task's own timeout when empty."""
+    cache: VolumeSource | None = None
+    """Where verdicts are kept, by each task's content hash, with `quarantine.json` beside
+    them: a restarted gateway or a second pool over the same tasks does not validate them
+    again. Without it they are kept in the gateway pod's scratch space, which survives a
+    container restart but not a new pod."""
+
+
 class PoolSettings(ApiModel):
     """Pool settings without the task source: used inline in a TrainingRun or Benchmark."""
 
@@ -262,6 +285,9 @@ class PoolSettings(ApiModel):
     """Upcoming tasks whose sandboxes are started ahead of their lease."""
     gateway: GatewaySpec = Field(default_factory=GatewaySpec)
     """The gateway that serves leases."""
+    validation: ValidationSpec = Field(default_factory=ValidationSpec)
+    """Validate the tasks before serving them and quarantine the broken ones (off by
+    default)."""
 
 
 # --- the agent and its reward ---------------------------------------------------------------

@@ -133,7 +133,7 @@ ENVIRONMENT: dict[Env, EnvVar] = {
     ),
     Env.RESULTS_DIR: EnvVar(frozenset({"benchmark-runner"})),
     Env.BASELINE_RESULTS: EnvVar(frozenset({"benchmark-runner"})),
-    Env.PROGRESS_CONFIGMAP: EnvVar(frozenset({"benchmark-runner", "trainer"})),
+    Env.PROGRESS_CONFIGMAP: EnvVar(frozenset({"benchmark-runner", "trainer", "pool-gateway"})),
     Env.POD_NAMESPACE: EnvVar(frozenset({"benchmark-runner", "trainer", "pool-gateway"})),
     # Any worker that makes Kubernetes sandboxes reads it; the host name (a pod's name) otherwise.
     Env.POD_NAME: EnvVar(frozenset({"pool-gateway"}), user_set=True),
@@ -146,7 +146,8 @@ ENVIRONMENT: dict[Env, EnvVar] = {
     Env.METRICS_PORT: EnvVar(frozenset({"trainer"}), user_set=True),
     Env.POOL_NAME: EnvVar(frozenset({"pool-gateway"})),
     Env.POOL_UID: EnvVar(frozenset({"pool-gateway"})),
-    Env.CACHE_DIR: EnvVar(frozenset(), user_set=True),
+    # The pool gateway's validation cache (spec.validation); optional everywhere else.
+    Env.CACHE_DIR: EnvVar(frozenset({"pool-gateway"}), user_set=True),
     Env.GIT_MIRROR: EnvVar(frozenset(), user_set=True),
     Env.GRADING_CONFIRM: EnvVar(frozenset(), user_set=True),
     Env.PUSH_DEADLINE: EnvVar(frozenset(), user_set=True),
@@ -264,3 +265,5 @@ RUNNER_FIELD_MANAGER = "crl-bench-runner"
 """The benchmark runner's field manager on its progress ConfigMap."""
 TRAINER_FIELD_MANAGER = "crl-trainer"
 """The trainer's field manager on its progress ConfigMap."""
+POOL_FIELD_MANAGER = "crl-pool-gateway"
+"""The pool gateway's field manager on its progress ConfigMap (task validation)."""

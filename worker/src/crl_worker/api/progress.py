@@ -283,3 +283,64 @@ class TrainingProgress(WireReport):
         if self.step > self.total_steps:
             raise ValueError(f"step ({self.step}) exceeds totalSteps ({self.total_steps})")
         return self
+
+
+#: Most quarantined tasks a pool's report lists by name (the counts cover them all; the full
+#: list is `quarantine.json` in the validation cache).
+MAX_LISTED_QUARANTINED = 200
+#: Most reason kinds a pool's report counts (the most common ones).
+MAX_REASONS = 8
+
+
+class QuarantinedTask(BaseModel):
+    """One task a pool's validation quarantined."""
+
+    model_config = _WIRE
+
+    instance_id: str = Field(min_length=1, max_length=256)
+    """The task instance."""
+    reason: str = Field(min_length=1, max_length=128)
+    """The kind of its first problem (e.g. `gold patch does not resolve`)."""
+
+
+class PoolProgress(WireReport):
+    """What a pool gateway publishes while it validates its tasks: `progress.json` of the
+    pool's progress ConfigMap, camelCase on the wire. The operator copies the counts into the
+    RolloutPool's `status.validation`; the ConfigMap itself lists the quarantined tasks."""
+
+    total: int = Field(ge=0, le=MAX_COUNT)
+    """Tasks to validate."""
+    validated: int = Field(ge=0, le=MAX_COUNT)
+    """Tasks with a verdict so far (cached ones included)."""
+    quarantined: int = Field(ge=0, le=MAX_COUNT)
+    """Tasks found broken so far: never leased."""
+    cached: int = Field(default=0, ge=0, le=MAX_COUNT)
+    """Verdicts taken from the cache (no run paid for them)."""
+    reasons: dict[str, int] = Field(default_factory=dict, max_length=MAX_REASONS)
+    """Quarantined tasks per reason kind, the most common ones."""
+    tasks: list[QuarantinedTask] = Field(default_factory=list, max_length=MAX_LISTED_QUARANTINED)
+    """The quarantined tasks, the first :data:`MAX_LISTED_QUARANTINED`."""
+    finished: bool = False
+    """Validation is over: the pool serves the valid tasks (the last report)."""
+    updated_at: datetime | None = None
+    """When the gateway wrote this report."""
+
+    @field_validator("reasons", mode="after")
+    @classmethod
+    def _reason_counts(cls, values: dict[str, int]) -> dict[str, int]:
+        for reason, count in values.items():
+            if not reason or len(reason) > 128 or not 0 <= count <= MAX_COUNT:
+                raise ValueError(f"reasons: {reason[:40]!r}: {count} is not a reason and a count")
+        return values
+
+    @model_validator(mode="after")
+    def _counts_add_up(self) -> PoolProgress:
+        if self.quarantined > self.validated:
+            raise ValueError(
+                f"quarantined ({self.quarantined}) exceeds validated ({self.validated})"
+            )
+        if self.validated > self.total:
+            raise ValueError(f"validated ({self.validated}) exceeds total ({self.total})")
+        if sum(self.reasons.values()) > self.quarantined:
+            raise ValueError("the reasons count more tasks than were quarantined")
+        return self

@@ -6,7 +6,7 @@ from pydantic import Field
 
 from crl_worker.api.base import ApiModel, Short, Text
 from crl_worker.api.common import PoolSettings, SchedulingSpec, TaskSource
-from crl_worker.api.status import CommonStatus
+from crl_worker.api.status import CommonStatus, ValidationStatus
 
 
 class RolloutPoolSpec(PoolSettings):
@@ -30,7 +30,8 @@ class LatencySummary(ApiModel):
 
 
 class RolloutPoolStatus(CommonStatus):
-    """Observed state of a RolloutPool. Condition types: `Ready`, `GatewayReady`."""
+    """Observed state of a RolloutPool. Condition types: `Ready`, `GatewayReady`,
+    `TasksValidated` (with `spec.validation.enabled`)."""
 
     replicas: int | None = Field(default=None, ge=0)
     """Sandboxes that exist and are not leased (warm or starting); the scale subresource reads it."""
@@ -50,3 +51,5 @@ class RolloutPoolStatus(CommonStatus):
     """Share of leases served by an already warm sandbox."""
     gateway_url: Text | None = None
     """In-cluster URL of the pool gateway."""
+    validation: ValidationStatus | None = None
+    """Task validation, when `spec.validation.enabled`: counts and the most common reasons."""

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from crl_worker.api.base import ApiModel, Condition, ObjectName
+from crl_worker.api.base import ApiModel, Condition, ObjectName, Short
 
 #: Conditions are a map keyed by `type` so server-side apply merges them per type.
 CONDITIONS_LIST: dict[str, Any] = {
@@ -39,3 +39,30 @@ class QueueStatus(ApiModel):
     installed, the resource runs without quota."""
     cluster_queue: ObjectName | None = None
     """The ClusterQueue whose quota the resource holds, while admitted."""
+
+
+class ReasonCount(ApiModel):
+    """How many quarantined tasks one reason accounts for."""
+
+    reason: Short
+    """The kind of problem (e.g. `gold patch does not resolve`, `flaky tests`)."""
+    count: int = Field(ge=0)
+    """Tasks quarantined for it."""
+
+
+class ValidationStatus(ApiModel):
+    """Where the pool's task validation stands (`spec.validation`)."""
+
+    state: Literal["Validating", "Done"]
+    """`Validating`: the gateway checks tasks and leases nothing yet; `Done`: it serves the
+    valid tasks."""
+    total: int = Field(ge=0)
+    """Tasks to validate."""
+    validated: int = Field(ge=0)
+    """Tasks with a verdict (cached ones included)."""
+    quarantined: int = Field(ge=0)
+    """Tasks found broken: never leased. The pool's progress ConfigMap lists them."""
+    cached: int | None = Field(default=None, ge=0)
+    """Verdicts taken from the validation cache."""
+    reasons: list[ReasonCount] | None = Field(default=None, max_length=8)
+    """The most common reasons, most common first."""

@@ -29,7 +29,7 @@ from crl_worker.api.common import (
     TaskSource,
     TrainerSpec,
 )
-from crl_worker.api.status import CommonStatus, QueueStatus
+from crl_worker.api.status import CommonStatus, QueueStatus, ValidationStatus
 
 
 class RolloutSpec(ApiModel):
@@ -493,3 +493,6 @@ class TrainingRunStatus(CommonStatus):
     """Objects created for the run."""
     queue: QueueStatus | None = None
     """Kueue's admission of the whole run (with `scheduling.queueName`)."""
+    validation: ValidationStatus | None = None
+    """The task validation of the run's RolloutPool (its `status.validation`), when the pool
+    validates: the run trains only on the tasks it did not quarantine."""

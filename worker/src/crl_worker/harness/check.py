@@ -38,10 +38,14 @@ from crl_worker.harness.evaluate import evaluate
 from crl_worker.harness.grading import KEPT, PASSING
 from crl_worker.harness.integrity import grade_candidate
 from crl_worker.harness.result import EvalResult, TestStatus
+from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task
 
 logger = logging.getLogger(__name__)
+
+#: Makes a sandbox for a task (a pool's own sandboxes), instead of the sandbox registry.
+SandboxMaker = Callable[[Task], Sandbox]
 
 Verdict = Literal[
     "resolved", "unresolved", "patch-failed", "environment-error", "error", "mixed", "not-run"
@@ -204,6 +208,7 @@ async def check_task(
     sandbox_config: BaseModel | Mapping[str, Any] | None = None,
     timeout: float | None = None,
     candidate: str | None = None,
+    sandboxes: SandboxMaker | None = None,
 ) -> InstanceCheck:
     """Evaluate ``task`` with its gold patch and with none, ``runs`` times each, and judge it.
 
@@ -214,12 +219,19 @@ async def check_task(
 
     A classify task has neither: its sandbox must start (the repository at its commit), the
     location it names must be a file there, and its label must grade as resolved while no
-    answer grades as unresolved (:func:`check_classify_task`)."""
+    answer grades as unresolved (:func:`check_classify_task`).
+
+    Sandboxes come from ``sandboxes`` when given (a pool validating on its own sandboxes),
+    else from ``sandbox_config`` through the sandbox registry."""
+
+    def make(task: Task) -> Sandbox:
+        return sandboxes(task) if sandboxes is not None else create_sandbox(sandbox_config, task)
+
     check = InstanceCheck(
         instance_id=task.instance_id, patch_label="gold" if candidate is None else "candidate"
     )
     if task.task_type == "classify":
-        return await check_classify_task(task, check, sandbox_config)
+        return await check_classify_task(task, check, sandbox_config, sandboxes)
     if candidate is None and not task.patch.strip():
         check.problems.append("the task has no gold patch to check")
         return check
@@ -227,11 +239,11 @@ async def check_task(
         if candidate is not None:
             for run in range(runs):
                 logger.info("%s: run %d, candidate", task.instance_id, run + 1)
-                async with create_sandbox(sandbox_config, task) as pristine:
+                async with make(task) as pristine:
                     check.gold.append(
                         await grade_candidate(pristine, task, candidate, timeout=timeout)
                     )
-        sandbox = create_sandbox(sandbox_config, task)
+        sandbox = make(task)
         async with sandbox:
             patches: list[tuple[str, str | None]] = [("no patch", None)]
             if candidate is None:
@@ -267,11 +279,12 @@ async def check_classify_task(
     task: Task,
     check: InstanceCheck,
     sandbox_config: BaseModel | Mapping[str, Any] | None,
+    sandboxes: SandboxMaker | None = None,
 ) -> InstanceCheck:
     """The checks of a classify task (see :func:`check_task`)."""
     assert task.classification is not None
     try:
-        sandbox = create_sandbox(sandbox_config, task)
+        sandbox = sandboxes(task) if sandboxes is not None else create_sandbox(sandbox_config, task)
         async with sandbox:
             path = location_path(task.classification.location)
             if path is not None:
@@ -298,9 +311,11 @@ async def check_tasks(
     timeout: float | None = None,
     progress: Callable[[InstanceCheck], None] | None = None,
     candidate: str | None = None,
+    sandboxes: SandboxMaker | None = None,
 ) -> list[InstanceCheck]:
     """Check several tasks, ``jobs`` at a time (with a ``candidate`` patch instead of each
-    gold patch, see :func:`check_task`); results in the tasks' order."""
+    gold patch, and sandboxes from ``sandboxes``, see :func:`check_task`); results in the
+    tasks' order."""
     gate = asyncio.Semaphore(max(1, jobs))
 
     async def one(task: Task) -> InstanceCheck:
@@ -311,6 +326,7 @@ async def check_tasks(
                 sandbox_config=sandbox_config,
                 timeout=timeout,
                 candidate=candidate,
+                sandboxes=sandboxes,
             )
         if progress is not None:
             progress(found)

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from crl_worker.harness.check import InstanceCheck, check_tasks
+from crl_worker.harness.check import InstanceCheck, SandboxMaker, check_tasks
 from crl_worker.sandbox.repos import cache_dir
 from crl_worker.tasks.model import Task
 
@@ -166,11 +166,14 @@ async def validate_tasks(
     cache: Path | None = None,
     use_cache: bool = True,
     progress: Callable[[TaskVerdict], None] | None = None,
+    sandboxes: SandboxMaker | None = None,
 ) -> ValidationReport:
     """Check ``tasks`` (gold resolves, no patch does not, ``runs`` runs each), ``jobs`` at a
     time in sandboxes made from ``sandbox_config``; a verdict cached under a task's
     :func:`task_digest` in ``cache`` (default ``$CRL_CACHE_DIR/validation``) is used instead of
-    a run unless ``use_cache`` is false. Returns the valid tasks and the quarantined ones."""
+    a run unless ``use_cache`` is false. A pool passes ``sandboxes`` to validate on its own
+    sandboxes (``sandbox_config`` then only names their kind in the hash). Returns the valid
+    tasks and the quarantined ones."""
     folder = cache if cache is not None else cache_dir() / "validation"
     digests = {
         t.instance_id: task_digest(t, runs=runs, sandbox_config=sandbox_config) for t in tasks
@@ -212,7 +215,7 @@ async def validate_tasks(
         # No candidate: only the gold patches, which the task set's authors wrote, are graded.
         await check_tasks(
             todo, runs=runs, jobs=jobs, sandbox_config=sandbox_config, timeout=timeout,
-            progress=checked,
+            progress=checked, sandboxes=sandboxes,
         )  # fmt: skip
     report = ValidationReport(cached=sum(v.cached for v in verdicts.values()))
     for task in tasks:

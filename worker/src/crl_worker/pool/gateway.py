@@ -5,6 +5,10 @@ together.
 process per sandbox). ``kubernetes``: one pod per sandbox through the Kubernetes API; at start
 the gateway resolves its RolloutPool's uid and deletes the pool's pods that no live gateway
 tracks.
+
+With ``spec.validation.enabled`` the gateway listens at once but leases nothing until it has
+validated its tasks on its own sandboxes (:mod:`crl_worker.pool.validation`); then it serves
+only the valid ones.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from typing import Any
 
 from aiohttp import web
 
+from crl_worker.harness.validate import ValidationReport
 from crl_worker.pool.config import GatewayConfig
 from crl_worker.pool.leases import SandboxFactory, SandboxPool
 from crl_worker.pool.metrics import PoolMetrics
 from crl_worker.pool.server import Limits, make_app, make_metrics_app
+from crl_worker.pool.validation import publisher_from_env, validate_pool
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
 
@@ -93,6 +99,9 @@ class Gateway:
         self._metrics_runner: web.AppRunner | None = None
         self.port: int | None = None
         self.metrics_port: int | None = None
+        self._validation: asyncio.Task[None] | None = None
+        #: What validating the tasks found (``spec.validation``), once it is over.
+        self.validation: ValidationReport | None = None
         secret = config.token.get_secret_value() if config.token is not None else ""
         #: The bearer token every API request must carry (made here when the config has none).
         self.token = secret or secrets.token_urlsafe(32)
@@ -117,6 +126,12 @@ class Gateway:
                 lease_ttl=self.config.lease_ttl,
                 prefetch_ttl=self.config.prefetch_ttl,
             )
+            validation = settings.validation.enabled
+            if validation:
+                self.pool.holding = (
+                    f"the pool validates its {len(self.tasks)} tasks before it serves them"
+                    " (spec.validation)"
+                )
             await self.pool.start()
             # A lease request whose client went away must stop waiting (or it would lease a
             # sandbox to nobody); operations on a lease shield themselves (see LeaseRecord.call).
@@ -134,6 +149,10 @@ class Gateway:
                 self.metrics_port = await self._listen(
                     self._metrics_runner, self.config.metrics_port
                 )
+            if validation:
+                self._validation = asyncio.create_task(
+                    self._validate(factory), name="pool-validation"
+                )
             logger.info(
                 "pool gateway %s (%s backend, %d tasks) listening on %s:%s",
                 self.config.pool,
@@ -148,6 +167,27 @@ class Gateway:
             await self.stop()
             raise
 
+    async def _validate(self, factory: SandboxFactory) -> None:
+        """Validate the tasks on the pool's sandboxes, then serve the valid ones only."""
+        assert self.pool is not None
+        try:
+            report = await validate_pool(
+                self.config, self.tasks, factory, publish=publisher_from_env(self.config)
+            )
+        except Exception as exc:
+            # Leasing stays held: serving tasks that were not validated is what the spec
+            # asked to avoid. A restart validates again (finished verdicts are cached).
+            logger.exception("validating the pool's tasks failed; nothing is leased")
+            self.pool.holding = f"validating the pool's tasks failed ({exc}); see the gateway log"
+            return
+        self.validation = report
+        self.pool.serve_only({v.instance_id: v.reason for v in report.quarantined})
+
+    async def wait_validated(self) -> None:
+        """Return when validation is over (at once when the pool does not validate)."""
+        if self._validation is not None:
+            await asyncio.shield(self._validation)
+
     async def _listen(self, runner: web.AppRunner, port: int) -> int:
         await runner.setup()
         site = web.TCPSite(runner, self.config.host, port)
@@ -156,7 +196,11 @@ class Gateway:
         return int(addresses[0][1]) if addresses else port
 
     async def stop(self) -> None:
-        """Stop listening, close every sandbox, release the backend."""
+        """Stop validating and listening, close every sandbox, release the backend."""
+        if self._validation is not None:
+            self._validation.cancel()
+            await asyncio.gather(self._validation, return_exceptions=True)
+            self._validation = None
         for runner in (self._runner, self._metrics_runner):
             if runner is not None:
                 await runner.cleanup()

@@ -106,6 +106,11 @@ class SandboxPool:
         self._maintainer: asyncio.Task[None] | None = None
         self._waiting = 0
         self._closed = False
+        self.holding: str | None = None
+        """While set, why nothing is leased yet (the gateway validates its tasks): lease
+        requests wait for :meth:`serve_only`, prefetches are skipped."""
+        self.quarantined: dict[str, str] = {}
+        """Tasks validation found broken, with their reason: never leased."""
         metrics.max_sandboxes.labels(metrics.pool).set(max_sandboxes)
         metrics.warm_target.labels(metrics.pool).set(warm)
         self._publish()
@@ -132,6 +137,14 @@ class SandboxPool:
             await asyncio.gather(*list(self._background), return_exceptions=True)
         self._publish()
 
+    def serve_only(self, quarantined: Mapping[str, str]) -> None:
+        """End the hold: serve every task but the ``quarantined`` ones (instance id: reason),
+        and wake the lease requests that waited."""
+        self.quarantined = dict(quarantined)
+        self.tasks = {i: t for i, t in self.tasks.items() if i not in self.quarantined}
+        self.holding = None
+        self._notify()
+
     # --- queries ---------------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
@@ -156,9 +169,18 @@ class SandboxPool:
 
     async def acquire(self, instance_id: str, timeout: float | None = None) -> Lease:
         """Lease a sandbox of ``instance_id``, waiting for capacity up to ``timeout`` seconds."""
-        task = self._task(instance_id)
         begin = time.monotonic()
         deadline = begin + (self.acquire_timeout if timeout is None else timeout)
+        while self.holding is not None and not self._closed:
+            # The gateway validates its tasks: wait (up to the request's timeout) to learn
+            # whether this one is served at all.
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise PoolBusy(f"{self.holding}; retry later", retry_after=30.0)
+            wakeup = self._wakeup
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wakeup.wait(), remaining)
+        task = self._task(instance_id)
         self._waiting += 1
         self._publish()
         try:
@@ -313,7 +335,8 @@ class SandboxPool:
                 continue
             seen.add(instance_id)
             task = self.tasks.get(instance_id)
-            if task is None or len(started) + len(already) >= self.prefetch_depth or self._closed:
+            full = len(started) + len(already) >= self.prefetch_depth
+            if task is None or full or self._closed or self.holding is not None:
                 skipped.append(instance_id)
                 continue
             waiting = [
@@ -498,6 +521,11 @@ class SandboxPool:
 
     def _task(self, instance_id: str) -> Task:
         task = self.tasks.get(instance_id)
+        if task is None and instance_id in self.quarantined:
+            raise UnknownInstance(
+                f"the pool quarantined task {instance_id!r} when it validated its tasks"
+                f" ({self.quarantined[instance_id]}); it is not served"
+            )
         if task is None:
             raise UnknownInstance(
                 f"the pool has no task {instance_id!r}; it serves {len(self.tasks)} instances"
