@@ -225,6 +225,46 @@ async def test_canaries_around_the_host_stay_unread(
     await _unaffected((first, second))
 
 
+@pytest.fixture(scope="module")
+def readable_canaries() -> Iterator[dict[str, Path]]:
+    if os.geteuid() != 0:
+        pytest.skip("planting canaries in /etc and /opt needs root")
+    with host_canaries.planted(readable=True) as places:
+        yield places
+
+
+async def test_the_root_holds_only_what_the_sandbox_needs(
+    pair: tuple[LocalSandbox, LocalSandbox], readable_canaries: dict[str, Path]
+) -> None:
+    """World-readable canaries, which no user or permission keeps from the sandbox: only an
+    allowlist root does."""
+    first, second = pair
+    if not first.allowlist:
+        pytest.skip("this machine refuses an allowlist root (see the warning logged)")
+    for name, path in readable_canaries.items():
+        secret = path.read_text().strip()
+        folder = path.parent if path.parent != Path("/etc") else path
+        for attack in (f"cat {path}", f"ls {folder}", f"grep -r crl-canary {folder}"):
+            result = await first.run(f"{attack} 2>&1; echo status $?")
+            assert secret not in result.output, (name, attack, result.output)
+            assert path.name not in result.output.replace(str(path), ""), (name, attack)
+            assert not result.output.endswith("status 0\n"), (name, attack, result.output)
+        await first.run(f"ln -sf {path} planted")
+        with pytest.raises(PermissionError, match="may not read"):
+            await first.read_file("planted")
+    # Of the host's top level, only the system's folders and the way to what is bound (the
+    # interpreter, caches); /etc holds a few files, no more.
+    binds = first.confinement(installing=False).binds
+    ways = {Path(bind.target).parts[1] for bind in binds}
+    system = {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "mnt", "proc", "sbin"}
+    top = set((await first.run("ls -A /")).output.split())
+    assert top <= system | {"tmp", "usr", "var"} | ways, top
+    etc = (await first.run("ls -A /etc")).output.split()
+    assert {"passwd", "hosts", "ld.so.cache"} <= set(etc) and "shadow" not in etc, etc
+    await first.run("rm planted")
+    await _unaffected((first, second))
+
+
 async def test_maven_and_gradle_caches_are_copy_on_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
