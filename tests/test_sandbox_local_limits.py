@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from crl_worker.errors import SandboxError
 from crl_worker.sandbox import isolation, limits
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.local import LocalSandbox
@@ -304,6 +305,21 @@ async def test_maven_and_gradle_caches_are_copy_on_write(
         assert not (home / ".gradle" / "caches-probe").exists()
         seen = await second.run(f"cat {m2}/org/shared.pom; ls {m2}/org; ls $GRADLE_USER_HOME")
         assert seen.output.split() == ["original", "shared.pom"]
+        # The layers are in the sandbox's folder, its user's: swapped for links to a host folder
+        # (hidden, world-readable), the next shell would see it through the cache, and write
+        # there as root where the folder lets it. The shell refuses to start instead.
+        victim = tmp_path / "victim"
+        victim.mkdir()
+        (victim / "secret").write_text("victim\n")
+        layers = first.root / "caches" / "0" if first.root else Path()
+        swap = f"rm -rf {layers}/upper {layers}/work && ln -s {victim} {layers}/upper"
+        swap += f" && mkdir {first.root}/home/w && ln -s {first.root}/home/w {layers}/work"
+        assert (await first.run(f"{swap} && echo swapped")).output == "swapped\n"
+        await first.end_session()
+        with pytest.raises(SandboxError):
+            await first.open_session()
+            assert "victim" not in (await first.run(f"cat {m2}/secret")).output
+        assert sorted(os.listdir(victim)) == ["secret"]
 
 
 async def test_cgroup_v2_enter_kill_and_remove() -> None:

@@ -78,7 +78,7 @@ DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 #: Its links.
 DEVICE_LINKS = {
     "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
-    "stderr": "/proc/self/fd/2", "core": "/proc/kcore", "ptmx": "pts/ptmx",
+    "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx",
 }  # fmt: skip
 
 #: Capabilities the sandbox's root loses: each could undo the confinement or reach the host
@@ -187,6 +187,18 @@ def loopback_up() -> None:
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
+def _unlinked(layer: str, within: str | None) -> None:
+    """Refuse an overlay ``layer`` that a link in ``within`` (a folder the sandbox's user may
+    change, e.g. by replacing the layer with a link to a host folder) leads elsewhere."""
+    if within is None:
+        return
+    relative = os.path.relpath(layer, within)
+    if relative.startswith(".."):
+        raise OSError(errno.EINVAL, f"overlay layer {layer} is outside {within}")
+    if os.path.realpath(layer) != os.path.join(os.path.realpath(within), relative):
+        raise OSError(errno.ELOOP, f"overlay layer {layer} is reached through a link: refused")
+
+
 def pivot_root(new_root: str) -> None:
     """Make ``new_root`` (a mount point) this mount namespace's root and detach the old one."""
     number = SYS_PIVOT_ROOT.get(os.uname().machine)
@@ -272,6 +284,8 @@ def confine(plan: dict[str, Any]) -> None:
         _mount_point(near + point, is_dir)
         if bind.get("upper"):
             # Copy-on-write: the source read-only below, what the sandbox writes in ``upper``.
+            _unlinked(bind["upper"], bind.get("within"))
+            _unlinked(bind["work"], bind.get("within"))
             layers = f"lowerdir={source},upperdir={bind['upper']},workdir={bind['work']}"
             mount("crl-overlay", near + point, "overlay", MS_NOSUID | MS_NODEV, layers)
         else:

@@ -189,6 +189,10 @@ class Bind:
     """An overlay instead of a bind: ``source`` read-only below, what the sandbox writes kept
     in this folder (``work`` is overlayfs's work folder beside it, on the same file system)."""
     work: str | None = None
+    within: str | None = None
+    """The folder ``upper`` and ``work`` lie in (the sandbox's, which its user may change):
+    :mod:`crl_worker.sandbox.confine` refuses layers reached through a link in it, which would
+    turn the overlay onto a host folder the user names."""
 
 
 @dataclass
@@ -239,15 +243,16 @@ class Plan:
             return
         self.binds.append(Bind(str(source), destination, writable))
 
-    def overlay(self, source: str | Path, upper: Path, work: Path) -> None:
+    def overlay(self, source: str | Path, upper: Path, work: Path, *, within: Path) -> None:
         """Show ``source`` at its own path copy-on-write: what the sandbox writes there goes to
-        ``upper`` (made here, with ``work``), the original stays as it was."""
+        ``upper`` (made here, with ``work``, both in the folder ``within``), the original stays
+        as it was."""
         for text in (str(source), str(upper), str(work)):
             if any(c in text for c in ",:\\"):
                 raise SandboxError(f"cannot overlay {text}: overlayfs takes no ',', ':' or '\\'")
         upper.mkdir(parents=True, exist_ok=True)
         work.mkdir(parents=True, exist_ok=True)
-        self.binds.append(Bind(str(source), str(source), True, str(upper), str(work)))
+        self.binds.append(Bind(str(source), str(source), True, str(upper), str(work), str(within)))
 
     def to_json(self) -> str:
         """The plan as :mod:`crl_worker.sandbox.confine` reads it (binds outermost first)."""

@@ -427,7 +427,7 @@ class LocalSandbox(LimitedSandbox):
                     plan.keep(cache, writable=True)
                 else:
                     layers = self.root / "caches" / str(number)
-                    plan.overlay(cache, layers / "upper", layers / "work")
+                    plan.overlay(cache, layers / "upper", layers / "work", within=self.root)
                     if plan.binds[-1] not in self._overlays:
                         self._overlays.append(plan.binds[-1])
         caches = [("UV_CACHE_DIR", "uv"), ("PIP_CACHE_DIR", "pip")]
