@@ -266,6 +266,28 @@ async def test_the_root_holds_only_what_the_sandbox_needs(
     await _unaffected((first, second))
 
 
+async def test_extra_paths_are_shown_read_only_in_the_allowlist_root(
+    repo: tuple[Path, str], tmp_path: Path
+) -> None:
+    extra = tmp_path / "toolchain"
+    extra.mkdir()
+    config = LocalSandboxConfig(extra_paths=[str(extra), "/no/such/path"])
+    sandbox = LocalSandbox(config, python_task(*repo, install=[]))
+    sandbox.root, sandbox.allowlist = tmp_path / "sandbox", True
+    plan = sandbox.confinement(installing=False)
+    assert plan.root is not None and "/usr" in plan.root and "/etc/passwd" in plan.root
+    assert not any(p.startswith(("/opt", "/home", "/etc/shadow")) for p in plan.root)
+    shown = {bind.target: bind.writable for bind in plan.binds}
+    assert shown[str(extra)] is False and shown[str(sandbox.root)] is True
+    assert "/no/such/path" not in shown
+    assert plan.hidden("/opt/x") and plan.hidden(str(tmp_path)) and not plan.hidden("/usr/bin")
+    # The worker's reads for the sandbox follow the same root.
+    hidden, kept = plan.visible()
+    assert hidden == ["/"] and str(extra) in kept and "/usr" in kept
+    with pytest.raises(ValueError, match="relative"):
+        LocalSandboxConfig(extra_paths=["opt/toolchain"])
+
+
 async def test_maven_and_gradle_caches_are_copy_on_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
