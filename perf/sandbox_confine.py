@@ -2,17 +2,20 @@
 
     python perf/sandbox_confine.py [--rounds N] [--setups hidelist,limited,hidelist,limited]
 
-Six set-ups on the same small repository, one after another in one run: no isolation
-(``isolation: none``), PID and mount namespaces without file confinement (how ``auto`` ran before
-confinement), ``confined``: namespaces with it (on the host's root with a hide list) but without resource
-limits or a user of its own (how ``auto`` ran before issue 36), ``limited``: the same with the
-default limits (a cgroup per sandbox) and, as root, the default unprivileged ``user``, in an
-allowlist root where the machine allows (``auto`` now), ``hidelist``: ``limited`` on the host's
-root with a hide list (how ``auto`` ran before the allowlist root, and how it runs where the
-kernel refuses one), and ``limited+disk``: ``limited`` with a ``disk_limit`` (a tmpfs for the
-sandbox's folder). For each: the time to make a sandbox (clone, venv, snapshot), a shell restart (``end_session`` + ``open_session``, as each reset does), a
-base-state script (``diff``: the harness runs several per evaluation) and a short command in the
-open shell (``true``). Prints medians and p90 in milliseconds; asserts nothing.
+Six set-ups on the same small repository, one after another in one run (a set-up named twice
+gets a column each: interleave them against a shared machine's drifting load): no isolation
+(``isolation: none``); ``namespaces``: PID and mount namespaces without file confinement (how
+``auto`` ran before confinement); ``confined``: namespaces with it, on the host's root with a
+hide list, without resource limits or a user of its own (how ``auto`` ran before issue 36);
+``limited``: the default limits (a cgroup per sandbox) and, as root, the default unprivileged
+``user``, in an allowlist root where the machine allows (``auto`` now); ``hidelist``:
+``limited`` on the host's root with a hide list (how ``auto`` ran before the allowlist root, and
+how it runs where the kernel refuses one); ``limited+disk``: ``limited`` with a ``disk_limit``
+(a tmpfs for the sandbox's folder). For each: the time to make a sandbox (clone, venv,
+snapshot), the command prefix a shell starts behind (namespaces, the confine step, the user)
+running ``/bin/true``, a shell restart (``end_session`` + ``open_session``, as each reset does),
+a base-state script (``diff``: the harness runs several per evaluation) and a short command in
+the open shell (``true``). Prints medians and p90 in milliseconds; asserts nothing.
 """
 
 from __future__ import annotations
@@ -111,9 +114,18 @@ async def _measure(task: Task, root: Path, mode: str, rounds: int) -> dict[str, 
         assert sandbox is not None
         await sandbox.run("true")
 
+    async def confine() -> None:
+        # The start of a shell without the shell: namespaces, the confine step, the user.
+        assert sandbox is not None
+        proc = await asyncio.create_subprocess_exec(
+            *sandbox.transport.prefix, "/bin/true", cwd=sandbox.workdir, env=sandbox.env
+        )
+        assert await proc.wait() == 0, sandbox.transport.prefix
+
     try:
         return {
             "sandbox start": starts,
+            "confine step (prefix + true)": await _times(rounds, confine),
             "shell restart": await _times(rounds, restart),
             "base-state script (diff)": await _times(rounds, sandbox.diff),
             "command (true)": await _times(rounds, command),
