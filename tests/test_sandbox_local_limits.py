@@ -288,6 +288,20 @@ async def test_extra_paths_are_shown_read_only_in_the_allowlist_root(
         LocalSandboxConfig(extra_paths=["opt/toolchain"])
 
 
+async def test_a_refused_allowlist_root_falls_back_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A prefix under which the trial fails, as a kernel refusing pivot_root makes it fail.
+    monkeypatch.setattr(isolation, "_root_warned", False)
+    refusing = ["/bin/sh", "-c", "echo 'pivot_root: Operation not permitted' >&2; exit 125", "-"]
+    with caplog.at_level("WARNING", logger="crl_worker.sandbox.isolation"):
+        assert await isolation.can_root(refusing) is False
+        assert await isolation.can_root(refusing) is False
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "pivot_root: Operation not permitted" in warnings[0], warnings
+    assert "hide list" in warnings[0]
+
+
 async def test_maven_and_gradle_caches_are_copy_on_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

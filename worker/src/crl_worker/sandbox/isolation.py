@@ -16,9 +16,12 @@ The local backend starts its shell through ``unshare`` (util-linux)::
   the other namespaces inside a user namespace; the user keeps its own id inside.
 
 Files (``confine``, see :mod:`crl_worker.sandbox.confine`): in the same mount namespace, before
-the shell starts, the worker's ``HOME``, other sandboxes and the worker's working directory are hidden,
-everything else is read-only but the sandbox's own folder, private ``/tmp`` and what a plan gives
-back, unix sockets are covered and the capabilities that would undo it are dropped. Network
+the shell starts, the shell is moved into an allowlist root where the kernel allows
+(:func:`can_root`: the system directories, a few files of ``/etc``, its own ``/dev`` and
+``/proc``, nothing else of the host), the worker's ``HOME``, other sandboxes and the worker's
+working directory are hidden, everything else is read-only but the sandbox's own folder, private
+``/tmp`` and what a plan gives back, unix sockets are covered and the capabilities that would
+undo it are dropped. Network
 (``offline``): once the task's install commands have run, the shell starts again in a network
 namespace of its own (``unshare --net``) with only a loopback interface, so nothing it runs
 reaches the host's network or its ``127.0.0.1``. The user remains the host's (see
