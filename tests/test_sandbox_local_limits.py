@@ -9,6 +9,7 @@ seconds and can never reach the machine: the process limit is written before any
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pwd
 import shutil
@@ -286,6 +287,16 @@ async def test_extra_paths_are_shown_read_only_in_the_allowlist_root(
     assert hidden == ["/"] and str(extra) in kept and "/usr" in kept
     with pytest.raises(ValueError, match="relative"):
         LocalSandboxConfig(extra_paths=["opt/toolchain"])
+
+
+async def test_the_stage_is_never_a_folder_that_holds_a_bind() -> None:
+    candidates = [c for c in isolation.STAGE_CANDIDATES if os.path.isdir(c)]
+    if len(candidates) < 2:
+        pytest.skip("fewer than two staging folders here")
+    # Sandboxes made under /mnt: a staging tmpfs there would cover the sandbox's own folder.
+    plan = isolation.Plan(root=isolation.allowlist())
+    plan.keep(f"{candidates[0]}/sandboxes/crl-x", writable=True)
+    assert json.loads(plan.to_json())["stage"] == candidates[1]
 
 
 async def test_a_refused_allowlist_root_falls_back_and_says_why(

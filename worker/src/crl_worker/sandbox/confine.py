@@ -338,9 +338,9 @@ def confine(plan: dict[str, Any]) -> None:
     try:
         os.chdir(cwd)
     except FileNotFoundError:
-        if not near:
+        if not near or _inside(cwd, [bind["target"] for _, bind, _ in staged]):
             raise
-        os.chdir("/")  # not in the new root (the worker's own folder, for a probe)
+        os.chdir("/")  # never part of the new root (the worker's own folder, for a probe)
     if plan.get("loopback"):
         loopback_up()
 

@@ -259,12 +259,21 @@ class Plan:
 
     def to_json(self) -> str:
         """The plan as :mod:`crl_worker.sandbox.confine` reads it (binds outermost first)."""
-        stage = next((c for c in STAGE_CANDIDATES if os.path.isdir(c)), None)
+        # Not one that holds what is bound: the staging tmpfs (and the new root) would cover it.
+        held = [p for b in self.binds for p in (b.source, b.upper, b.work) if p]
+        stage = next(
+            (
+                c
+                for c in STAGE_CANDIDATES
+                if os.path.isdir(c) and not any(_inside(p, [c]) for p in held)
+            ),
+            None,
+        )
         if stage is None:
             raise SandboxError(
                 "no folder to stage a confined sandbox's mounts in: none of "
                 + ", ".join(STAGE_CANDIDATES)
-                + " exists"
+                + " exists apart from what the sandbox keeps"
             )
         binds = sorted(self.binds, key=lambda b: (b.target.count("/"), b.target))
         covers = [*self.hide, *self.scratch]
