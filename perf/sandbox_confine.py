@@ -1,16 +1,21 @@
 """What file confinement costs a local sandbox: start, shell restart, base-state script, command.
 
-    python perf/sandbox_confine.py [--rounds N] [--setups confined,limited]
+    python perf/sandbox_confine.py [--rounds N] [--setups hidelist,limited,hidelist,limited]
 
-Five set-ups on the same small repository, one after another in one run: no isolation
-(``isolation: none``), PID and mount namespaces without file confinement (how ``auto`` ran before
-confinement), namespaces with it but without resource limits or a user of its own (how ``auto``
-ran before issue 36), ``limited``: the same with the default limits (a cgroup per sandbox) and,
-as root, the default unprivileged ``user`` (``auto`` now), and ``limited+disk``: that with a
-``disk_limit`` (a tmpfs for the sandbox's folder). For each: the time to make a sandbox (clone,
-venv, snapshot), a shell restart (``end_session`` + ``open_session``, as each reset does), a
-base-state script (``diff``: the harness runs several per evaluation) and a short command in the
-open shell (``true``). Prints medians and p90 in milliseconds; asserts nothing.
+Six set-ups on the same small repository, one after another in one run (a set-up named twice
+gets a column each: interleave them against a shared machine's drifting load): no isolation
+(``isolation: none``); ``namespaces``: PID and mount namespaces without file confinement (how
+``auto`` ran before confinement); ``confined``: namespaces with it, on the host's root with a
+hide list, without resource limits or a user of its own (how ``auto`` ran before issue 36);
+``limited``: the default limits (a cgroup per sandbox) and, as root, the default unprivileged
+``user``, in an allowlist root where the machine allows (``auto`` now); ``hidelist``:
+``limited`` on the host's root with a hide list (how ``auto`` ran before the allowlist root, and
+how it runs where the kernel refuses one); ``limited+disk``: ``limited`` with a ``disk_limit``
+(a tmpfs for the sandbox's folder). For each: the time to make a sandbox (clone, venv,
+snapshot), the command prefix a shell starts behind (namespaces, the confine step, the user)
+running ``/bin/true``, a shell restart (``end_session`` + ``open_session``, as each reset does),
+a base-state script (``diff``: the harness runs several per evaluation) and a short command in
+the open shell (``true``). Prints medians and p90 in milliseconds; asserts nothing.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ SETUPS: dict[str, dict[str, Any]] = {
     "namespaces": {"isolation": "namespaces", **BEFORE},
     "confined": {"isolation": "namespaces", **BEFORE},
     "limited": {"isolation": "namespaces"},
+    "hidelist": {"isolation": "namespaces"},
     "limited+disk": {"isolation": "namespaces", "disk_limit": "4g"},
 }
 
@@ -94,6 +100,10 @@ async def _measure(task: Task, root: Path, mode: str, rounds: int) -> dict[str, 
         starts.append((time.perf_counter() - started) * 1000)
     assert sandbox is not None
     assert sandbox.confined == (mode not in ("none", "namespaces")), (mode, sandbox.confined)
+    if mode in ("hidelist", "confined") or not sandbox.confined:
+        assert not sandbox.allowlist, mode
+    elif not sandbox.allowlist:
+        logger.warning("%s: this machine refuses an allowlist root (see the warning)", mode)
 
     async def restart() -> None:
         assert sandbox is not None
@@ -104,9 +114,18 @@ async def _measure(task: Task, root: Path, mode: str, rounds: int) -> dict[str, 
         assert sandbox is not None
         await sandbox.run("true")
 
+    async def confine() -> None:
+        # The start of a shell without the shell: namespaces, the confine step, the user.
+        assert sandbox is not None
+        proc = await asyncio.create_subprocess_exec(
+            *sandbox.transport.prefix, "/bin/true", cwd=sandbox.workdir, env=sandbox.env
+        )
+        assert await proc.wait() == 0, sandbox.transport.prefix
+
     try:
         return {
             "sandbox start": starts,
+            "confine step (prefix + true)": await _times(rounds, confine),
             "shell restart": await _times(rounds, restart),
             "base-state script (diff)": await _times(rounds, sandbox.diff),
             "command (true)": await _times(rounds, command),
@@ -130,21 +149,23 @@ async def main(rounds: int, setups: list[str]) -> None:
             timeouts=Timeouts(command=60, setup=300),
         )
         results: dict[str, dict[str, list[float]]] = {}
-        real_can_confine = isolation.can_confine
+        real_can_confine, real_can_root = isolation.can_confine, isolation.can_root
+
+        async def never(*_: Any, **__: Any) -> bool:
+            return False
+
         for mode in setups:
-            if mode == "namespaces":
-
-                async def never(*_: Any, **__: Any) -> bool:
-                    return False
-
-                isolation.can_confine = never  # type: ignore[assignment]
-            else:
-                isolation.can_confine = real_can_confine  # type: ignore[assignment]
-            results[mode] = await _measure(task, Path(folder) / "sandboxes", mode, rounds)
-        isolation.can_confine = real_can_confine  # type: ignore[assignment]
+            confine = never if mode == "namespaces" else real_can_confine
+            root = never if mode in ("hidelist", "confined") else real_can_root
+            isolation.can_confine, isolation.can_root = confine, root  # type: ignore[assignment]
+            # A set-up named again (interleaved, against the drift of a shared machine's load)
+            # gets a column of its own.
+            column = mode if mode not in results else f"{mode}#{len(results)}"
+            results[column] = await _measure(task, Path(folder) / "sandboxes", mode, rounds)
+        isolation.can_confine, isolation.can_root = real_can_confine, real_can_root  # type: ignore[assignment]
     header = f"{'ms (median, p90)':28}" + "".join(f"{m:>18}" for m in results)
     logger.info("%s", header)
-    for measure in results[setups[0]]:
+    for measure in next(iter(results.values())):
         row = "".join(f"{_summary(results[m][measure]):>18}" for m in results)
         logger.info("%-28s%s", measure, row)
 

@@ -9,6 +9,7 @@ seconds and can never reach the machine: the process limit is written before any
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pwd
 import shutil
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from crl_worker.errors import SandboxError
 from crl_worker.sandbox import isolation, limits
 from crl_worker.sandbox.config import LocalSandboxConfig
 from crl_worker.sandbox.local import LocalSandbox
@@ -225,6 +227,92 @@ async def test_canaries_around_the_host_stay_unread(
     await _unaffected((first, second))
 
 
+@pytest.fixture(scope="module")
+def readable_canaries() -> Iterator[dict[str, Path]]:
+    if os.geteuid() != 0:
+        pytest.skip("planting canaries in /etc and /opt needs root")
+    with host_canaries.planted(readable=True) as places:
+        yield places
+
+
+async def test_the_root_holds_only_what_the_sandbox_needs(
+    pair: tuple[LocalSandbox, LocalSandbox], readable_canaries: dict[str, Path]
+) -> None:
+    """World-readable canaries, which no user or permission keeps from the sandbox: only an
+    allowlist root does."""
+    first, second = pair
+    if not first.allowlist:
+        pytest.skip("this machine refuses an allowlist root (see the warning logged)")
+    for name, path in readable_canaries.items():
+        secret = path.read_text().strip()
+        folder = path.parent if path.parent != Path("/etc") else path
+        for attack in (f"cat {path}", f"ls {folder}", f"grep -r crl-canary {folder}"):
+            result = await first.run(f"{attack} 2>&1; echo status $?")
+            assert secret not in result.output, (name, attack, result.output)
+            assert path.name not in result.output.replace(str(path), ""), (name, attack)
+            assert not result.output.endswith("status 0\n"), (name, attack, result.output)
+        await first.run(f"ln -sf {path} planted")
+        with pytest.raises(PermissionError, match="may not read"):
+            await first.read_file("planted")
+    # Of the host's top level, only the system's folders and the way to what is bound (the
+    # interpreter, caches); /etc holds a few files, no more.
+    binds = first.confinement(installing=False).binds
+    ways = {Path(bind.target).parts[1] for bind in binds}
+    system = {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "mnt", "proc", "sbin"}
+    top = set((await first.run("ls -A /")).output.split())
+    assert top <= system | {"tmp", "usr", "var"} | ways, top
+    etc = (await first.run("ls -A /etc")).output.split()
+    assert {"passwd", "hosts", "ld.so.cache"} <= set(etc) and "shadow" not in etc, etc
+    await first.run("rm planted")
+    await _unaffected((first, second))
+
+
+async def test_extra_paths_are_shown_read_only_in_the_allowlist_root(
+    repo: tuple[Path, str], tmp_path: Path
+) -> None:
+    extra = tmp_path / "toolchain"
+    extra.mkdir()
+    config = LocalSandboxConfig(extra_paths=[str(extra), "/no/such/path"])
+    sandbox = LocalSandbox(config, python_task(*repo, install=[]))
+    sandbox.root, sandbox.allowlist = tmp_path / "sandbox", True
+    plan = sandbox.confinement(installing=False)
+    assert plan.root is not None and "/usr" in plan.root and "/etc/passwd" in plan.root
+    assert not any(p.startswith(("/opt", "/home", "/etc/shadow")) for p in plan.root)
+    shown = {bind.target: bind.writable for bind in plan.binds}
+    assert shown[str(extra)] is False and shown[str(sandbox.root)] is True
+    assert "/no/such/path" not in shown
+    assert plan.hidden("/opt/x") and plan.hidden(str(tmp_path)) and not plan.hidden("/usr/bin")
+    # The worker's reads for the sandbox follow the same root.
+    hidden, kept = plan.visible()
+    assert hidden == ["/"] and str(extra) in kept and "/usr" in kept
+    with pytest.raises(ValueError, match="relative"):
+        LocalSandboxConfig(extra_paths=["opt/toolchain"])
+
+
+async def test_the_stage_is_never_a_folder_that_holds_a_bind() -> None:
+    candidates = [c for c in isolation.STAGE_CANDIDATES if os.path.isdir(c)]
+    if len(candidates) < 2:
+        pytest.skip("fewer than two staging folders here")
+    # Sandboxes made under /mnt: a staging tmpfs there would cover the sandbox's own folder.
+    plan = isolation.Plan(root=isolation.allowlist())
+    plan.keep(f"{candidates[0]}/sandboxes/crl-x", writable=True)
+    assert json.loads(plan.to_json())["stage"] == candidates[1]
+
+
+async def test_a_refused_allowlist_root_falls_back_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A prefix under which the trial fails, as a kernel refusing pivot_root makes it fail.
+    monkeypatch.setattr(isolation, "_root_warned", False)
+    refusing = ["/bin/sh", "-c", "echo 'pivot_root: Operation not permitted' >&2; exit 125", "-"]
+    with caplog.at_level("WARNING", logger="crl_worker.sandbox.isolation"):
+        assert await isolation.can_root(refusing) is False
+        assert await isolation.can_root(refusing) is False
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "pivot_root: Operation not permitted" in warnings[0], warnings
+    assert "hide list" in warnings[0]
+
+
 async def test_maven_and_gradle_caches_are_copy_on_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -264,6 +352,21 @@ async def test_maven_and_gradle_caches_are_copy_on_write(
         assert not (home / ".gradle" / "caches-probe").exists()
         seen = await second.run(f"cat {m2}/org/shared.pom; ls {m2}/org; ls $GRADLE_USER_HOME")
         assert seen.output.split() == ["original", "shared.pom"]
+        # The layers are in the sandbox's folder, its user's: swapped for links to a host folder
+        # (hidden, world-readable), the next shell would see it through the cache, and write
+        # there as root where the folder lets it. The shell refuses to start instead.
+        victim = tmp_path / "victim"
+        victim.mkdir()
+        (victim / "secret").write_text("victim\n")
+        layers = first.root / "caches" / "0" if first.root else Path()
+        swap = f"rm -rf {layers}/upper {layers}/work && ln -s {victim} {layers}/upper"
+        swap += f" && mkdir {first.root}/home/w && ln -s {first.root}/home/w {layers}/work"
+        assert (await first.run(f"{swap} && echo swapped")).output == "swapped\n"
+        await first.end_session()
+        with pytest.raises(SandboxError):
+            await first.open_session()
+            assert "victim" not in (await first.run(f"cat {m2}/secret")).output
+        assert sorted(os.listdir(victim)) == ["secret"]
 
 
 async def test_cgroup_v2_enter_kill_and_remove() -> None:

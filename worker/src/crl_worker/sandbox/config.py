@@ -60,6 +60,12 @@ class LocalSandboxConfig(BaseModel):
     and a private ``/tmp``); a sandbox fails to start where either is unavailable.
     ``auto`` (default) uses them where available and otherwise runs without, with a warning.
     ``none`` runs the shell as a plain child process."""
+    extra_paths: list[str] = Field(default_factory=list)
+    """Host paths a confined sandbox also sees, read-only, e.g. ``["/opt/toolchain"]``. Where
+    the machine allows, a confined sandbox's root holds only the system directories, a few files
+    of ``/etc``, its toolchains and caches and its own folder (docs/security.md): a task that
+    needs anything more of the host names it here. Absolute paths; one that does not exist is
+    skipped."""
     network: Literal["none", "host"] = "none"
     """The network once the task's ``install`` commands have run: ``none`` (default) gives the
     shell a network namespace of its own with only a loopback interface (needs the namespaces
@@ -101,6 +107,14 @@ class LocalSandboxConfig(BaseModel):
     def _size(cls, value: str | None) -> str | None:
         if value is not None and parse_size(value) < 16 << 20:
             raise ValueError(f"{value!r} is below 16m: no sandbox fits in that")
+        return value
+
+    @field_validator("extra_paths")
+    @classmethod
+    def _absolute(cls, value: list[str]) -> list[str]:
+        for path in value:
+            if not path.startswith("/"):
+                raise ValueError(f"extra path {path!r} is relative: give an absolute path")
         return value
 
 

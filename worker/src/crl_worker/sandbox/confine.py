@@ -7,6 +7,14 @@ Run as process 1 of the sandbox's fresh PID and mount namespaces (see
 
 It changes only the new mount namespace (the worker and the host see nothing of it), in this order:
 
+0. **Allowlist root** (``root``, where the worker's probe found it possible): a tmpfs at
+   ``stage`` becomes the new root, holding read-only binds of the ``root`` paths (the system
+   directories and a few files of ``/etc``; a link among them stays a link when it leads inside
+   them, else shows what it leads to), a ``/dev`` of its own (``null``, ``zero``, ``full``,
+   ``random``, ``urandom``, ``tty``, the ``fd`` links, a private ``pts`` where allowed), the
+   namespace's ``/proc``, mount points for the binds and scratch folders, and the staging
+   folder of step 1; ``pivot_root`` moves the sandbox into it and the host's root is detached.
+   Nothing else of the host is there: the steps below then run on the new root.
 1. **Stage** what the sandbox must keep (``binds``: its own folder, the interpreter, caches) by
    bind-mounting each onto a private tmpfs at ``stage``: step 3 covers some of their paths. A
    bind with an ``upper`` folder is an overlay instead: the source read-only below, what the
@@ -52,6 +60,7 @@ MS_BIND = 0x1000
 MS_MOVE = 0x2000
 MS_REC = 0x4000
 MNT_DETACH = 0x2
+MS_NOEXEC = 0x8
 AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
 MOUNT_ATTR_RDONLY = 0x1
@@ -61,6 +70,16 @@ PR_CAPBSET_DROP = 24
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
+
+#: pivot_root(2) by machine (no C library wraps it).
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+#: The device nodes an allowlist root's ``/dev`` shows (bound from the host's).
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+#: Its links.
+DEVICE_LINKS = {
+    "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+    "stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx",
+}  # fmt: skip
 
 #: Capabilities the sandbox's root loses: each could undo the confinement or reach the host
 #: (sys_admin: mount/umount/setns; dac_read_search: open_by_handle_at; sys_ptrace; sys_module;
@@ -168,12 +187,92 @@ def loopback_up() -> None:
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
+def _unlinked(layer: str, within: str | None) -> None:
+    """Refuse an overlay ``layer`` that a link in ``within`` (a folder the sandbox's user may
+    change, e.g. by replacing the layer with a link to a host folder) leads elsewhere."""
+    if within is None:
+        return
+    relative = os.path.relpath(layer, within)
+    if relative.startswith(".."):
+        raise OSError(errno.EINVAL, f"overlay layer {layer} is outside {within}")
+    if os.path.realpath(layer) != os.path.join(os.path.realpath(within), relative):
+        raise OSError(errno.ELOOP, f"overlay layer {layer} is reached through a link: refused")
+
+
+def pivot_root(new_root: str) -> None:
+    """Make ``new_root`` (a mount point) this mount namespace's root and detach the old one."""
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise OSError(errno.ENOSYS, f"pivot_root: unknown on {os.uname().machine}")
+    os.chdir(new_root)
+    # pivot_root(".", "."): the old root ends up stacked under the new one, then goes.
+    _check(_libc.syscall(number, b".", b"."), f"pivot_root {new_root}")
+    unmount(".")
+    os.chdir("/")
+
+
+def _bind_allowed(path: str, new_root: str, allowed: list[str]) -> None:
+    """Show the host's ``path`` at the same place under ``new_root``: a link that leads inside
+    ``allowed`` as a link, anything else as a read-only (later) bind of what it is or leads to."""
+    place = new_root + path
+    real = os.path.realpath(path)
+    if os.path.islink(path) and _inside(real, [*allowed, "/proc", "/dev"]):
+        os.makedirs(os.path.dirname(place), exist_ok=True)
+        os.symlink(os.readlink(path), place)
+        return
+    try:
+        is_dir = stat.S_ISDIR(os.stat(real).st_mode)
+    except OSError:
+        return  # a dangling link: nothing to show
+    _mount_point(place, is_dir)
+    mount(real, place, None, MS_BIND | MS_REC, None)
+
+
+def _make_dev(new_root: str) -> None:
+    """A ``/dev`` of its own under ``new_root`` (see the module docs)."""
+    dev = f"{new_root}/dev"
+    os.makedirs(dev, exist_ok=True)
+    mount("crl-dev", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
+    for name in DEVICES:
+        if os.path.exists(f"/dev/{name}"):
+            _mount_point(f"{dev}/{name}", False)
+            mount(f"/dev/{name}", f"{dev}/{name}", None, MS_BIND, None)
+    for name, target in DEVICE_LINKS.items():
+        os.symlink(target, f"{dev}/{name}")
+    for folder in ("shm", "pts"):
+        os.mkdir(f"{dev}/{folder}")
+    try:
+        options = "newinstance,ptmxmode=0666,mode=0620"
+        mount("devpts", f"{dev}/pts", "devpts", MS_NOSUID | MS_NOEXEC, options)
+    except OSError:
+        pass  # no pseudo-terminals in this sandbox: nothing else depends on them
+
+
+def build_root(plan: dict[str, Any], new_root: str) -> None:
+    """Step 0 (see the module docs) up to the pivot: the new root at ``new_root``."""
+    allowed = sorted(plan["root"], key=lambda p: (p.count("/"), p))
+    for path in allowed:
+        _bind_allowed(path, new_root, allowed)
+    _make_dev(new_root)
+    os.makedirs(f"{new_root}/proc", exist_ok=True)
+    mount("/proc", f"{new_root}/proc", None, MS_BIND | MS_REC, None)
+    for folder in plan["scratch"]:
+        if not _inside(folder, allowed):
+            os.makedirs(new_root + folder, exist_ok=True)
+
+
 def confine(plan: dict[str, Any]) -> None:
     """Apply ``plan`` to this mount namespace (see the module docs)."""
     stage = plan["stage"]
     # The working directory was entered before the mounts: enter it again through them at the end.
     cwd = os.getcwd()
-    mount("crl-stage", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0700")
+    # With an allowlist root the stage is made in the new root, at the path it has after the
+    # pivot; the new root's own folders are made at ``near`` until then.
+    near = stage if "root" in plan else ""
+    if near:
+        mount("crl-root", near, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+        os.makedirs(near + stage)
+    mount("crl-stage", near + stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0700")
     staged: list[tuple[str, dict[str, Any], bool]] = []
     for number, bind in enumerate(plan["binds"]):
         source = bind["source"]
@@ -182,14 +281,22 @@ def confine(plan: dict[str, Any]) -> None:
         except OSError:
             continue  # nothing to keep
         point = f"{stage}/{number}"
-        _mount_point(point, is_dir)
+        _mount_point(near + point, is_dir)
         if bind.get("upper"):
             # Copy-on-write: the source read-only below, what the sandbox writes in ``upper``.
+            _unlinked(bind["upper"], bind.get("within"))
+            _unlinked(bind["work"], bind.get("within"))
             layers = f"lowerdir={source},upperdir={bind['upper']},workdir={bind['work']}"
-            mount("crl-overlay", point, "overlay", MS_NOSUID | MS_NODEV, layers)
+            mount("crl-overlay", near + point, "overlay", MS_NOSUID | MS_NODEV, layers)
         else:
-            mount(source, point, None, MS_BIND | MS_REC, None)
+            mount(source, near + point, None, MS_BIND | MS_REC, None)
         staged.append((point, bind, is_dir))
+        if near and not _inside(bind["target"], [*plan["root"], *plan["scratch"]]):
+            # Its mount point, in the new root's tmpfs (read-only by the time it moves there).
+            _mount_point(near + bind["target"], is_dir)
+    if near:
+        build_root(plan, near)
+        pivot_root(near)
 
     set_readonly("/", True)
 
@@ -228,7 +335,12 @@ def confine(plan: dict[str, Any]) -> None:
                 raise
 
     unmount(stage)
-    os.chdir(cwd)
+    try:
+        os.chdir(cwd)
+    except FileNotFoundError:
+        if not near or _inside(cwd, [bind["target"] for _, bind, _ in staged]):
+            raise
+        os.chdir("/")  # never part of the new root (the worker's own folder, for a probe)
     if plan.get("loopback"):
         loopback_up()
 

@@ -16,9 +16,12 @@ The local backend starts its shell through ``unshare`` (util-linux)::
   the other namespaces inside a user namespace; the user keeps its own id inside.
 
 Files (``confine``, see :mod:`crl_worker.sandbox.confine`): in the same mount namespace, before
-the shell starts, the worker's ``HOME``, other sandboxes and the worker's working directory are hidden,
-everything else is read-only but the sandbox's own folder, private ``/tmp`` and what a plan gives
-back, unix sockets are covered and the capabilities that would undo it are dropped. Network
+the shell starts, the shell is moved into an allowlist root where the kernel allows
+(:func:`can_root`: the system directories, a few files of ``/etc``, its own ``/dev`` and
+``/proc``, nothing else of the host), the worker's ``HOME``, other sandboxes and the worker's
+working directory are hidden, everything else is read-only but the sandbox's own folder, private
+``/tmp`` and what a plan gives back, unix sockets are covered and the capabilities that would
+undo it are dropped. Network
 (``offline``): once the task's install commands have run, the shell starts again in a network
 namespace of its own (``unshare --net``) with only a loopback interface, so nothing it runs
 reaches the host's network or its ``127.0.0.1``. The user remains the host's (see
@@ -30,6 +33,7 @@ what timeouts send; SIGKILL always).
 from __future__ import annotations
 
 import asyncio
+import glob
 import json
 import logging
 import os
@@ -149,6 +153,32 @@ SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
 #: Folders a confined sandbox never sees, besides the worker's ``HOME`` and environment: where
 #: Kubernetes and Docker put a pod's secrets.
 SECRET_FOLDERS = ("/root", "/run/secrets", "/var/run/secrets")
+#: What an allowlist root shows of the host's system, read-only (those that exist; a link among
+#: them stays a link): the programs and libraries.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: What an allowlist root shows of ``/etc`` (names or globs, those that exist): users and groups
+#: by name, name resolution and TLS for the install commands, the dynamic linker's cache, the
+#: alternatives and configuration that the toolchains' own files link to (the JDK's ``conf``,
+#: Maven's, Debian's Python ``sitecustomize``), time zone, system identification, and the
+#: package tools' system-wide settings (an index mirror, a wheel folder). Not ``shadow``, not
+#: ``ssh``, not service configuration.
+ETC_ENTRIES = (
+    "passwd", "group", "nsswitch.conf", "hosts", "host.conf", "resolv.conf", "gai.conf",
+    "protocols", "services", "networks", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl",
+    "pki", "ca-certificates", "ca-certificates.conf", "crypto-policies", "alternatives",
+    "localtime", "timezone", "os-release", "lsb-release", "debian_version", "mime.types",
+    "mtab", "gitconfig", "pip.conf", "uv", "npmrc", "fonts", "terminfo", "locale.alias",
+    "java-*", "maven", "python3*",
+)  # fmt: skip
+
+
+def allowlist() -> list[str]:
+    """The host paths an allowlist root shows read-only (:data:`SYSTEM_DIRS` and the
+    :data:`ETC_ENTRIES` that exist here), sorted."""
+    found = [d for d in SYSTEM_DIRS if os.path.lexists(d)]
+    for entry in ETC_ENTRIES:
+        found += glob.glob(os.path.join("/etc", entry)) if "*" in entry else [f"/etc/{entry}"]
+    return sorted(p for p in dict.fromkeys(found) if os.path.lexists(p))
 
 
 @dataclass(frozen=True)
@@ -162,6 +192,10 @@ class Bind:
     """An overlay instead of a bind: ``source`` read-only below, what the sandbox writes kept
     in this folder (``work`` is overlayfs's work folder beside it, on the same file system)."""
     work: str | None = None
+    within: str | None = None
+    """The folder ``upper`` and ``work`` lie in (the sandbox's, which its user may change):
+    :mod:`crl_worker.sandbox.confine` refuses layers reached through a link in it, which would
+    turn the overlay onto a host folder the user names."""
 
 
 @dataclass
@@ -179,14 +213,28 @@ class Plan:
     """Size cap of each scratch tmpfs (memory, used only as written)."""
     loopback: bool = False
     """Bring ``lo`` up: the shell has a network namespace of its own (:func:`offline`)."""
+    root: list[str] | None = None
+    """An allowlist root (:func:`allowlist`): the shell sees a new root holding these host paths
+    (read-only), ``/dev``, ``/proc``, the scratch folders and the binds, nothing else of the
+    host. None: the host's root, read-only, with ``hide`` hidden."""
 
     def hidden(self, path: str | Path) -> bool:
-        """Whether ``path`` lies in a hidden or scratch folder (so needs a bind to be seen)."""
+        """Whether ``path`` lies in a hidden or scratch folder, or outside an allowlist root's
+        paths (so needs a bind to be seen)."""
         text = str(path)
-        return any(
-            text == folder or text.startswith(folder.rstrip("/") + "/")
-            for folder in (*self.hide, *self.scratch)
-        )
+        if self.root is not None and not _inside(text, self.root):
+            return True
+        return _inside(text, [*self.hide, *self.scratch])
+
+    def visible(self) -> tuple[list[str], list[str]]:
+        """What the sandbox sees of the host, for :class:`~crl_worker.sandbox.identity.View`:
+        (folders hidden, what shows again inside them), resolved."""
+        real = os.path.realpath
+        kept = [real(b.target) for b in self.binds]
+        if self.root is None:
+            return [real(f) for f in (*self.hide, *self.scratch)], kept
+        # Each entry as what it shows: a link's target (inside the others, or bound as such).
+        return ["/"], [*(real(p) for p in self.root), *kept]
 
     def keep(
         self, source: str | Path, *, target: str | Path | None = None, writable: bool = False
@@ -198,24 +246,34 @@ class Plan:
             return
         self.binds.append(Bind(str(source), destination, writable))
 
-    def overlay(self, source: str | Path, upper: Path, work: Path) -> None:
+    def overlay(self, source: str | Path, upper: Path, work: Path, *, within: Path) -> None:
         """Show ``source`` at its own path copy-on-write: what the sandbox writes there goes to
-        ``upper`` (made here, with ``work``), the original stays as it was."""
+        ``upper`` (made here, with ``work``, both in the folder ``within``), the original stays
+        as it was."""
         for text in (str(source), str(upper), str(work)):
             if any(c in text for c in ",:\\"):
                 raise SandboxError(f"cannot overlay {text}: overlayfs takes no ',', ':' or '\\'")
         upper.mkdir(parents=True, exist_ok=True)
         work.mkdir(parents=True, exist_ok=True)
-        self.binds.append(Bind(str(source), str(source), True, str(upper), str(work)))
+        self.binds.append(Bind(str(source), str(source), True, str(upper), str(work), str(within)))
 
     def to_json(self) -> str:
         """The plan as :mod:`crl_worker.sandbox.confine` reads it (binds outermost first)."""
-        stage = next((c for c in STAGE_CANDIDATES if os.path.isdir(c)), None)
+        # Not one that holds what is bound: the staging tmpfs (and the new root) would cover it.
+        held = [p for b in self.binds for p in (b.source, b.upper, b.work) if p]
+        stage = next(
+            (
+                c
+                for c in STAGE_CANDIDATES
+                if os.path.isdir(c) and not any(_inside(p, [c]) for p in held)
+            ),
+            None,
+        )
         if stage is None:
             raise SandboxError(
                 "no folder to stage a confined sandbox's mounts in: none of "
                 + ", ".join(STAGE_CANDIDATES)
-                + " exists"
+                + " exists apart from what the sandbox keeps"
             )
         binds = sorted(self.binds, key=lambda b: (b.target.count("/"), b.target))
         covers = [*self.hide, *self.scratch]
@@ -238,6 +296,8 @@ class Plan:
             "binds": [b.__dict__ for b in binds],
             "loopback": self.loopback,
         }
+        if self.root is not None:
+            data["root"] = self.root
         if self.loopback:
             # The host's sockets, listed in the host's network namespace (see confine.py).
             from crl_worker.sandbox.confine import listening_sockets
@@ -255,8 +315,13 @@ def confine_command(plan: Plan) -> list[str]:
 _confine_probed: dict[tuple[str, ...], str | None] = {}
 
 
-async def _probe_confinement(prefix: tuple[str, ...]) -> str | None:
-    """Why confinement fails behind ``prefix``, or None when a trial plan holds."""
+def _inside(path: str, folders: list[str] | tuple[str, ...]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
+async def _probe_confinement(prefix: tuple[str, ...], *, root: bool = False) -> str | None:
+    """Why confinement (with an allowlist ``root``) fails behind ``prefix``, or None when a
+    trial plan holds."""
     with tempfile.TemporaryDirectory(prefix="crl-confine-probe-") as folder:
         hidden, kept = Path(folder, "hidden"), Path(folder, "hidden", "kept")
         kept.mkdir(parents=True)
@@ -266,6 +331,11 @@ async def _probe_confinement(prefix: tuple[str, ...]) -> str | None:
             f"[ ! -e {hidden}/secret ] && touch {kept}/ok && ! touch {folder}/no 2>/dev/null "
             "|| { echo 'the trial plan did not hold'; exit 3; }"
         )
+        if root:
+            # Outside the allowlist, though neither hidden nor private: not there at all.
+            (Path(folder) / "outside").write_text("x")
+            plan = Plan(hide=[], scratch=[], binds=plan.binds, root=allowlist())
+            check = f"[ ! -e {folder}/outside ] && [ -e /dev/null ] && {check}"
         found = await _trial([*prefix, *confine_command(plan)], check, "the confinement probe")
         if found is None and not (kept / "ok").exists():
             found = "the trial plan did not hold"
@@ -302,6 +372,30 @@ async def can_confine(prefix: list[str], mode: Isolation, *, name: str = "sandbo
 
 
 _confine_warned = False
+_root_probed: dict[tuple[str, ...], str | None] = {}
+_root_warned = False
+
+
+async def can_root(prefix: list[str]) -> bool:
+    """Whether a confined sandbox behind ``prefix`` can have an allowlist root (a new root it
+    is moved into with ``pivot_root``); where it cannot it keeps the host's root with a hide
+    list, and a warning says why (once per process)."""
+    global _root_warned
+    if not prefix:
+        return False
+    key = tuple(prefix)
+    if key not in _root_probed:
+        _root_probed[key] = await _probe_confinement(key, root=True)
+    reason = _root_probed[key]
+    if reason is not None and not _root_warned:
+        _root_warned = True
+        logger.warning(
+            "local sandboxes keep the host's root, read-only with a hide list, instead of an "
+            "allowlist root (%s): they can read what the list misses (/etc, /opt, other "
+            "users' homes); see docs/security.md",
+            reason,
+        )
+    return reason is None
 
 
 def offline(prefix: list[str]) -> list[str]:

@@ -109,6 +109,9 @@ class LocalSandbox(LimitedSandbox):
         self.interpreter: Interpreter | None = None
         self.confined = False
         """Whether the shell's view of the files is confined (see :meth:`confinement`)."""
+        self.allowlist = False
+        """Whether the confined shell sees an allowlist root rather than the host's (see
+        :meth:`confinement`)."""
         self.offline = False
         """Whether the shell has no network once the task is installed (``network: none``)."""
         self._namespaces: list[str] = []
@@ -200,6 +203,7 @@ class LocalSandbox(LimitedSandbox):
             and self.config.network == "none"
             and await isolation.can_go_offline(namespaces, self.config.isolation, name=self.name)
         )
+        self.allowlist = confined and await isolation.can_root(namespaces)
         if confined:
             env.update(self._confined_env())
         env.update(task.env)
@@ -283,13 +287,12 @@ class LocalSandbox(LimitedSandbox):
     def _make_view(self) -> identity.View:
         """What the agent's user sees, for the worker's reads on its behalf."""
         assert self.root is not None
-        plan = self.confinement(installing=False)
-        real = os.path.realpath
+        hidden, kept = self.confinement(installing=False).visible()
         return identity.View(
             self.identity or (os.geteuid(), os.getegid()),
-            real(self.root),
-            tuple(real(f) for f in (*plan.hide, *plan.scratch)),
-            tuple(real(b.target) for b in plan.binds),
+            os.path.realpath(self.root),
+            tuple(hidden),
+            tuple(kept),
         )
 
     async def _give(self, path: str) -> None:
@@ -356,6 +359,9 @@ class LocalSandbox(LimitedSandbox):
     def confinement(self, *, installing: bool) -> isolation.Plan:
         """What this sandbox's shell sees of the machine's files (docs/security.md).
 
+        Root (where the machine allows, :func:`~crl_worker.sandbox.isolation.can_root`): an
+        allowlist root of the system directories, a few files of ``/etc``, what is kept below
+        and the config's ``extra_paths``; nothing else of the host. Else the host's, read-only.
         Hidden: the worker's ``HOME``, ``/root`` and the folders of pods' secrets, the folder
         the sandboxes are made in, the worker's working directory (its virtual environment
         stays readable).
@@ -373,8 +379,14 @@ class LocalSandbox(LimitedSandbox):
         cwd = os.getcwd()
         if cwd != "/" and not cwd.startswith(("/usr/", "/etc/", "/bin", "/sbin", "/lib", "/proc")):
             hide.append(cwd)
-        plan = isolation.Plan(hide=[h for h in hide if h and h != "/"])
+        plan = isolation.Plan(
+            hide=[h for h in hide if h and h != "/"],
+            root=isolation.allowlist() if self.allowlist else None,
+        )
         plan.keep(self.root, writable=True)
+        for extra in self.config.extra_paths:
+            if os.path.exists(extra):
+                plan.keep(extra)
         # The worker's own interpreter and packages, read-only: a task may name them (a test
         # command with the worker's python), and they hold code, not secrets.
         plan.keep(sys.prefix)
@@ -415,7 +427,7 @@ class LocalSandbox(LimitedSandbox):
                     plan.keep(cache, writable=True)
                 else:
                     layers = self.root / "caches" / str(number)
-                    plan.overlay(cache, layers / "upper", layers / "work")
+                    plan.overlay(cache, layers / "upper", layers / "work", within=self.root)
                     if plan.binds[-1] not in self._overlays:
                         self._overlays.append(plan.binds[-1])
         caches = [("UV_CACHE_DIR", "uv"), ("PIP_CACHE_DIR", "pip")]
