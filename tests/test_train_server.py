@@ -559,8 +559,9 @@ def test_overlapped_training_still_learns_the_toy(
     # The learning test with overlap on: maxStaleness 1, so every batch after the first runs
     # on weights one update old while the step before trains, corrected by TRL's masked
     # per-token importance ratio. Steps 1 and 2 both run on the untrained policy (version 0);
-    # after 12 steps the policy resolves most rollouts. One rank (the two-rank overlap is
-    # checked above), 16 rollouts a step, warm sandboxes for both batches in flight.
+    # within 8 steps the policy resolves most rollouts (this seed: 0.81, 0.94, 1.0 at steps
+    # 3-5, 2026-11-29). One rank (the two-rank overlap is checked above), 16 rollouts a step,
+    # warm sandboxes for both batches in flight.
     server = serve(model=sharp_toy_dir)
     out = tmp_path / "out"
     config = write_run(tmp_path, sharp_toy_dir, suite, max_staleness=1)
@@ -570,14 +571,14 @@ def test_overlapped_training_still_learns_the_toy(
     )
     manifest["spec"]["algorithm"].update(numGenerations=16, learningRate=LEARN_LR, seed=LEARN_SEED)
     config.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    train(config, out, server, steps=12, timeout=900)
+    train(config, out, server, steps=8, timeout=900)
 
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == list(range(1, 13))
+    assert [m["step"] for m in metrics] == list(range(1, 9))
     # It really overlapped: from step 2 on every batch was rolled out one version behind.
-    assert [m["staleness_max"] for m in metrics] == [0] + [1] * 11
+    assert [m["staleness_max"] for m in metrics] == [0] + [1] * 7
     assert all(m["rollouts_dropped"] == 0 for m in metrics)
-    for step in (2, 12):
+    for step in (2, 8):
         assert {r["policy_version"] for r in trajectories(out, step)} == {step - 2}
     rewards = [m["reward_mean"] for m in metrics]
     # Untrained, the sharpened toy resolves about half; the overlapped run learns well above
