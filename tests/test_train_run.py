@@ -307,6 +307,9 @@ def test_zero3_shards_the_parameters_across_two_processes(toy_files: Path, tmp_p
     assert len(trajectories(out, 2)) == 4
     shards = sorted(p.name for p in (out / "checkpoint-2" / "global_step2").iterdir())
     assert any("rank_0" in name for name in shards) and any("rank_1" in name for name in shards)
+    # DeepSpeed's CPU all-reduce kernel was not compiled (build.without_shm_kernel): DeepSpeed
+    # prints "deepspeed.ops.comm.deepspeed_shm_comm_op built successfully" when it is.
+    assert "deepspeed_shm_comm" not in done.stdout + done.stderr, done.stdout[-2000:]
 
 
 # --- configs that cannot work ---------------------------------------------------------------------

@@ -120,6 +120,8 @@ def _prepare_distributed(deepspeed: bool) -> None:
     if not deepspeed:
         return
     os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        without_shm_kernel()  # before DeepSpeed's backend starts, in the state made here
     os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
     try:
         PartialState(backend="nccl" if torch.cuda.is_available() else "gloo")
@@ -191,6 +193,21 @@ def placement(settings: TrainSettings, deepspeed: bool) -> tuple[bool, Any, dict
     else:
         extra["use_cpu"] = not on_gpu
     return on_gpu, torch_dtype, extra
+
+
+def without_shm_kernel() -> None:
+    """Keep DeepSpeed on the CPU from building its shared-memory all-reduce kernel.
+
+    Its communication backend compiles that C++ kernel when it starts on the CPU (about a
+    minute of two cores, again in every new environment, since the installed sources are newer
+    than any build of them), after probing every op builder with the compiler. Training never
+    uses it: ZeRO's collectives go through gloo; only DeepSpeed's inference all-reduce does.
+    The backend asks ``deepspeed.ops.__compatible_ops__``, which is probed on first read, so
+    setting it first answers "not available"."""
+    import deepspeed.ops
+
+    if "__compatible_ops__" not in vars(deepspeed.ops):
+        vars(deepspeed.ops)["__compatible_ops__"] = {"deepspeed_shm_comm": False}
 
 
 def build_trainer(job: TrainingJob) -> tuple[Any, Any]:
