@@ -21,7 +21,7 @@ from crl_worker.harness import mutants_jest, mutants_native
 from crl_worker.harness.canary import derive_canary, restore_ids, with_canary
 from crl_worker.harness.evaluate import evaluate
 from crl_worker.harness.integrity import grade_candidate
-from crl_worker.harness.native import hardened_run, harden, settle, unexpected
+from crl_worker.harness.native import harden, hardened_run, settle, unexpected
 from crl_worker.harness.result import TestStatus
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.loaders import load_tasks
@@ -173,7 +173,10 @@ def test_unknown_passing_ids_and_the_package_result() -> None:
     failed = {"digit-sum.spec.js": TestStatus.ERROR}
     settled, why = settle(failed, "", "jest", js_run, js_canary)
     assert {settled[i] for i in js_canary.ids} == {TestStatus.ERROR} and why is None
-    forged = {**dict.fromkeys(js_run.fail_to_pass, TestStatus.FAILED), js.fail_to_pass[0]: TestStatus.PASSED}
+    forged = {
+        **dict.fromkeys(js_run.fail_to_pass, TestStatus.FAILED),
+        js.fail_to_pass[0]: TestStatus.PASSED,
+    }
     assert js.fail_to_pass[0] in (settle(forged, "", "jest", js_run, js_canary)[1] or "")
     # Only the polyglot format's own commands are rewritten, each of the three languages'.
     assert harden("go test ./...", "go", ["a_test.go"]) is None
