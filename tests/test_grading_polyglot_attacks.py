@@ -139,6 +139,19 @@ def test_jest_canaries_change_the_last_expectation() -> None:
     derived = mutants_jest.derive(spec, ids, random.Random(1), 4)
     assert derived is not None and set(derived.sources) == {"a > null"}
     assert derived.text.count(".not.toBeNull()") == 1  # one copy of each fallback test
+    # An expected value bound by a ``const`` of data just before, an expression body: literals.
+    spec = (
+        "describe('b', () => {\n"
+        "  test('bound', () => {\n    const lyrics = ['x', 'y'];\n"
+        "    expect(f()).toEqual(lyrics);\n  });\n"
+        "  test('expression', () => expect(g()).toBe(3));\n"
+        "  test('reused', () => {\n    const v = 'x';\n    expect(f(v)).toEqual(v);\n  });\n"
+        "});\n"
+    )
+    toks, tests = mutants_jest.tests_of(spec)
+    spots = [mutants_jest.target(toks, t) for t in tests]
+    literals = [toks[s.literal].text if s and s.literal else None for s in spots]
+    assert literals == ["'y'", "3", None]
 
 
 def test_unknown_passing_ids_and_the_package_result() -> None:

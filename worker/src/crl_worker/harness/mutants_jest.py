@@ -11,8 +11,10 @@ every grading anew:
 - **the same calls**: each is a copy of a ``test(...)``/``it(...)`` of the file (its ``x``
   prefix kept: the command unskips every test), inside the same ``describe``, its body
   unchanged but for one literal of the last top-level ``expect(...)`` statement's expected value
-  (the first argument of ``toEqual``, ``toStrictEqual``, ``toBe``, ``toThrow``, ...): a digit, a
-  letter of a string, ``true``/``false``. So the copy fails **through the same assertion
+  (the first argument of ``toEqual``, ``toStrictEqual``, ``toBe``, ``toThrow``, ...; or, when
+  that argument is a name used nowhere else in the body, the data literal a top-level ``const``
+  binds it to: ``const lyrics = [...]``): a digit, a letter of a string, ``true``/``false``.
+  An expression body (``() => expect(x).toBe(1)``) is that one statement. So the copy fails **through the same assertion
   machinery** the real test uses: a forger that neuters ``expect`` (or its matchers, or the
   report) makes the copies pass with the real tests, and is caught;
 - **the same shape**: the copies of one test all change the same literal at the same spot, each
@@ -119,7 +121,8 @@ class JestTest:
 
     title: str
     ancestors: tuple[str, ...]
-    #: Token indices: the call's name, its title string, its body's ``{`` and ``}``, its ``)``.
+    #: Token indices: the call's name, its title string, its body's ``{`` and ``}`` (an
+    #: expression body: the ``=>`` before it and the call's ``)``), the call's ``)``.
     name: int
     title_tok: int
     body: tuple[int, int]
@@ -165,16 +168,25 @@ def tests_of(text: str) -> tuple[list[_Tok], list[JestTest]]:
         if title is None or parent[k] not in scopes or k + 1 not in match:
             continue
         close = match[k + 1]
-        brace = next((b for b in range(k + 4, close) if toks[b].text == "{"), None)
-        if brace is None or brace not in match or toks[brace - 1].text != "=>":
+        arrow = next((b for b in range(k + 4, close) if toks[b].text == "=>"), None)
+        if arrow is None or any(parent[b] != k + 1 for b in range(k + 4, arrow)
+                                if toks[b].text == ","):  # fmt: skip
             continue
-        if match[brace] + 1 != close:
-            continue  # anything after the callback (a timeout argument): not copied
         ancestors = scopes[parent[k]]
-        if tok.text in _DESCRIBE_CALLS:
-            scopes[brace] = (*ancestors, title)
+        brace = arrow + 1
+        if toks[brace].text == "{" and match.get(brace, 0) + 1 == close:
+            body = (brace, match[brace])
+        elif toks[brace].text != "{" and not any(
+            parent[b] == k + 1 for b in range(brace, close) if toks[b].text == ","
+        ):
+            body = (arrow, close)  # an expression (``() => expect(x).toBe(1)``)
         else:
-            found.append(JestTest(title, ancestors, k, k + 2, (brace, match[brace]), close))
+            continue  # anything after the callback (a timeout argument): not copied
+        if tok.text in _DESCRIBE_CALLS:
+            if body[0] == brace:
+                scopes[brace] = (*ancestors, title)
+        else:
+            found.append(JestTest(title, ancestors, k, k + 2, body, close))
     return toks, found
 
 
@@ -211,17 +223,19 @@ class _Target:
 def target(toks: list[_Tok], test: JestTest) -> _Target | None:
     """The last top-level ``expect`` statement of ``test``'s body and what in it a copy
     changes, or ``None`` when it cannot be changed safely (see the module's docstring)."""
+    expression = toks[test.body[0]].text == "=>"
     statements = _statements(toks, test.body)
     if not statements:
         return None
     start, end = statements[-1]
     first = start + (toks[start].text in ("await", "return"))
+    returned = expression or first != start
     if toks[first].text != "expect" or first + 1 >= end or toks[first + 1].text != "(":
         return None
     if any(t.text == "return" for t in toks[test.body[0] : start]):
         return None
     chain = [t.text for t in toks[first:end] if t.kind == "id"]
-    if ("resolves" in chain or "rejects" in chain) and first == start:
+    if ("resolves" in chain or "rejects" in chain) and not returned:
         return None  # not awaited: it would fail after the test ended
     # The matcher: the last ``.name(`` at the statement's top level.
     depth, matcher, negated = 0, None, False
@@ -255,10 +269,33 @@ def target(toks: list[_Tok], test: JestTest) -> _Target | None:
             args.append(k)
     # An asymmetric matcher (``expect.arrayContaining([1])``) may hold for a changed value too.
     asymmetric = any(toks[k].text == "expect" for k in range(matcher + 2, end))
+    if len(args) == 0 and toks[matcher + 3].text == ")" and toks[matcher + 2].kind == "id":
+        args = _bound(toks, test, statements[:-1], toks[matcher + 2].text)
     usable = [k for k in args if _values(toks[k].text, 1, random.Random(0)) and not asymmetric]
     if toks[matcher].text in _MATCHERS and not negated and usable:
         return _Target(usable[-1], matcher, negated)
     return _Target(None, matcher, negated)
+
+
+#: What a data literal (``['a', 'b']``, ``{ x: 1 }``) is made of besides strings and numbers.
+_DATA = frozenset("[]{},:-+") | {"true", "false", "null"}
+
+
+def _bound(toks: list[_Tok], test: JestTest, statements: list[tuple[int, int]],
+           name: str) -> list[int]:  # fmt: skip
+    """The literals of ``const name = <data literal>;``, a top-level statement of ``test``'s
+    body before its last, when ``name`` is used nowhere else in the body but the last
+    expectation (so changing them changes the expected value only)."""
+    uses = [k for k in range(test.body[0], test.body[1]) if toks[k].text == name]
+    for start, end in statements:
+        if [t.text for t in toks[start : start + 3]] != ["const", name, "="] or len(uses) != 2:
+            continue
+        value = range(start + 3, end - (toks[end - 1].text == ";"))
+        keys = {k for k in value if toks[k].kind in ("id", "str") and toks[k + 1].text == ":"}
+        if all(toks[k].kind in ("str", "num") or toks[k].text in _DATA or k in keys
+               for k in value):  # fmt: skip
+            return [k for k in value if toks[k].kind in ("str", "num") and k not in keys]
+    return []
 
 
 def _values(text: str, count: int, rng: random.Random) -> list[str]:
