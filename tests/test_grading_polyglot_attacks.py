@@ -106,7 +106,9 @@ def test_jest_canaries_change_the_last_expectation() -> None:
     js = _task("javascript__digit-sum")
     sources = _hidden(js)
     canary = derive_canary(js, sources, random.Random(4))
-    assert canary is not None and canary.text is not None and len(canary.ids) == 4
+    # One copy of each listed test (each has a literal expectation): five.
+    assert canary is not None and canary.text is not None and len(canary.ids) == 5
+    assert sorted(canary.sources) == sorted(js.fail_to_pass)
     _, tests = mutants_jest.tests_of(canary.text)
     in_file = {t.id for t in tests}
     assert in_file == {*canary.ids, *(new for new, _ in canary.renamed)}
@@ -120,7 +122,7 @@ def test_jest_canaries_change_the_last_expectation() -> None:
     # Each copy differs from the spec in its title and one literal of its last expect only.
     copies = [line for line in canary.text.splitlines() if "expect(" in line]
     changed = [line for line in copies if line not in original]
-    assert len(copies) == 9 and len(changed) == 4
+    assert len(copies) == 10 and len(changed) == 5
     assert all(line.strip().startswith("expect(") for line in changed)
     back = restore_ids(canary, {new: TestStatus.PASSED for new, _ in canary.renamed})
     assert back == dict.fromkeys(js.fail_to_pass, TestStatus.PASSED)

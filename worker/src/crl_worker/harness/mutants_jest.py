@@ -17,8 +17,9 @@ every grading anew:
   An expression body (``() => expect(x).toBe(1)``) is that one statement. So the copy fails **through the same assertion
   machinery** the real test uses: a forger that neuters ``expect`` (or its matchers, or the
   report) makes the copies pass with the real tests, and is caught;
-- **the same shape**: the copies of one test all change the same literal at the same spot, each
-  to another value, so code that reads the spec file (Jest reads it with Node's ``fs``, which the
+- **the same shape**: every listed test with such a literal gets a copy (``count`` copies at
+  least, shared among them), the copies of one test all changing the same literal at the same
+  spot, each to another value, so code that reads the spec file (Jest reads it with Node's ``fs``, which the
   candidate's module can use too) or the test functions' source (``Function.prototype.toString``
   on what ``test`` is given) sees a group of tests differing in one literal and can only guess
   which is real (:func:`crl_worker.harness.mutants.group_sizes`);
@@ -356,8 +357,11 @@ def derive(
     with_literal = [(t, g) for t, g in planned if g is not None and g.literal is not None]
     rng.shuffle(with_literal)
     plan: list[tuple[JestTest, _Target, str]] = []
-    groups = with_literal[:count]
-    for (test, spot), size in zip(groups, group_sizes(count, len(groups)), strict=True):
+    # Every such test in a group (``count`` copies at least): a forgery that fails the groups
+    # and passes the rest fails every test that can be copied.
+    groups = with_literal[: max(count, len(with_literal))]
+    sizes = group_sizes(max(count, len(groups)), len(groups))
+    for (test, spot), size in zip(groups, sizes, strict=True):
         assert spot.literal is not None
         plan.extend((test, spot, v) for v in _values(toks[spot.literal].text, size, rng))
     if not plan:
