@@ -219,7 +219,6 @@ ATTACKS = {
     "javascript__digit-sum": [
         ("JS_NEUTER_EXPECT", True),
         ("JS_EXTEND_MATCHERS", True),
-        ("JS_EMPTY_BODIES", True),
     ],
 }
 
