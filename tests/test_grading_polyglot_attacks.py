@@ -1,9 +1,9 @@
-"""Forged test results in the polyglot suite's Go and Rust exercises (issue 30), graded through
-the integrity check's path (:func:`~crl_worker.harness.integrity.grade_candidate`, as a
-confirmed episode and a prediction are graded) on the local backend.
+"""Forged test results in the polyglot suite's Go, Rust and JavaScript exercises (issue 30),
+graded through the integrity check's path (:func:`~crl_worker.harness.integrity.grade_candidate`,
+as a confirmed episode and a prediction are graded) on the local backend.
 
 Each attack (tests/fixtures/polyglot_forgery.py) is a solution that fixes nothing and prints the
-runner's framing from code that runs before any test. Each is first graded as the agent's own
+runner's framing (JavaScript: neuters its assertions) from code that runs before any test. Each is first graded as the agent's own
 sandbox grades it (no integrity check), where it resolves: the attack works; then through the
 integrity check, where it must be unresolved with reward 0.
 """
@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from crl_worker import rewards
-from crl_worker.harness import mutants_native
+from crl_worker.harness import mutants_jest, mutants_native
 from crl_worker.harness.canary import derive_canary, restore_ids, with_canary
 from crl_worker.harness.evaluate import evaluate
 from crl_worker.harness.integrity import grade_candidate
-from crl_worker.harness.native import harden, settle, unexpected
+from crl_worker.harness.native import harden, hardened_run, settle, unexpected
 from crl_worker.harness.result import TestStatus
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.loaders import load_tasks
@@ -31,7 +31,7 @@ from tests.fixtures import polyglot_forgery as forgery
 pytestmark = pytest.mark.go
 
 SUITE = Path(__file__).resolve().parents[1] / "examples" / "suites" / "polyglot"
-TOOLS = {"go": "go", "rust": "cargo"}
+TOOLS = {"go": "go", "rust": "cargo", "javascript": "npm"}
 
 
 def _task(instance_id: str) -> Task:
@@ -98,6 +98,64 @@ def test_canaries_copy_rename_and_map_back() -> None:
     assert len(copies) == 4 and all(line.endswith("); }") for line in copies)
 
 
+def test_jest_canaries_change_the_last_expectation() -> None:
+    """JavaScript: copies of the spec's tests in their ``describe``, the last expectation's
+    literal changed (every copy of one test at the same spot), every real test renamed and
+    mapped back; ``.not`` toggled where no literal can change; an unawaited ``.resolves`` and
+    an expectation inside a loop are not copied."""
+    js = _task("javascript__digit-sum")
+    sources = _hidden(js)
+    canary = derive_canary(js, sources, random.Random(4))
+    # One copy of each listed test (each has a literal expectation): five.
+    assert canary is not None and canary.text is not None and len(canary.ids) == 5
+    assert sorted(canary.sources) == sorted(js.fail_to_pass)
+    _, tests = mutants_jest.tests_of(canary.text)
+    in_file = {t.id for t in tests}
+    assert in_file == {*canary.ids, *(new for new, _ in canary.renamed)}
+    assert {old for _, old in canary.renamed} == set(js.fail_to_pass)
+    assert not set(js.fail_to_pass) & in_file
+    by_title = {t.id: t for t in tests}
+    original = sources[next(iter(sources))]
+    for canary_id, source_id in zip(canary.ids, canary.sources, strict=True):
+        assert canary_id.split(" > ")[0] == source_id.split(" > ")[0]  # the same describe
+        assert by_title[canary_id].ancestors == (source_id.split(" > ")[0],)
+    # Each copy differs from the spec in its title and one literal of its last expect only.
+    copies = [line for line in canary.text.splitlines() if "expect(" in line]
+    changed = [line for line in copies if line not in original]
+    assert len(copies) == 10 and len(changed) == 5
+    assert all(line.strip().startswith("expect(") for line in changed)
+    back = restore_ids(canary, {new: TestStatus.PASSED for new, _ in canary.renamed})
+    assert back == dict.fromkeys(js.fail_to_pass, TestStatus.PASSED)
+    assert hardened_run(js.test_spec.command, js.test_spec.command, "jest")
+    assert not hardened_run("npx jest", "npx jest", "jest")
+
+    spec = (
+        "describe('a', () => {\n"
+        "  test('null', () => {\n    expect(f()).toBeNull();\n  });\n"
+        "  test('async', async () => {\n    expect(g()).resolves.toBe(1);\n  });\n"
+        "  test('loop', () => {\n    for (const x of [1]) {\n      expect(x).toBe(1);\n    }\n"
+        "  });\n"
+        "});\n"
+    )
+    ids = ["a > null", "a > async", "a > loop"]
+    derived = mutants_jest.derive(spec, ids, random.Random(1), 4)
+    assert derived is not None and set(derived.sources) == {"a > null"}
+    assert derived.text.count(".not.toBeNull()") == 1  # one copy of each fallback test
+    # An expected value bound by a ``const`` of data just before, an expression body: literals.
+    spec = (
+        "describe('b', () => {\n"
+        "  test('bound', () => {\n    const lyrics = ['x', 'y'];\n"
+        "    expect(f()).toEqual(lyrics);\n  });\n"
+        "  test('expression', () => expect(g()).toBe(3));\n"
+        "  test('reused', () => {\n    const v = 'x';\n    expect(f(v)).toEqual(v);\n  });\n"
+        "});\n"
+    )
+    toks, tests = mutants_jest.tests_of(spec)
+    spots = [mutants_jest.target(toks, t) for t in tests]
+    literals = [toks[s.literal].text if s and s.literal else None for s in spots]
+    assert literals == ["'y'", "3", None]
+
+
 def test_unknown_passing_ids_and_the_package_result() -> None:
     """A passing id the harness neither planted nor lists is tampering (a failing one is not);
     a Go package's own result is that of its tests other than the canaries."""
@@ -121,6 +179,20 @@ def test_unknown_passing_ids_and_the_package_result() -> None:
     # A build failure: the canaries failed with it, no tampering.
     settled, why = settle({"digitsum": TestStatus.ERROR}, log, "go", in_run, canary)
     assert {settled[i] for i in canary.ids} == {TestStatus.ERROR} and why is None
+    # Jest: a spec that failed to run (reported by its file) ran no canary either; a run that
+    # reports a test the harness neither planted nor lists (a published title) is tampered.
+    js = _task("javascript__digit-sum")
+    js_canary = derive_canary(js, _hidden(js), random.Random(1))
+    assert js_canary is not None
+    js_run = with_canary(js, js_canary)
+    failed = {"digit-sum.spec.js": TestStatus.ERROR}
+    settled, why = settle(failed, "", "jest", js_run, js_canary)
+    assert {settled[i] for i in js_canary.ids} == {TestStatus.ERROR} and why is None
+    forged = {
+        **dict.fromkeys(js_run.fail_to_pass, TestStatus.FAILED),
+        js.fail_to_pass[0]: TestStatus.PASSED,
+    }
+    assert js.fail_to_pass[0] in (settle(forged, "", "jest", js_run, js_canary)[1] or "")
     # Only the polyglot format's own commands are rewritten, each of the three languages'.
     assert harden("go test ./...", "go", ["a_test.go"]) is None
     assert harden(go.test_spec.command, "go", ["elsewhere/a_test.go"]) is None
@@ -143,6 +215,10 @@ ATTACKS = {
         ("RUST_READ_TESTS", False),
         ("RUST_KNOWN_NAMES", True),
         ("RUST_INCLUDE", False),
+    ],
+    "javascript__digit-sum": [
+        ("JS_NEUTER_EXPECT", True),
+        ("JS_EXTEND_MATCHERS", True),
     ],
 }
 

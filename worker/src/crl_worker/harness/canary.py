@@ -46,7 +46,9 @@ test patch touches, named and the real method renamed the same way as Python's:
 :mod:`crl_worker.harness.mutants_java`; no fallback), and Go's and Rust's test files (``go``,
 ``cargo``: copies of top-level tests with a failing comparison after their body, the real tests
 renamed: :mod:`crl_worker.harness.mutants_native`), as are C++'s (Catch2's ``TEST_CASE``s in the
-``junit`` runs of ``cpp`` tasks); other formats get no canary.
+``junit`` runs of ``cpp`` tasks) and Jest's spec files (``jest``: copies of ``test``/``it``
+calls whose last expectation has a literal changed, the real tests renamed:
+:mod:`crl_worker.harness.mutants_jest`); other formats get no canary.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from typing import TypeVar
 
 from crl_worker.harness.mutants import derive
 from crl_worker.harness.mutants_java import derive as derive_java
+from crl_worker.harness.mutants_jest import derive as derive_jest
 from crl_worker.harness.mutants_native import derive as derive_native
 from crl_worker.harness.result import TestStatus
 from crl_worker.sandbox.base import Sandbox
@@ -71,9 +74,11 @@ V = TypeVar("V")
 #: Log formats whose test runs get canaries: Python's runners (derived copies, or a synthetic
 #: ``unittest.TestCase`` appended to a test module) and JUnit's reports (derived copies of
 #: ``@Test`` methods only: :mod:`crl_worker.harness.mutants_java`).
-CANARY_FORMATS = frozenset({"pytest", "unittest", "junit", "go", "cargo"})
-#: The languages of the ``go`` and ``cargo`` formats' test files.
-NATIVE_LANGUAGES = {"go": "go", "cargo": "rust"}
+CANARY_FORMATS = frozenset({"pytest", "unittest", "junit", "go", "cargo", "jest"})
+#: The languages of the ``go``, ``cargo`` and ``jest`` formats' test files.
+NATIVE_LANGUAGES = {"go": "go", "cargo": "rust", "jest": "javascript"}
+#: What separates a Jest test's id from nothing (Jest ids have no parameters or subtests).
+NO_SEPARATOR = "\x00"
 #: How many canaries :func:`derive_canary` plants (at most; one a listed test).
 COUNT = 4
 #: Words the synthetic canary's names are made of.
@@ -114,6 +119,8 @@ def canary_files(task: Task) -> list[str]:
         return [f for f in patch_files(task.test_patch) if is_test_file(f, "java")]
     if task.test_spec.log_format == "go":
         return [f for f in patch_files(task.test_patch) if f.endswith("_test.go")]
+    if task.test_spec.log_format == "jest":
+        return [f for f in patch_files(task.test_patch) if re.search(r"\.(spec|test)\.js$", f)]
     if task.test_spec.log_format == "cargo":
         # Integration tests (``tests/*.rs``): the test files a crate's tests are built from.
         return [f for f in patch_files(task.test_patch) if re.search(r"(^|/)tests/[^/]+\.rs$", f)]
@@ -156,6 +163,19 @@ def derive_canary(
     order = sorted(sources, key=lambda p: not any(p in i or _module(p) in i for i in f2p))
     for path in order:
         language = native_language(task)
+        if language == "javascript":
+            keep = [task.test_spec.command, *(t for p, t in sources.items() if p != path)]
+            jest = derive_jest(sources[path], task.fail_to_pass, rng, COUNT, keep=keep)
+            if jest is not None:
+                return Canary(
+                    path=path,
+                    ids=jest.ids,
+                    text=jest.text,
+                    sources=jest.sources,
+                    renamed=jest.renamed,
+                    separator=NO_SEPARATOR,
+                )
+            continue
         if language is not None:
             # Catch2's ids are ``exercise.global#name``: the copies' ids take the same prefix.
             prefix = next((i.partition("#")[0] + "#" for i in f2p if "#" in i), "")
@@ -215,7 +235,8 @@ def derive_canary(
 
 def native_language(task: Task) -> str | None:
     """The language of ``task``'s compiled test binary (``go``, ``rust``, ``cpp``: the polyglot
-    exercises' runs), or ``None`` when its tests run otherwise."""
+    exercises' runs) or of its Jest spec files (``javascript``), or ``None`` when its tests run
+    otherwise (Python's runners, Java's)."""
     if task.test_spec.log_format == "junit":
         return "cpp" if task.language == "cpp" else None
     return NATIVE_LANGUAGES.get(task.test_spec.log_format)

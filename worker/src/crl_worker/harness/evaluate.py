@@ -54,7 +54,7 @@ from crl_worker.harness.diffsplit import touched_files as touched_files
 from crl_worker.harness.grading import Grade, grade
 from crl_worker.harness.marks import expected_statuses
 from crl_worker.harness.native import harden as harden_native
-from crl_worker.harness.native import settle
+from crl_worker.harness.native import hardened_run, settle
 from crl_worker.harness.parsers import junit_durations, parse_junit_reports, parse_log
 from crl_worker.harness.result import EvalResult, TestStatus
 from crl_worker.harness.runner import (
@@ -432,7 +432,8 @@ async def _run_tests(
         tests.statuses = parse_log(task.test_spec.log_format, result.output)
     if native:
         in_run = task if planted is None else with_canary(task, planted)
-        fmt, own = task.test_spec.log_format, command != test_command
+        fmt = task.test_spec.log_format
+        own = hardened_run(test_command, command, fmt)
         tests.statuses, tests.tampered = settle(
             tests.statuses, result.output, fmt, in_run, planted, hardened=own
         )

@@ -49,6 +49,10 @@ _GO_COMMAND = re.compile(r"^cd (?P<dir>\S+) && go test -json \./\.\.\.$")
 _CARGO_COMMAND = re.compile(
     r"^cd (?P<dir>\S+) && cargo test --offline --test '\*' -- (?P<args>.*)$"
 )
+#: The polyglot format's Jest command (``polyglot_test_spec``): its lists name every test.
+_JEST_COMMAND = re.compile(
+    r"^cd \S+ && sed -i -E .* && \{ jest --ci --no-cache --runInBand --config '\{\}' --json "
+)
 #: Starts a line of the hardened run's own (printed before any of the candidate's code runs)
 #: saying what of the candidate's answer makes it tampered with.
 REFUSED = "crl-integrity: refused: "
@@ -179,6 +183,16 @@ def unexpected(
     )
 
 
+def hardened_run(test_command: str, command: str, log_format: str) -> bool:
+    """Whether a native run (``command``, made of the task's ``test_command``) is the polyglot
+    format's own, whose ids :func:`settle` checks for unknown passing ones: a rewritten
+    command (:func:`harden`), or the format's Jest command (run as it is: the spec file is
+    Jest's to read, and the candidate's module runs in Jest's process either way)."""
+    if log_format == "jest":
+        return _JEST_COMMAND.match(test_command) is not None
+    return command != test_command
+
+
 def go_packages(log: str) -> set[str]:
     """The packages ``go test -json`` output (``log``) reports a result of their own for."""
     found: set[str] = set()
@@ -206,7 +220,7 @@ def settle(
     *,
     hardened: bool = True,
 ) -> tuple[dict[str, TestStatus], str | None]:
-    """A native (Go, Rust, C++) canary run's statuses as grading reads them, and why the run is
+    """A native (Go, Rust, C++) or Jest canary run's statuses as grading reads them, and why the run is
     tampered with (:func:`unexpected`; a refusal of the hardened run: :data:`REFUSED`), if it
     is. ``task`` is the task as the run was built
     (:func:`~crl_worker.harness.canary.with_canary`: the ids the run gives its tests).
@@ -231,6 +245,11 @@ def settle(
     ):
         # Nothing ran: the canaries failed with the build (an answer that does not compile, or
         # that embeds files), which is no tampering.
+        settled.update(dict.fromkeys(planted, TestStatus.ERROR))
+    tests = {*task.fail_to_pass, *task.pass_to_pass}
+    if log_format == "jest" and not any(i in tests for i in settled):
+        # No test of the spec reported (it failed to run: the candidate's module does not
+        # parse, or ended the process): the canaries did not run either, which is no tampering.
         settled.update(dict.fromkeys(planted, TestStatus.ERROR))
     if log_format == "go":
         others = [s for i, s in settled.items() if i not in packages and not is_canary(i)]
