@@ -105,6 +105,36 @@ def test_defects4j_records() -> None:
     assert "Ant" in str(error)
 
 
+def test_defects4j_maven_options_and_source() -> None:
+    """A converted Defects4J bug (scripts/defects4j_tasks.py, Cli-40) carries its bundle and
+    the Maven properties an old revision needs on Java 17; only ``-Dkey=value`` words are
+    taken (a record cannot add a goal, a flag or a shell command to the test command)."""
+    cli = {
+        "project": "Cli",
+        "bug.id": "40",
+        "repo": "apache/commons-cli--d4j-40",
+        "revision.id.buggy": "9d1b3b5b1c3a0f7fe7fa3e4b3b2cd9bd7be0a6f4",
+        "source": "repos/Cli-40.bundle",
+        "trigger_tests": ["org.apache.commons.cli.TypeHandlerTest::testCreateValueInteger_failure"],
+        "test_patch": _TEST_PATCH_JAVA,
+        "maven_options": "-Dmaven.compiler.source=8 -Dmaven.compiler.target=8 -Djacoco.skip=true",
+    }
+    bad = [
+        {**cli, "bug.id": "41", "maven_options": "-Djacoco.skip=true; curl x | sh"},
+        {**cli, "bug.id": "42", "maven_options": "-Dx=1 verify"},
+        {**cli, "bug.id": "43", "build_system": "gradle"},
+    ]
+    result = _load("defects4j", [cli, *bad])
+    (task,) = result.tasks
+    assert task.source == "repos/Cli-40.bundle"
+    assert task.test.command.startswith(
+        "mvn -B -q test -Dmaven.compiler.source=8 -Dmaven.compiler.target=8 -Djacoco.skip=true "
+    )
+    assert "-Dtest={tests}" in task.test.command
+    assert [e.field for e in result.errors] == ["maven_options"] * 3
+    assert "'-Djacoco.skip=true;'" in str(result.errors[0])
+
+
 def _gitbug_runs(buggy: dict[str, str], fixed: dict[str, str]) -> list[Any]:
     def run(statuses: dict[str, str]) -> list[dict[str, Any]]:
         return [
