@@ -68,11 +68,13 @@ def git(
     *args: str, cwd: Path | None = None, stdin: str | None = None, env: dict[str, str] | None = None
 ) -> str:
     """Run git; its output (raises :class:`ConvertError` on failure)."""
-    done = subprocess.run(["git", *args], cwd=cwd, input=stdin, capture_output=True, text=True,
+    # Bytes, not text: text mode would turn CRLF lines into LF ones and break the patches.
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True,
+                          input=stdin.encode() if stdin is not None else None,
                           env={**os.environ, **env} if env else None)  # fmt: skip
     if done.returncode != 0:
-        raise ConvertError(f"git {' '.join(args[:2])} failed: {done.stderr.strip()[-300:]}")
-    return done.stdout
+        raise ConvertError(f"git {' '.join(args[:2])} failed: {done.stderr.decode()[-300:]}")
+    return done.stdout.decode()
 
 
 def show(defects4j: Path, path: str) -> str:

@@ -124,10 +124,17 @@ def say(message: str) -> None:
 def git(*args: str, cwd: Path | None = None) -> str:
     """Run git with the fixed identity; its output (raises on failure)."""
     env = {**os.environ, **_GIT_ENV}
-    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    # Bytes, not text: text mode would turn the CRLF lines some programs have (wrap.py) into
+    # LF ones, and the patches would no longer apply.
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True)
     if done.returncode != 0:
-        raise ConvertError(f"git {' '.join(args)} failed: {done.stderr.strip()[-500:]}")
-    return done.stdout
+        raise ConvertError(f"git {' '.join(args)} failed: {done.stderr.decode()[-500:]}")
+    return done.stdout.decode()
+
+
+def _read(path: Path) -> str:
+    """A file's text with its line endings as they are (CRLF kept)."""
+    return path.read_bytes().decode()
 
 
 def checkout(source: Path, into: Path) -> Path:
@@ -214,13 +221,13 @@ def convert(root: Path, language: str, program: str, repo: Path, base: str) -> d
     test_patch = _staged_diff(repo)
     if language == "python":
         target = f"python_programs/{program}.py"
-        fixed = _keep_docstring((root / "correct_python_programs" / f"{program}.py").read_text(),
-                                (root / target).read_text())  # fmt: skip
+        fixed = _keep_docstring(_read(root / "correct_python_programs" / f"{program}.py"),
+                                _read(root / target))  # fmt: skip
     else:
         target = f"java_programs/{program}.java"
-        fixed = (root / "correct_java_programs" / f"{program}.java").read_text()
+        fixed = _read(root / "correct_java_programs" / f"{program}.java")
         fixed = fixed.replace("correct_java_programs", "java_programs")
-    (repo / target).write_text(fixed)
+    (repo / target).write_bytes(fixed.encode())
     patch = _staged_diff(repo)
     if not patch.strip():
         raise ConvertError(f"the corrected {target} is the buggy one")
