@@ -190,7 +190,7 @@ QUIXBUGS_PROGRAMS = ("gcd",)
 
 
 async def test_quixbugs_programs_convert_and_resolve_with_gold_and_not_without(
-    tmp_path: Path,
+    mirror: Path, tmp_path: Path
 ) -> None:
     """scripts/quixbugs_tasks.py on the fetched QuixBugs repository: the agent's checkout holds
     neither the corrected program nor the tests, the gold patch resolves and no patch does not."""
