@@ -113,10 +113,12 @@ def convert(
     fixed = row["revision.id.fixed"]
     src_patch = show(defects4j, f"{base}/patches/{bug}.src.patch")
     test_patch = show(defects4j, f"{base}/patches/{bug}.test.patch")
-    git("checkout", "-q", "--force", fixed, cwd=work)
+    # In the index only: a checkout would pass the files through the repository's
+    # .gitattributes (eol normalization), and the blobs of the tree would no longer be the
+    # fixed revision's where the patches do not touch them.
+    git("read-tree", fixed, cwd=work)
     for patch in (src_patch, test_patch):
-        git("apply", "--whitespace=nowarn", "-", cwd=work, stdin=patch)
-    git("add", "-A", cwd=work)
+        git("apply", "--cached", "--whitespace=nowarn", "-", cwd=work, stdin=patch)
     tree = git("write-tree", cwd=work).strip()
     commit = git("commit-tree", tree, "-m", f"Defects4J {project}-{bug}, buggy version",
                  cwd=work, env=_GIT_ENV).strip()  # fmt: skip
@@ -129,7 +131,6 @@ def convert(
                cwd=work)  # fmt: skip
     tests = git("diff", "--no-color", "--no-ext-diff", commit, fixed, "--",
                 *_files(test_patch), cwd=work)  # fmt: skip
-    git("checkout", "-q", "--force", fixed, cwd=work)
     repo, _, _ = DEFECTS4J_REPOS[project].partition(" ")
     return {
         "project": project,
