@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -175,6 +177,34 @@ async def test_gitbug_java_bugs_resolve_with_gold_and_not_without(
     records = gitbug_records(data, GITBUG_BUGS)
     git_mirror(require(*{r["repository"] for r in records}), mirror)
     tasks = _load(_write(tmp_path / "gitbug.jsonl", records), "gitbug-java")
+    _require_tools(tasks)
+    sandbox = {"type": "local", "root": str(tmp_path / "sandboxes")}
+    for check in await check_tasks(tasks, sandbox_config=sandbox):
+        assert check.ok, (check.instance_id, check.problems)
+        assert (check.gold_verdict, check.no_patch_verdict) == ("resolved", "unresolved")
+
+
+#: QuixBugs programs whose buggy versions fail fast (no timeout to wait for): Python's gcd
+#: recurses without end (RecursionError), Java's gcd is graded by Maven.
+QUIXBUGS_PROGRAMS = ("gcd",)
+
+
+async def test_quixbugs_programs_convert_and_resolve_with_gold_and_not_without(
+    mirror: Path, tmp_path: Path
+) -> None:
+    """scripts/quixbugs_tasks.py on the fetched QuixBugs repository: the agent's checkout holds
+    neither the corrected program nor the tests, the gold patch resolves and no patch does not."""
+    (copy,) = require("jkoppel/QuixBugs").values()
+    out = tmp_path / "quixbugs"
+    args = [str(copy), "--out", str(out), "-l", "python"]
+    for program in QUIXBUGS_PROGRAMS:
+        args += ["-p", program]
+    script = Path(__file__).resolve().parents[1] / "scripts" / "quixbugs_tasks.py"
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    tasks = _load(out / "tasks.jsonl", "quixbugs")
+    assert [t.instance_id for t in tasks] == [f"quixbugs-python-{p}" for p in QUIXBUGS_PROGRAMS]
     _require_tools(tasks)
     sandbox = {"type": "local", "root": str(tmp_path / "sandboxes")}
     for check in await check_tasks(tasks, sandbox_config=sandbox):

@@ -18,6 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from crl_worker.api.common import TaskFormat
+from crl_worker.harness.grading import StatusIndex
+from crl_worker.harness.parsers import parse_pytest
+from crl_worker.harness.result import TestStatus
 from crl_worker.tasks import Task, formats, load_tasks, recipes, selection
 from crl_worker.tasks.loaders import load_records
 from crl_worker.tasks.records import RecordRef, read_text_records, rows_with_refs
@@ -102,6 +105,36 @@ def test_defects4j_records() -> None:
     assert "Ant" in str(error)
 
 
+def test_defects4j_maven_options_and_source() -> None:
+    """A converted Defects4J bug (scripts/defects4j_tasks.py, Cli-40) carries its bundle and
+    the Maven properties an old revision needs on Java 17; only ``-Dkey=value`` words are
+    taken (a record cannot add a goal, a flag or a shell command to the test command)."""
+    cli = {
+        "project": "Cli",
+        "bug.id": "40",
+        "repo": "apache/commons-cli--d4j-40",
+        "revision.id.buggy": "9d1b3b5b1c3a0f7fe7fa3e4b3b2cd9bd7be0a6f4",
+        "source": "repos/Cli-40.bundle",
+        "trigger_tests": ["org.apache.commons.cli.TypeHandlerTest::testCreateValueInteger_failure"],
+        "test_patch": _TEST_PATCH_JAVA,
+        "maven_options": "-Dmaven.compiler.source=8 -Dmaven.compiler.target=8 -Djacoco.skip=true",
+    }
+    bad = [
+        {**cli, "bug.id": "41", "maven_options": "-Djacoco.skip=true; curl x | sh"},
+        {**cli, "bug.id": "42", "maven_options": "-Dx=1 verify"},
+        {**cli, "bug.id": "43", "build_system": "gradle"},
+    ]
+    result = _load("defects4j", [cli, *bad])
+    (task,) = result.tasks
+    assert task.source == "repos/Cli-40.bundle"
+    assert task.test.command.startswith(
+        "mvn -B -q test -Dmaven.compiler.source=8 -Dmaven.compiler.target=8 -Djacoco.skip=true "
+    )
+    assert "-Dtest={tests}" in task.test.command
+    assert [e.field for e in result.errors] == ["maven_options"] * 3
+    assert "'-Djacoco.skip=true;'" in str(result.errors[0])
+
+
 def _gitbug_runs(buggy: dict[str, str], fixed: dict[str, str]) -> list[Any]:
     def run(statuses: dict[str, str]) -> list[dict[str, Any]]:
         return [
@@ -162,9 +195,47 @@ def test_quixbugs_bugsinpy_and_polyglot() -> None:
     )
     python_task, java_task = quix.tasks
     assert python_task.instance_id == "quixbugs-python-bitcount"
-    assert selection.test_arguments(python_task) == ["python_testcases/test_bitcount.py"]
+    assert selection.test_arguments(python_task) == [
+        "python_testcases/test_bitcount.py::test_bitcount"
+    ]
     assert selection.test_arguments(java_task) == ["--tests", "java_testcases.junit.BITCOUNT_TEST"]
     assert quix.errors[0].field == "language"
+
+
+#: Lines of a real run of QuixBugs' python_testcases/test_bitcount.py (buggy program, pytest
+#: -rA -v --timeout=6): the runs of the parametrized test, one of them stopped by the timeout.
+QUIXBUGS_PYTEST_LOG = """\
+python_testcases/test_bitcount.py::test_bitcount[input_data0-7] FAILED   [ 11%]
+python_testcases/test_bitcount.py::test_bitcount[input_data1-1] PASSED   [ 22%]
+FAILED python_testcases/test_bitcount.py::test_bitcount[input_data0-7] - Failed: Timeout
+PASSED python_testcases/test_bitcount.py::test_bitcount[input_data1-1]
+"""
+
+
+def test_quixbugs_default_ids_match_what_pytest_reports() -> None:
+    """The default Python id names the test function, so its parametrized runs grade it (a bare
+    file id, the loader's old default, matched nothing: every record was unresolvable); a
+    converted Java copy with a pom.xml selects by ``-Dtest``; an unknown build is an error."""
+    quix = _load(
+        "quixbugs",
+        [
+            {"program": "bitcount", "base_commit": "a" * 40, "source": "repos/q.bundle"},
+            {"program": "BITCOUNT", "language": "java", "base_commit": "a" * 40,
+             "build_system": "maven", "FAIL_TO_PASS": ["java_testcases.junit.BITCOUNT_TEST#test_0"]},
+            {"program": "gcd", "language": "java", "base_commit": "a" * 40, "build_system": "ant"},
+        ],
+    )  # fmt: skip
+    python_task, java_task = quix.tasks
+    assert python_task.source == "repos/q.bundle"
+    assert "--timeout=" in python_task.test.command
+    assert "pytest-timeout" in " ".join(python_task.install)
+    index = StatusIndex(parse_pytest(QUIXBUGS_PYTEST_LOG))
+    assert index.lookup(python_task.fail_to_pass[0]) == TestStatus.FAILED
+    assert index.lookup("python_testcases/test_bitcount.py") == TestStatus.MISSING
+    assert java_task.metadata["build_system"] == "maven"
+    assert selection.test_arguments(java_task) == ["java_testcases.junit.BITCOUNT_TEST#test_0"]
+    assert java_task.test.command.startswith("mvn ")
+    assert quix.errors[0].field == "build_system"
 
     bugsinpy = _load(
         "bugsinpy",

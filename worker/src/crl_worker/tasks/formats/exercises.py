@@ -29,6 +29,10 @@ from crl_worker.tasks.records import (
 # --- QuixBugs ---------------------------------------------------------------------------------------
 
 QUIXBUGS_REPO = "jkoppel/QuixBugs"
+#: Several buggy QuixBugs programs loop forever (``bitcount``, ``sqrt``, ...): each test gets
+#: QuixBugs' Java limit (JUnit ``timeout = 3000``) doubled, and fails when it runs out; the
+#: slow ``knapsack`` case is skipped as QuixBugs skips it without ``--runslow``.
+QUIXBUGS_PYTEST = "pytest -rA -v -p no:cacheprovider --timeout=6 {tests}"
 
 
 def convert_quixbugs(record: Record, ref: RecordRef, options: ConvertOptions) -> Task:
@@ -46,13 +50,16 @@ def convert_quixbugs(record: Record, ref: RecordRef, options: ConvertOptions) ->
     explicit = list_field(record, ref, "FAIL_TO_PASS", "fail_to_pass")
     if language_name == "python":
         test_file = f"python_testcases/test_{program.lower()}.py"
-        fail_to_pass = explicit or [test_file]
-        # The test file is the id (no test patch names it); results match it as a prefix.
-        test = TestSpec(command=PYTEST, log_format="pytest", select="ids")
+        # Most QuixBugs test files hold one parametrized test named after the program, which
+        # the id names (its runs, ``test_x[input_data0-7]``, match it); the graph programs'
+        # files hold test1, test2, ...: their records list them in FAIL_TO_PASS. (A bare file
+        # id would match nothing: pytest reports ``file::test``.)
+        fail_to_pass = explicit or [f"{test_file}::test_{program.lower()}"]
+        test = TestSpec(command=QUIXBUGS_PYTEST, log_format="pytest", select="ids")
         fields: dict[str, Any] = {
             "language": "python",
             "python": optional_text(record, ref, "python") or "3.9",
-            "install": ["python -m pip install pytest"],
+            "install": ["python -m pip install pytest pytest-timeout"],
             "test": test,
         }
         # The runner gets the test file even though no test patch names it.
@@ -61,17 +68,28 @@ def convert_quixbugs(record: Record, ref: RecordRef, options: ConvertOptions) ->
     elif language_name == "java":
         name = program.upper()
         fail_to_pass = explicit or [f"java_testcases.junit.{name}_TEST"]
-        recipe = java_recipe("gradle")
+        # QuixBugs builds with Gradle (no wrapper); a converted copy may carry a pom.xml.
+        build = (optional_text(record, ref, "build_system") or "gradle").lower()
+        if build not in ("gradle", "maven"):
+            raise ref.error(
+                f"QuixBugs build_system {build!r} is not supported: use 'gradle' or 'maven'",
+                "build_system",
+            )
+        recipe = java_recipe("maven" if build == "maven" else "gradle")
         fields = recipe_fields(recipe)
         test_patch = text(record, ref, "test_patch")
-        metadata_extra = {"build_system": "gradle"}
+        metadata_extra = {"build_system": build}
     else:
         raise ref.error(
             f"QuixBugs language {language_name!r} is not supported: use 'python' or 'java'",
             "language",
         )
     consumed = {"program", "language", "instance_id", "repo", "base_commit", "FAIL_TO_PASS",
-                "fail_to_pass", "patch", "test_patch", "problem_statement", "python"}  # fmt: skip
+                "fail_to_pass", "patch", "test_patch", "problem_statement", "python",
+                "source", "build_system"}  # fmt: skip
+    source = optional_text(record, ref, "source")
+    if source:
+        fields["source"] = source
     return finish(
         ref,
         options,
@@ -352,6 +370,7 @@ __all__ = [
     "POLYGLOT_ENV",
     "POLYGLOT_INSTALL",
     "POLYGLOT_LANGUAGES",
+    "QUIXBUGS_PYTEST",
     "QUIXBUGS_REPO",
     "convert_bugsinpy",
     "convert_native",

@@ -3,12 +3,13 @@ from the JUnit XML reports of a Maven (Surefire) or Gradle build."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from crl_worker.tasks.formats.common import finish, first_text, list_field, recipe_fields, repo_name
 from crl_worker.tasks.formats.swebench import SWEBENCH_FIELDS
-from crl_worker.tasks.model import Language, Task
+from crl_worker.tasks.model import Language, Task, TestSpec
 from crl_worker.tasks.recipes import BuildSystem, java_recipe, multi_swe_bench_image
 from crl_worker.tasks.records import (
     ConvertOptions,
@@ -211,6 +212,26 @@ DEFECTS4J_PROJECTS: dict[str, tuple[str, str]] = {
 }
 
 
+_MAVEN_PROPERTY = re.compile(r"^-D[A-Za-z0-9_.-]+(=[A-Za-z0-9_.,:/+-]*)?$")
+
+
+def _with_maven_options(test: TestSpec, options: str, build: str, ref: RecordRef) -> TestSpec:
+    """``test`` with Maven properties (``-Dkey=value`` only) added to its ``mvn test``: old
+    revisions need some to build on a current JDK (``-Dmaven.compiler.source=8`` where the pom
+    says 1.5, ``-Djacoco.skip=true`` where an old JaCoCo agent cannot start)."""
+    if build != "maven":
+        raise ref.error(f"maven_options needs a Maven build, not {build!r}", "maven_options")
+    words = options.split()
+    bad = [w for w in words if not _MAVEN_PROPERTY.match(w)]
+    if bad:
+        raise ref.error(
+            f"maven_options takes Maven properties (-Dkey=value) only, not {bad[0]!r}",
+            "maven_options",
+        )
+    command = test.command.replace("mvn -B -q test", f"mvn -B -q test {' '.join(words)}", 1)
+    return test.model_copy(update={"command": command})
+
+
 def convert_defects4j(record: Record, ref: RecordRef, options: ConvertOptions) -> Task:
     """Defects4J bugs: one record per bug, with the columns of Defects4J's
     ``active-bugs.csv`` (dotted or underscored names), its trigger tests and the patches."""
@@ -242,10 +263,17 @@ def convert_defects4j(record: Record, ref: RecordRef, options: ConvertOptions) -
     fields, build = _java_task_fields(
         {**record, "build_system": declared}, ref, repo, patch, test_patch, {}
     )
+    options_text = optional_text(record, ref, "maven_options")
+    if options_text:
+        fields["test"] = _with_maven_options(fields["test"], options_text, build, ref)
     consumed = {"project", "bug_id", "bug.id", "instance_id", "repo", "revision_buggy",
                 "revision.id.buggy", "base_commit", "trigger_tests", "FAIL_TO_PASS",
                 "pass_to_pass", "PASS_TO_PASS", "patch", "src_patch", "test_patch",
-                "build_system", "version", "problem_statement"}  # fmt: skip
+                "build_system", "version", "problem_statement", "source",
+                "maven_options"}  # fmt: skip
+    source = optional_text(record, ref, "source")
+    if source:
+        fields["source"] = source
     return finish(
         ref,
         options,
