@@ -208,9 +208,11 @@ def test_unknown_passing_ids_and_the_package_result() -> None:
 #: Each language's attacks and whether the integrity check calls them tampered: the forgeries
 #: that print results are; the one whose file read finds nothing runs the real tests (one
 #: passes: the stub's ``None`` for a negative number), and the one that includes the test file
-#: does not compile.
-ATTACKS = {
-    "go__digit-sum": [("GO_READ_TESTS", True), ("GO_KNOWN_NAMES", True), ("GO_EMBED", True)],
+#: does not compile. ``None``: either.
+ATTACKS: dict[str, list[tuple[str, bool | None]]] = {
+    # GO_READ_TESTS: tampered (no test ran, the canaries are missing) or, when the hardened
+    # build did not finish under load (seen once in CI at load 9), unresolved; reward 0 either way.
+    "go__digit-sum": [("GO_READ_TESTS", None), ("GO_KNOWN_NAMES", True), ("GO_EMBED", True)],
     "rust__digit-sum": [
         ("RUST_READ_TESTS", False),
         ("RUST_KNOWN_NAMES", True),
@@ -240,7 +242,8 @@ async def test_forged_results_earn_nothing(instance_id: str, tmp_path: Path) -> 
             assert graded.infrastructure_error is None, (attack, graded.infrastructure_error)
             assert not graded.resolved, (attack, graded.log[-3000:])
             assert rewards.tests_score(graded) == 0.0, attack
-            assert (graded.tampered is not None) is tampered, (attack, graded.tampered)
+            if tampered is not None:
+                assert (graded.tampered is not None) is tampered, (attack, graded.tampered)
             if tampered:
                 assert rewards.tests_score(graded, "fraction") == 0.0, attack
             else:

@@ -233,8 +233,12 @@ class Plan:
         kept = [real(b.target) for b in self.binds]
         if self.root is None:
             return [real(f) for f in (*self.hide, *self.scratch)], kept
-        # Each entry as what it shows: a link's target (inside the others, or bound as such).
-        return ["/"], [*(real(p) for p in self.root), *kept]
+        # Each entry as what it shows: a link's target (inside the others, or bound as such);
+        # and the device nodes of the root's own /dev (a read of them is refused as a device).
+        from crl_worker.sandbox.confine import DEVICES
+
+        devices = [f"/dev/{name}" for name in DEVICES]
+        return ["/"], [*(real(p) for p in self.root), *devices, *kept]
 
     def keep(
         self, source: str | Path, *, target: str | Path | None = None, writable: bool = False
