@@ -268,7 +268,11 @@ POLYGLOT_ENV: dict[str, dict[str, str]] = {
 #: Run once per sandbox before the agent starts. Go: the standard library into the build cache,
 #: which a local sandbox shares between sandboxes (read-only for the agent); compiled once per
 #: machine, a second or two after that, instead of a minute for each sandbox's first test run.
-POLYGLOT_INSTALL: dict[str, tuple[str, ...]] = {"go": ("go build std",)}
+#: Go: the standard library, and the ``test2json`` tool the integrity check's run calls (Go
+#: 1.24+ builds it on first use into the build cache, which the agent's commands only read).
+POLYGLOT_INSTALL: dict[str, tuple[str, ...]] = {
+    "go": ("go build std", "go tool -n test2json > /dev/null")
+}
 
 
 def convert_polyglot(record: Record, ref: RecordRef, options: ConvertOptions) -> Task:
