@@ -32,12 +32,12 @@ command runs as it is, with the canaries but no id check (:func:`settle`).
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Collection, Mapping
 
 from crl_worker.harness.canary import Canary
+from crl_worker.harness.parsers import go_events
 from crl_worker.harness.result import TestStatus
 from crl_worker.tasks.model import Task
 
@@ -196,15 +196,8 @@ def hardened_run(test_command: str, command: str, log_format: str) -> bool:
 def go_packages(log: str) -> set[str]:
     """The packages ``go test -json`` output (``log``) reports a result of their own for."""
     found: set[str] = set()
-    for line in log.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and event.get("Action") in ("pass", "fail"):
+    for event in go_events(log):
+        if event.get("Action") in ("pass", "fail"):
             package = event.get("Package")
             if isinstance(package, str) and package and not event.get("Test"):
                 found.add(package)

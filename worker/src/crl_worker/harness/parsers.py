@@ -33,7 +33,8 @@ import json
 import logging
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from crl_worker.harness.result import TestStatus
 from crl_worker.tasks.model import JEST_REPORT_MARKER
@@ -397,6 +398,21 @@ _GO_ACTIONS = {
 }
 
 
+def go_events(log: str) -> Iterator[dict[str, Any]]:
+    """The test2json events of ``go test -json`` output: one JSON object a line; other lines
+    (the go command's own messages) skipped."""
+    for line in log.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            yield event
+
+
 def parse_go_json(log: str) -> StatusMap:
     """Parse ``go test -json`` (test2json events, one JSON object a line).
 
@@ -409,16 +425,7 @@ def parse_go_json(log: str) -> StatusMap:
     skipped.
     """
     statuses: StatusMap = {}
-    for line in log.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(event, dict):
-            continue
+    for event in go_events(log):
         action, package, test = event.get("Action"), event.get("Package"), event.get("Test")
         if not isinstance(package, str) or not package:
             continue
