@@ -60,7 +60,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from crl_worker.harness.mutants import derive
+from crl_worker.harness.mutants import Derived, derive
 from crl_worker.harness.mutants_java import derive as derive_java
 from crl_worker.harness.mutants_jest import derive as derive_jest
 from crl_worker.harness.mutants_native import derive as derive_native
@@ -161,45 +161,31 @@ def derive_canary(
     f2p = set(task.fail_to_pass)
     # The module with a FAIL_TO_PASS test first.
     order = sorted(sources, key=lambda p: not any(p in i or _module(p) in i for i in f2p))
+    language = native_language(task)
     for path in order:
-        language = native_language(task)
-        if language == "javascript":
-            keep = [task.test_spec.command, *(t for p, t in sources.items() if p != path)]
-            jest = derive_jest(sources[path], task.fail_to_pass, rng, COUNT, keep=keep)
-            if jest is not None:
-                return Canary(
-                    path=path,
-                    ids=jest.ids,
-                    text=jest.text,
-                    sources=jest.sources,
-                    renamed=jest.renamed,
-                    separator=NO_SEPARATOR,
-                )
-            continue
+        # Parametrized ids (``test_x[case]``) unless the language says otherwise.
+        separator = "["
+        derived: Derived | None
         if language is not None:
-            # Catch2's ids are ``exercise.global#name``: the copies' ids take the same prefix.
-            prefix = next((i.partition("#")[0] + "#" for i in f2p if "#" in i), "")
-            native = derive_native(
-                sources[path],
-                language,
-                task.fail_to_pass,
-                rng,
-                COUNT,
-                keep=[task.test_spec.command, *(t for p, t in sources.items() if p != path)],
-                prefix=prefix if language == "cpp" else "",
-            )
-            if native is not None:
-                return Canary(
-                    path=path,
-                    ids=native.ids,
-                    text=native.text,
-                    sources=native.sources,
-                    renamed=native.renamed,
-                    # Go's subtests, Catch2's sections: ``TestX/case``, ``x/section``.
-                    separator="[" if language == "rust" else "/",
+            keep = [task.test_spec.command, *(t for p, t in sources.items() if p != path)]
+            if language == "javascript":
+                derived = derive_jest(sources[path], task.fail_to_pass, rng, COUNT, keep=keep)
+                separator = NO_SEPARATOR
+            else:
+                # Catch2's ids are ``exercise.global#name``: the copies' ids take that prefix.
+                prefix = next((i.partition("#")[0] + "#" for i in f2p if "#" in i), "")
+                derived = derive_native(
+                    sources[path],
+                    language,
+                    task.fail_to_pass,
+                    rng,
+                    COUNT,
+                    keep=keep,
+                    prefix=prefix if language == "cpp" else "",
                 )
-            continue
-        if path.endswith(".java"):
+                # Go's subtests, Catch2's sections: ``TestX/case``, ``x/section``.
+                separator = "[" if language == "rust" else "/"
+        elif path.endswith(".java"):
             # A test renamed keeps working unless the command or another test file names it.
             others = [text for other, text in sources.items() if other != path]
             derived = derive_java(
@@ -229,6 +215,7 @@ def derive_canary(
                 text=derived.text,
                 sources=derived.sources,
                 renamed=derived.renamed,
+                separator=separator,
             )
     return None
 
