@@ -40,7 +40,9 @@ from crl_worker.bench.runner import (
 )
 from crl_worker.errors import SandboxError
 from crl_worker.harness.validate import ValidationReport, validate_tasks, write_quarantine
+from crl_worker.pool.client import GatewayClient
 from crl_worker.rollout.results import ResultsError, ResultsStore
+from crl_worker.rollout.served import NothingServed, ServedTasks, served_tasks
 from crl_worker.rollout.setup import (
     AgentKind,
     Policies,
@@ -144,7 +146,9 @@ def prepare_benchmark(
     5. something answers at the endpoint: refused when ``require_endpoint``, else a warning (in
        a cluster the server may still be starting; the client's retries wait for it);
     6. sandboxes leased from the pool gateway at ``pool_url``, else made from the ``sandbox``
-       config (default: local ones).
+       config (default: local ones). A pool that validates its tasks is waited for; the tasks
+       it quarantined are left out and listed with their reasons in the results folder's
+       ``quarantine.json`` (and in :attr:`BenchmarkSetup.validation`).
 
     With ``validate_runs``, the selected tasks are validated after step 3
     (:func:`~crl_worker.harness.validate.validate_tasks`: gold resolves, no patch does not, that
@@ -215,8 +219,22 @@ def prepare_benchmark(
         if pool_url:
             try:
                 asyncio.run(wait_for_gateway(pool_url))
+                served = asyncio.run(_served(pool_url, selected))
+            except NothingServed as exc:
+                raise BenchTasksError(str(exc)) from exc
             except RolloutSetupError as exc:
                 raise BenchConfigError(str(exc)) from exc
+            if served.quarantined:
+                selected, validation = served.tasks, served.report()
+                listed = write_quarantine(folder, validation)
+                logger.warning(
+                    "the pool quarantined %d of the %d selected tasks when it validated them"
+                    " (%s): they are left out of the run, listed in %s",
+                    len(served.quarantined),
+                    len(served.quarantined) + len(selected),
+                    served.reasons(),
+                    listed,
+                )
         try:
             sandboxes = Sandboxes.make(pool_url, sandbox)
         except SandboxError as exc:
@@ -270,6 +288,14 @@ def _baseline(config: BenchmarkConfig, folder: Path | None) -> Baseline | None:
     if wanted is None:
         return Baseline(folder, str(folder))
     return Baseline(folder, wanted.name, wanted.confidence_level, wanted.minimum_improvement)
+
+
+async def _served(pool_url: str, tasks: list[Task]) -> ServedTasks:
+    """``tasks`` split by what the pool at ``pool_url`` serves, once it has validated them."""
+    async with GatewayClient(pool_url) as gateway:
+        served = await served_tasks(gateway, tasks)
+    assert served is not None  # nothing stops the wait
+    return served
 
 
 async def _close(policies: Policies, sandboxes: Sandboxes) -> None:

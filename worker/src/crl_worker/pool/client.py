@@ -36,6 +36,7 @@ from crl_worker.pool.models import (
     ReleaseRequest,
     ReleaseResponse,
     RunRequest,
+    TaskSet,
 )
 from crl_worker.sandbox.base import DEFAULT_MAX_OUTPUT, CommandResult, Sandbox
 from crl_worker.sandbox.files import FileTooLarge, PathOutsideSandbox
@@ -158,6 +159,14 @@ class GatewayClient:
     async def metrics(self) -> str:
         """GET /metrics (Prometheus text)."""
         return (await self._request("GET", "/metrics", timeout=30)).text
+
+    async def tasks(self, *, wait: float = 0.0) -> TaskSet:
+        """GET /v1/tasks: which tasks the pool serves and which it quarantined; while the pool
+        validates, the gateway waits up to ``wait`` seconds (it caps them) for the verdicts."""
+        response = await self._request(
+            "GET", "/v1/tasks", params={"wait": wait}, timeout=wait + TIMEOUT_MARGIN
+        )
+        return await self._model(response, TaskSet)
 
     async def lease(self, instance_id: str, *, timeout: float | None = None) -> Lease:
         """POST /v1/leases; waits while the pool is full, up to ``timeout`` (gateway default)."""

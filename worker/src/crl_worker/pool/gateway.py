@@ -27,6 +27,7 @@ from crl_worker.pool.config import GatewayConfig
 from crl_worker.pool.leases import SandboxFactory, SandboxPool
 from crl_worker.pool.metrics import PoolMetrics
 from crl_worker.pool.server import Limits, make_app, make_metrics_app
+from crl_worker.pool.serving import TaskGate
 from crl_worker.pool.validation import publisher_from_env, validate_pool
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
@@ -95,6 +96,8 @@ class Gateway:
         self._factory = factory
         self._cleanup: Cleanup = _nothing
         self.pool: SandboxPool | None = None
+        self.gate: TaskGate | None = None
+        """Which tasks the pool serves (``GET /v1/tasks``)."""
         self._runner: web.AppRunner | None = None
         self._metrics_runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -126,9 +129,10 @@ class Gateway:
                 lease_ttl=self.config.lease_ttl,
                 prefetch_ttl=self.config.prefetch_ttl,
             )
+            self.gate = TaskGate(self.pool)
             validation = settings.validation.enabled
             if validation:
-                self.pool.holding = (
+                self.gate.hold(
                     f"the pool validates its {len(self.tasks)} tasks before it serves them"
                     " (spec.validation)"
                 )
@@ -140,7 +144,9 @@ class Gateway:
                 max_body=self.config.max_write_bytes,
                 max_output=self.config.max_output_bytes,
             )
-            app = make_app(self.pool, self.config.backend, token=self.token, limits=limits)
+            app = make_app(
+                self.pool, self.config.backend, token=self.token, limits=limits, gate=self.gate
+            )
             self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
             self.port = await self._listen(self._runner, self.config.port)
             if self.config.metrics_port is not None:
@@ -169,7 +175,7 @@ class Gateway:
 
     async def _validate(self, factory: SandboxFactory) -> None:
         """Validate the tasks on the pool's sandboxes, then serve the valid ones only."""
-        assert self.pool is not None
+        assert self.gate is not None
         try:
             report = await validate_pool(
                 self.config, self.tasks, factory, publish=publisher_from_env(self.config)
@@ -178,10 +184,10 @@ class Gateway:
             # Leasing stays held: serving tasks that were not validated is what the spec
             # asked to avoid. A restart validates again (finished verdicts are cached).
             logger.exception("validating the pool's tasks failed; nothing is leased")
-            self.pool.holding = f"validating the pool's tasks failed ({exc}); see the gateway log"
+            self.gate.fail(f"validating the pool's tasks failed ({exc}); see the gateway log")
             return
         self.validation = report
-        self.pool.serve_only({v.instance_id: v.reason for v in report.quarantined})
+        self.gate.serve(report)
 
     async def wait_validated(self) -> None:
         """Return when validation is over (at once when the pool does not validate)."""

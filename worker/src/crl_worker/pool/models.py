@@ -139,6 +139,39 @@ class Health(_Body):
     max_sandboxes: int = Field(ge=1)
 
 
+class QuarantinedInstance(_Body):
+    """A task the pool's validation found broken: never leased."""
+
+    instance_id: str
+    reason: str
+    """The kind of its first problem (``gold patch does not resolve``, ``flaky tests``, ...)."""
+    problems: list[str] = Field(default_factory=list)
+    """Every problem found, as ``crl tasks check`` words it."""
+    flaky: list[str] = Field(default_factory=list)
+    """Tests whose status changed between runs of the same patch."""
+    digest: str = ""
+    """The task's content hash the verdict is cached under."""
+
+
+#: ``validating``: the pool checks its tasks and leases nothing yet; ``serving``: it serves every
+#: task but the quarantined ones; ``failed``: validating failed, nothing is leased.
+ServingState = Literal["validating", "serving", "failed"]
+
+
+class TaskSet(_Body):
+    """Which of its tasks the pool serves (``GET /v1/tasks``)."""
+
+    state: ServingState
+    message: str = ""
+    """Why nothing is served yet (``validating``), or what failed (``failed``)."""
+    total: int = Field(ge=0)
+    """Tasks the pool was given."""
+    served: int = Field(ge=0)
+    """Tasks it leases (``total`` less the quarantined ones once it has validated)."""
+    quarantined: list[QuarantinedInstance] = Field(default_factory=list)
+    """Every task the validation quarantined, with its reason (empty while validating)."""
+
+
 ErrorCode = Literal[
     "bad-request",
     "bad-path",
@@ -172,7 +205,10 @@ __all__ = [
     "LeaseSource",
     "PrefetchRequest",
     "PrefetchResponse",
+    "QuarantinedInstance",
     "ReleaseRequest",
     "ReleaseResponse",
     "RunRequest",
+    "ServingState",
+    "TaskSet",
 ]

@@ -44,6 +44,7 @@ from crl_worker.pool.models import (
     ReleaseRequest,
     RunRequest,
 )
+from crl_worker.pool.serving import TaskGate
 from crl_worker.sandbox.base import CommandResult, Sandbox
 from crl_worker.sandbox.files import FileTooLarge, NotARegularFile, PathOutsideSandbox, check_path
 
@@ -72,6 +73,11 @@ POOL_KEY = web.AppKey("pool", SandboxPool)
 BACKEND_KEY = web.AppKey("backend", str)
 LIMITS_KEY = web.AppKey("limits", Limits)
 TOKEN_KEY = web.AppKey("token", bytes)
+GATE_KEY = web.AppKey("gate", TaskGate)
+
+#: Longest a ``GET /v1/tasks`` waits for the pool's verdicts (seconds): well under the idle
+#: timeout of the proxies between a client and the gateway; the client asks again.
+MAX_TASKS_WAIT = 60.0
 
 
 def _error(status: int, code: ErrorCode, message: str, **headers: str) -> web.Response:
@@ -223,6 +229,19 @@ async def metrics(request: web.Request) -> web.Response:
     )
 
 
+async def task_set(request: web.Request) -> web.Response:
+    """GET /v1/tasks[?wait=S]: which tasks the pool serves and which it quarantined; waits up
+    to ``S`` seconds (at most :data:`MAX_TASKS_WAIT`) while the pool still validates."""
+    asked = request.query.get("wait", "0")
+    try:
+        wait = float(asked)
+    except ValueError:
+        wait = math.nan
+    if not math.isfinite(wait) or wait < 0:
+        raise _bad_request("query parameter 'wait' must be a number of seconds (0 or more)")
+    return _json(await request.app[GATE_KEY].answer(min(wait, MAX_TASKS_WAIT)))
+
+
 async def create_lease(request: web.Request) -> web.Response:
     """POST /v1/leases: lease a sandbox of one instance (waits while the pool is full)."""
     body = await _body(request, LeaseRequest)
@@ -307,10 +326,15 @@ async def prefetch(request: web.Request) -> web.Response:
 
 
 def make_app(
-    pool: SandboxPool, backend: str, *, token: str, limits: Limits | None = None
+    pool: SandboxPool,
+    backend: str,
+    *,
+    token: str,
+    limits: Limits | None = None,
+    gate: TaskGate | None = None,
 ) -> web.Application:
     """The gateway's aiohttp application around a started pool, admitting requests that
-    carry ``token``."""
+    carry ``token``; ``gate`` says which tasks it serves (default: all of the pool's)."""
     if not token:
         raise ValueError("the pool gateway needs a non-empty token")
     limits = limits or Limits()
@@ -319,8 +343,10 @@ def make_app(
     app[BACKEND_KEY] = backend
     app[LIMITS_KEY] = limits
     app[TOKEN_KEY] = token.encode("utf-8")
+    app[GATE_KEY] = gate or TaskGate(pool)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/tasks", task_set)
     app.router.add_post("/v1/leases", create_lease)
     app.router.add_delete("/v1/leases/{lease_id}", release_lease)
     app.router.add_post("/v1/leases/{lease_id}/run", run_command)

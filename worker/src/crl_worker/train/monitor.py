@@ -272,6 +272,15 @@ class Monitor:
         )
         for reason in ("stale", "unplanned"):
             self.c_dropped.labels(reason)
+        self.g_quarantined = Gauge(
+            "crl_train_tasks_quarantined",
+            "Tasks of the run its pool quarantined when it validated them (never drawn), by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.quarantined: dict[str, int] | None = None
+        """Tasks left out because the pool quarantined them, per reason (``None``: the pool
+        does not validate, or the run has not asked it yet)."""
         self.pushes = 0
         """Weight pushes since the last step record."""
         self.push_seconds = 0.0
@@ -386,6 +395,13 @@ class Monitor:
         if self.enabled:
             self.c_sync_problems.labels(reason).inc()
 
+    def tasks_quarantined(self, reasons: Mapping[str, int]) -> None:
+        """Note the tasks the pool quarantined (per reason) for the gauge and the summary."""
+        self.quarantined = dict(reasons)
+        if self.enabled:
+            for reason, count in reasons.items():
+                self.g_quarantined.labels(reason).set(count)
+
     def checkpoint_saved(self, step: int, path: Path) -> None:
         """Note a checkpoint for the summary."""
         self.last_checkpoint = {
@@ -417,7 +433,7 @@ class Monitor:
             ):
                 if value is not None:
                     metrics[key] = value
-        return {
+        summary: dict[str, Any] = {
             "step": step,
             "totalSteps": self.total_steps,
             "policyVersion": policy_version,
@@ -427,6 +443,12 @@ class Monitor:
             "phase": phase,
             "message": message,
         }
+        if self.quarantined is not None:
+            summary["quarantined"] = {
+                "tasks": sum(self.quarantined.values()),
+                "reasons": self.quarantined,
+            }
+        return summary
 
     def write_status(self, summary: Mapping[str, Any]) -> None:
         """Write ``status.json`` atomically (the local view of the summary)."""

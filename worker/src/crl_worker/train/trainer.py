@@ -34,6 +34,7 @@ import logging
 import os
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -139,6 +140,8 @@ class TrainingJob:
             pool_url = f"http://127.0.0.1:{self.gateway.port}"
             token = self.gateway.token  # made in memory: only this process holds it
         self.sandboxes = Sandboxes.make(pool_url, token=token)
+        if not await self._keep_served_tasks():
+            return  # a stop came while the pool validated its tasks
         pool = self.spec.rollout.pool
         self.runner = RolloutRunner(
             agent=self.spec.rollout.agent,
@@ -157,6 +160,39 @@ class TrainingJob:
             from crl_worker.train.report import training_reporter_from_env
 
             self.reporter = training_reporter_from_env()
+
+    async def _keep_served_tasks(self) -> bool:
+        """Leave out of the run's tasks the ones its pool quarantined (waiting for the pool's
+        verdicts while it validates), so that none is drawn; False when a stop came first."""
+        from crl_worker.rollout.served import NothingServed, served_tasks
+        from crl_worker.train.preflight import check_tasks
+
+        assert self.sandboxes is not None and self.sandboxes.gateway is not None
+        try:
+            served = await served_tasks(
+                self.sandboxes.gateway, list(self.tasks.values()), stopped=lambda: self.stop.set
+            )
+        except NothingServed as exc:
+            raise TrainConfigError("spec.tasks", str(exc)) from None
+        if served is None:
+            return False
+        if not served.quarantined:
+            return True
+        kept = {t.instance_id for t in served.tasks}
+        self.tasks = {i: t for i, t in self.tasks.items() if i in kept}
+        self.task_order = [i for i in self.task_order if i in kept]
+        self.monitor.tasks_quarantined(Counter(entry.reason for entry in served.quarantined))
+        if self.rank == 0:
+            logger.warning(
+                "the pool quarantined %d of the run's %d tasks when it validated them (%s): they"
+                " are left out, the run draws from the other %d",
+                len(served.quarantined),
+                len(served.quarantined) + len(kept),
+                served.reasons(),
+                len(kept),
+            )
+        check_tasks(self.settings, served.tasks)
+        return True
 
     def _make_sync(self) -> None:
         """The weight sync, once the model exists (full weights need its tensor manifest)."""
@@ -349,6 +385,8 @@ class TrainingJob:
         step = 0
         try:
             self.engine.call(self._start_services())
+            if self.stop.set:
+                return self._stopped()  # while the pool validated: nothing to save yet
             self.trainer, self.tokenizer = build_trainer(self)
             self._log_sharding()
             self._make_sync()
@@ -475,7 +513,7 @@ class TrainingJob:
         self.on_save(step)
 
     def _stopped(self) -> int:
-        step = int(self.trainer.state.global_step)
+        step = int(self.trainer.state.global_step) if self.trainer is not None else 0
         self.publish(step, phase="Stopped", message="stopped by a signal; resume continues")
         number = self.stop.signal or signal.SIGTERM
         logger.warning("stopped at step %d; run the same command to resume", step)
