@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import ast
 import random
+import shutil
 from pathlib import Path
 
+import pytest
+
+from crl_worker import rewards
 from crl_worker.harness import mutants
 from crl_worker.harness.canary import (
     canary_files,
@@ -17,11 +21,15 @@ from crl_worker.harness.canary import (
     tampered,
     with_canary,
 )
+from crl_worker.harness.evaluate import evaluate
+from crl_worker.harness.integrity import grade_candidate
 from crl_worker.harness.literals import Words, doc_variants, short_description, vocabulary
 from crl_worker.harness.parsers import parse_django
 from crl_worker.harness.result import TestStatus
+from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks import selection
 from crl_worker.tasks.model import Task, TestSpec
+from tests.fixtures import django_instance
 
 MODULE = (Path(__file__).parent / "fixtures" / "django" / "resolve_url_tests.py.txt").read_text()
 PATH = "tests/resolve_url/tests.py"
@@ -151,3 +159,33 @@ def test_docstring_changes_stay_on_the_first_line() -> None:
         assert len(set(firsts)) == 4 and first not in firsts
         # The rest of the docstring is untouched.
         assert {t.split(b"\n", 2)[2] for t in new} == {text.split(b"\n", 2)[2]}
+
+
+async def test_a_forged_django_runner_is_caught_and_the_gold_patch_is_not(tmp_path: Path) -> None:
+    """Red team on a real Django (tests/fixtures/django_instance.py: 4.2.16, django__django-15790's
+    bug put back): a patch to Django's own test runner (``django/test/runner.py``, source the
+    integrity check keeps) that turns every failure into ``ok``, no fix. Graded as the agent's
+    sandbox grades it (no canaries) it resolves: the attack works. Through the integrity check
+    (:func:`grade_candidate`: derived canaries in the run) it is tampered, reward 0; the gold
+    patch still resolves there. One local sandbox, reset between gradings."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    cache = django_instance.cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    why = django_instance.download(cache)
+    if why is not None:
+        pytest.skip(f"Django {django_instance.VERSION}'s sdist is not cached and {why}")
+    task = django_instance.task(cache)
+    forged = django_instance.forgery_patch(Path(task.source or ""))
+    async with create_sandbox({"type": "local", "root": str(tmp_path)}, task) as sandbox:
+        plain = await evaluate(sandbox, task, model_patch=forged)
+        assert plain.resolved and rewards.tests_score(plain) == 1.0, plain.log[-3000:]
+        await sandbox.reset()
+        graded = await grade_candidate(sandbox, task, forged)
+        await sandbox.reset()
+        assert graded.infrastructure_error is None, graded.infrastructure_error
+        assert not graded.resolved and graded.tampered is not None, graded.log[-3000:]
+        assert rewards.tests_score(graded) == 0.0
+        gold = await grade_candidate(sandbox, task, task.patch)
+        assert gold.resolved and gold.confirmed and gold.tampered is None, gold.log[-3000:]
+        assert "canary tests planted in tests/check_framework/test_templates.py" in gold.log
