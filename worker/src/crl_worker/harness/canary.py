@@ -74,7 +74,9 @@ V = TypeVar("V")
 #: Log formats whose test runs get canaries: Python's runners (derived copies, or a synthetic
 #: ``unittest.TestCase`` appended to a test module) and JUnit's reports (derived copies of
 #: ``@Test`` methods only: :mod:`crl_worker.harness.mutants_java`).
-CANARY_FORMATS = frozenset({"pytest", "unittest", "django", "junit", "go", "cargo", "jest"})
+CANARY_FORMATS = frozenset(
+    {"pytest", "unittest", "django", "sympy", "junit", "go", "cargo", "jest"}
+)
 #: The languages of the ``go``, ``cargo`` and ``jest`` formats' test files.
 NATIVE_LANGUAGES = {"go": "go", "cargo": "rust", "jest": "javascript"}
 #: What separates a Jest test's id from nothing (Jest ids have no parameters or subtests).
@@ -199,6 +201,10 @@ def derive_canary(
                 keep="\n".join([task.test_spec.command, *others]),
             )
         else:
+            keep = task.test_spec.command
+            if task.test_spec.log_format == "sympy":
+                # Ids are bare names: another module of the run must keep its tests' names.
+                keep = "\n".join([keep, *(t for p, t in sources.items() if p != path)])
             derived = derive(
                 path,
                 sources[path],
@@ -207,7 +213,7 @@ def derive_canary(
                 task.pass_to_pass,
                 rng,
                 COUNT,
-                keep=task.test_spec.command,
+                keep=keep,
             )
         if derived is not None:
             return Canary(
@@ -245,7 +251,7 @@ def make_canary(task: Task) -> Canary | None:
     appended to a test module, no package call: the fallback of :func:`derive_canary`), or
     ``None`` when its runner or selection has no place for one."""
     files = canary_files(task)
-    if not files or task.test_spec.log_format not in ("pytest", "unittest", "django"):
+    if not files or task.test_spec.log_format not in ("pytest", "unittest", "django", "sympy"):
         return None
     path = files[0]
     suffix = secrets.token_hex(3)
@@ -263,7 +269,11 @@ def make_canary(task: Task) -> Canary | None:
         f"        assert {a} == {b}\n"
     )
     ids: tuple[str, ...]
-    if task.test_spec.log_format == "pytest":
+    if task.test_spec.log_format == "sympy":
+        # SymPy's runner collects module-level functions only, by name.
+        code = f"\n\ndef {third}():\n    assert {b} == {a}\n"
+        ids = (third,)
+    elif task.test_spec.log_format == "pytest":
         code += f"\n\ndef {third}():\n    assert {b} == {a}\n"
         ids = (f"{path}::{cls}::{first}", f"{path}::{cls}::{second}", f"{path}::{third}")
     else:

@@ -121,6 +121,8 @@ def test_id(path: str, cls: str | None, name: str, log_format: str) -> str:
     if log_format == "django":
         # The label relative to ``tests/`` (``tests/admin_views/tests.py``: ``admin_views.tests``).
         return f"{name} ({django_label(path)}.{cls})"
+    if log_format == "sympy":
+        return name  # ``bin/test --verbose`` names a test by its function alone
     return "::".join(p for p in (path, cls, name) if p)
 
 
@@ -129,9 +131,9 @@ def tests_of(path: str, tree: ast.Module, log_format: str) -> list[TestDef]:
     found: list[TestDef] = []
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
-            if log_format == "pytest":
+            if log_format in ("pytest", "sympy"):
                 found.append(TestDef(test_id(path, None, node.name, log_format), None, node, False))
-        elif isinstance(node, ast.ClassDef):
+        elif isinstance(node, ast.ClassDef) and log_format != "sympy":
             # Django's test classes often derive from a base of the module or a mixin: a listed
             # id shows the class runs (only listed tests are copied, into their own class).
             testcase = any("TestCase" in ast.dump(b) for b in node.bases)
@@ -367,6 +369,8 @@ def derive(
         return None
     source = _Text(text)
     taken = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    # SymPy's ids are bare names: no new name may be one of another module's in the run.
+    taken |= set(re.findall(r"\w+", keep)) if log_format == "sympy" else set()
     listed_f2p = {i.split("[", 1)[0] for i in fail_to_pass} | {t.id for t in named(fail_to_pass)}
     known = [t.node.name for t in tests if t.id not in listed_f2p]
     inserts: list[tuple[int, bytes, int]] = []
