@@ -40,7 +40,10 @@ numbers (``self.assertEqual`` in a ``TestCase``) is added at its end: the packag
 first, but a tamperer that reads the failing line could spare it. With no listed test to copy
 at all, :func:`make_canary` plants the old synthetic class and function (no package call).
 
-Python's runners (``pytest``, ``unittest`` log formats) and JUnit reports (``junit``: derived
+Python's runners (``pytest``, ``unittest``, and ``django``: Django's ``runtests.py``, ids
+``test_x (app.module.Class)`` with the module relative to ``tests/``, each copy's docstring
+first line changed since unittest prints it and SWE-bench names tests by it; ``sympy``:
+``bin/test``, module-level functions by bare name) and JUnit reports (``junit``: derived
 copies of ``@Test`` methods with a literal ``assertEquals`` expectation, in the test classes the
 test patch touches, named and the real method renamed the same way as Python's:
 :mod:`crl_worker.harness.mutants_java`; no fallback), and Go's and Rust's test files (``go``,
@@ -71,8 +74,9 @@ from crl_worker.tasks.selection import django_label, is_test_file, patch_files, 
 
 V = TypeVar("V")
 
-#: Log formats whose test runs get canaries: Python's runners (derived copies, or a synthetic
-#: ``unittest.TestCase`` appended to a test module) and JUnit's reports (derived copies of
+#: Log formats whose test runs get canaries: Python's runners, Django's and SymPy's included
+#: (derived copies, or a synthetic ``unittest.TestCase`` or function appended to a test module),
+#: Go's, Rust's and Jest's, and JUnit's reports (derived copies of
 #: ``@Test`` methods only: :mod:`crl_worker.harness.mutants_java`).
 CANARY_FORMATS = frozenset(
     {"pytest", "unittest", "django", "sympy", "junit", "go", "cargo", "jest"}
@@ -201,10 +205,9 @@ def derive_canary(
                 keep="\n".join([task.test_spec.command, *others]),
             )
         else:
-            keep = task.test_spec.command
-            if task.test_spec.log_format == "sympy":
-                # Ids are bare names: another module of the run must keep its tests' names.
-                keep = "\n".join([keep, *(t for p, t in sources.items() if p != path)])
+            # SymPy's ids are bare names: another module of the run keeps its tests' names.
+            sympy = task.test_spec.log_format == "sympy"
+            kept = [t for p, t in sources.items() if p != path] if sympy else []
             derived = derive(
                 path,
                 sources[path],
@@ -213,7 +216,7 @@ def derive_canary(
                 task.pass_to_pass,
                 rng,
                 COUNT,
-                keep=keep,
+                keep="\n".join([task.test_spec.command, *kept]),
             )
         if derived is not None:
             return Canary(

@@ -92,7 +92,9 @@ class Derived:
 
 def _decorators_unsafe(node: ast.FunctionDef | ast.ClassDef) -> bool:
     return any(_names(d) & _UNSAFE_NAMES for d in node.decorator_list) or any(
-        not _dotted(d.func if isinstance(d, ast.Call) else d).endswith(_SAFE_DECORATORS)
+        not f".{_dotted(d.func if isinstance(d, ast.Call) else d)}".endswith(
+            tuple(f".{safe}" for safe in _SAFE_DECORATORS)
+        )
         for d in node.decorator_list
     )
 
