@@ -135,6 +135,15 @@ def test_a_run_maps_back_to_the_task_ids_and_catches_a_forgery() -> None:
         assert tampered(canary, honest) is None
         forged = restore_ids(canary, parse_django(_run_log(canary.text, set())))
         assert tampered(canary, forged) is not None
+    # The module that holds a FAIL_TO_PASS test listed by its docstring goes first.
+    other = "tests/other_app/tests.py"
+    text = "from django.test import SimpleTestCase\n\n\nclass T(SimpleTestCase):\n"
+    text += "    def test_a(self):\n        self.assertEqual(len('ab'), 2)\n"
+    only_doc = task.model_copy(
+        update={"fail_to_pass": [BY_DOC], "pass_to_pass": ["test_a (other_app.tests.T)"]}
+    )
+    canary = derive_canary(only_doc, {other: text, PATH: MODULE}, random.Random(1))
+    assert canary is not None and canary.path == PATH
 
 
 def test_docstring_changes_stay_on_the_first_line() -> None:
