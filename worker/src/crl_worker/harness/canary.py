@@ -40,7 +40,10 @@ numbers (``self.assertEqual`` in a ``TestCase``) is added at its end: the packag
 first, but a tamperer that reads the failing line could spare it. With no listed test to copy
 at all, :func:`make_canary` plants the old synthetic class and function (no package call).
 
-Python's runners (``pytest``, ``unittest`` log formats) and JUnit reports (``junit``: derived
+Python's runners (``pytest``, ``unittest``, and ``django``: Django's ``runtests.py``, ids
+``test_x (app.module.Class)`` with the module relative to ``tests/``, each copy's docstring
+first line changed since unittest prints it and SWE-bench names tests by it; ``sympy``:
+``bin/test``, module-level functions by bare name) and JUnit reports (``junit``: derived
 copies of ``@Test`` methods with a literal ``assertEquals`` expectation, in the test classes the
 test patch touches, named and the real method renamed the same way as Python's:
 :mod:`crl_worker.harness.mutants_java`; no fallback), and Go's and Rust's test files (``go``,
@@ -67,14 +70,17 @@ from crl_worker.harness.mutants_native import derive as derive_native
 from crl_worker.harness.result import TestStatus
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
-from crl_worker.tasks.selection import is_test_file, patch_files, test_arguments
+from crl_worker.tasks.selection import django_label, is_test_file, patch_files, test_arguments
 
 V = TypeVar("V")
 
-#: Log formats whose test runs get canaries: Python's runners (derived copies, or a synthetic
-#: ``unittest.TestCase`` appended to a test module) and JUnit's reports (derived copies of
+#: Log formats whose test runs get canaries: Python's runners, Django's and SymPy's included
+#: (derived copies, or a synthetic ``unittest.TestCase`` or function appended to a test module),
+#: Go's, Rust's and Jest's, and JUnit's reports (derived copies of
 #: ``@Test`` methods only: :mod:`crl_worker.harness.mutants_java`).
-CANARY_FORMATS = frozenset({"pytest", "unittest", "junit", "go", "cargo", "jest"})
+CANARY_FORMATS = frozenset(
+    {"pytest", "unittest", "django", "sympy", "junit", "go", "cargo", "jest"}
+)
 #: The languages of the ``go``, ``cargo`` and ``jest`` formats' test files.
 NATIVE_LANGUAGES = {"go": "go", "cargo": "rust", "jest": "javascript"}
 #: What separates a Jest test's id from nothing (Jest ids have no parameters or subtests).
@@ -127,7 +133,8 @@ def canary_files(task: Task) -> list[str]:
     files = [f for f in patch_files(task.test_patch) if is_test_file(f, "python")]
     if "{tests}" in task.test_spec.command:
         selected = set(test_arguments(task))
-        files = [f for f in files if f in selected]
+        # Django's runner is given dotted labels (``tests/a/tests.py``: ``a.tests``).
+        files = [f for f in files if f in selected or _module(f, task) in selected]
     return files
 
 
@@ -160,7 +167,11 @@ def derive_canary(
     rng = rng or random.SystemRandom()
     f2p = set(task.fail_to_pass)
     # The module with a FAIL_TO_PASS test first.
-    order = sorted(sources, key=lambda p: not any(p in i or _module(p) in i for i in f2p))
+    # (Or one that holds a listed docstring's line: SWE-bench names some Django tests so.)
+    order = sorted(
+        sources,
+        key=lambda p: not any(p in i or _module(p, task) in i or i in sources[p] for i in f2p),
+    )
     language = native_language(task)
     for path in order:
         # Parametrized ids (``test_x[case]``) unless the language says otherwise.
@@ -198,6 +209,9 @@ def derive_canary(
                 keep="\n".join([task.test_spec.command, *others]),
             )
         else:
+            # SymPy's ids are bare names: another module of the run keeps its tests' names.
+            sympy = task.test_spec.log_format == "sympy"
+            kept = [t for p, t in sources.items() if p != path] if sympy else []
             derived = derive(
                 path,
                 sources[path],
@@ -206,7 +220,7 @@ def derive_canary(
                 task.pass_to_pass,
                 rng,
                 COUNT,
-                keep=task.test_spec.command,
+                keep="\n".join([task.test_spec.command, *kept]),
             )
         if derived is not None:
             return Canary(
@@ -229,10 +243,13 @@ def native_language(task: Task) -> str | None:
     return NATIVE_LANGUAGES.get(task.test_spec.log_format)
 
 
-def _module(path: str) -> str:
-    """The module (or Java class) a test file holds, dotted: what its tests' ids contain."""
+def _module(path: str, task: Task) -> str:
+    """The module (or Java class) a test file holds, dotted: what its tests' ids contain
+    (Django's: the label relative to ``tests/``)."""
     if path.endswith(".java"):
         return path.removesuffix(".java").rpartition("/java/")[2].replace("/", ".")
+    if task.test_spec.log_format == "django":
+        return django_label(path)
     return path.removesuffix(".py").replace("/", ".")
 
 
@@ -241,14 +258,14 @@ def make_canary(task: Task) -> Canary | None:
     appended to a test module, no package call: the fallback of :func:`derive_canary`), or
     ``None`` when its runner or selection has no place for one."""
     files = canary_files(task)
-    if not files or task.test_spec.log_format not in ("pytest", "unittest"):
+    if not files or task.test_spec.log_format not in ("pytest", "unittest", "django", "sympy"):
         return None
     path = files[0]
     suffix = secrets.token_hex(3)
     cls = "Test" + "".join(w.capitalize() for w in _name().split("_")[:2]) + suffix
     first, second, third = f"test_{_name()}", f"test_{_name()}", f"test_{_name()}"
     a, b = secrets.randbelow(1000), 1000 + secrets.randbelow(1000)
-    module = path[: -len(".py")].replace("/", ".")
+    module = _module(path, task)
     alias = f"_unittest_{suffix}"
     code = (
         f"\n\nimport unittest as {alias}\n\n\n"
@@ -259,7 +276,11 @@ def make_canary(task: Task) -> Canary | None:
         f"        assert {a} == {b}\n"
     )
     ids: tuple[str, ...]
-    if task.test_spec.log_format == "pytest":
+    if task.test_spec.log_format == "sympy":
+        # SymPy's runner collects module-level functions only, by name.
+        code = f"\n\ndef {third}():\n    assert {b} == {a}\n"
+        ids = (third,)
+    elif task.test_spec.log_format == "pytest":
         code += f"\n\ndef {third}():\n    assert {b} == {a}\n"
         ids = (f"{path}::{cls}::{first}", f"{path}::{cls}::{second}", f"{path}::{third}")
     else:
@@ -284,8 +305,10 @@ def with_canary(task: Task, canary: Canary) -> Task:
     new = {old: run for run, old in canary.renamed}
 
     def rename(test_id: str) -> str:
+        if test_id in new:  # a whole id first (a docstring may hold the separator)
+            return new[test_id]
         base, bracket, rest = test_id.partition(canary.separator)
-        return new[base] + bracket + rest if base in new else new.get(test_id, test_id)
+        return new[base] + bracket + rest if base in new else test_id
 
     return task.model_copy(
         update={
@@ -304,7 +327,10 @@ def restore_ids(canary: Canary | None, found: Mapping[str, V]) -> dict[str, V]:
     restored: dict[str, V] = {}
     for test_id, value in found.items():
         base, bracket, rest = test_id.partition(canary.separator)
-        restored[old[base] + bracket + rest if base in old else test_id] = value
+        if test_id in old:  # a whole id first (a docstring may hold the separator)
+            restored[old[test_id]] = value
+        else:
+            restored[old[base] + bracket + rest if base in old else test_id] = value
     return restored
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import ast
 import random
 import re
-from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from crl_worker.harness.literals import Words, doc_variants, short_description, variants, vocabulary
 from crl_worker.harness.names import body_words, canary_name
+from crl_worker.tasks.selection import django_label
 
 #: Methods whose first two arguments are compared for equality.
 EQUAL_ASSERTIONS = frozenset(
@@ -43,6 +44,23 @@ _UNSAFE_NAMES = frozenset(
         "exit",
     }
 )
+#: Decorators that leave a test's outcome pass or fail (``parametrize``; Django's settings and
+#: app registry overrides, ``ignore_warnings``; ``mock.patch``): the dotted name's last parts.
+_SAFE_DECORATORS = (
+    "parametrize",
+    "override_settings",
+    "modify_settings",
+    "isolate_apps",
+    "ignore_warnings",
+    "patch",
+    "patch.object",
+    "patch.dict",
+)
+#: The log formats of unittest's verbose runner (``django``: Django's ``runtests.py``).
+UNITTEST_FORMATS = frozenset({"unittest", "django"})
+#: Context managers whose block may swallow a failing assertion (``assertRaises``,
+#: ``suppress``, ``catch_warnings``...): an expectation inside one is not changed.
+_SWALLOWING = re.compile(r"(?i)raise|suppress|catch|expect|warn|xfail|skip")
 
 
 @dataclass(frozen=True)
@@ -56,6 +74,9 @@ class TestDef:
     node: ast.FunctionDef
     testcase: bool
     """A ``unittest.TestCase`` method (``self.assert*`` is available)."""
+    #: Its docstring's first line, which unittest's verbose runner prints after its id (and
+    #: SWE-bench names some Django tests by); ``None`` without one.
+    doc: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,8 +92,18 @@ class Derived:
 
 def _decorators_unsafe(node: ast.FunctionDef | ast.ClassDef) -> bool:
     return any(_names(d) & _UNSAFE_NAMES for d in node.decorator_list) or any(
-        "parametrize" not in ast.dump(d) for d in node.decorator_list
+        not f".{_dotted(d.func if isinstance(d, ast.Call) else d)}".endswith(
+            tuple(f".{safe}" for safe in _SAFE_DECORATORS)
+        )
+        for d in node.decorator_list
     )
+
+
+def _dotted(node: ast.expr) -> str:
+    """``a.b.c`` for a name or attribute chain, else ``""``."""
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else ""
 
 
 def _names(root: ast.AST) -> set[str]:
@@ -89,6 +120,11 @@ def test_id(path: str, cls: str | None, name: str, log_format: str) -> str:
     """The id ``log_format``'s runner reports for test ``name`` (of class ``cls``) in ``path``."""
     if log_format == "unittest":
         return f"{name} ({path.removesuffix('.py').replace('/', '.')}.{cls})"
+    if log_format == "django":
+        # The label relative to ``tests/`` (``tests/admin_views/tests.py``: ``admin_views.tests``).
+        return f"{name} ({django_label(path)}.{cls})"
+    if log_format == "sympy":
+        return name  # ``bin/test --verbose`` names a test by its function alone
     return "::".join(p for p in (path, cls, name) if p)
 
 
@@ -97,10 +133,13 @@ def tests_of(path: str, tree: ast.Module, log_format: str) -> list[TestDef]:
     found: list[TestDef] = []
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
-            if log_format == "pytest":
+            if log_format in ("pytest", "sympy"):
                 found.append(TestDef(test_id(path, None, node.name, log_format), None, node, False))
-        elif isinstance(node, ast.ClassDef):
+        elif isinstance(node, ast.ClassDef) and log_format != "sympy":
+            # Django's test classes often derive from a base of the module or a mixin: a listed
+            # id shows the class runs (only listed tests are copied, into their own class).
             testcase = any("TestCase" in ast.dump(b) for b in node.bases)
+            testcase = testcase or (log_format == "django" and bool(node.bases))
             if log_format == "unittest" and not testcase:
                 continue
             if log_format == "pytest" and not (testcase or node.name.startswith("Test")):
@@ -113,6 +152,7 @@ def tests_of(path: str, tree: ast.Module, log_format: str) -> list[TestDef]:
                             node.name,
                             item,
                             testcase,
+                            short_description(ast.get_docstring(item, clean=False)),
                         )
                     )
     return found
@@ -130,10 +170,11 @@ def _literal(node: ast.expr) -> bool:
 
 
 def expectations(test: TestDef) -> list[ast.expr]:
-    """The literal sides of the top-level equality assertions of ``test``'s body whose other
-    side is not a literal (a call into the package, a variable)."""
+    """The literal sides of the top-level equality assertions of ``test``'s body (or of a
+    ``with`` block in it that cannot swallow a failure: :func:`_straight`) whose other side is
+    not a literal (a call into the package, a variable)."""
     found: list[ast.expr] = []
-    for stmt in test.node.body:
+    for stmt in _straight(test.node.body):
         pair: Sequence[ast.expr] = ()
         if isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare):
             compare = stmt.test
@@ -149,6 +190,20 @@ def expectations(test: TestDef) -> list[ast.expr]:
             pair = stmt.value.args[:2]
         if len(pair) == 2 and _literal(pair[0]) != _literal(pair[1]):
             found.append(pair[0] if _literal(pair[0]) else pair[1])
+    return found
+
+
+def _straight(body: list[ast.stmt]) -> list[ast.stmt]:
+    """``body``'s statements, those of its ``with`` blocks in their place (Django's
+    ``self.settings(...)``, ``mock.patch``) unless a context manager's name says it may swallow
+    an exception (:data:`_SWALLOWING`): the statements that run, in order, whenever it runs."""
+    found: list[ast.stmt] = []
+    for stmt in body:
+        found.append(stmt)
+        if isinstance(stmt, ast.With) and not any(
+            _SWALLOWING.search(n) for item in stmt.items for n in _names(item.context_expr)
+        ):
+            found.extend(_straight(stmt.body))
     return found
 
 
@@ -181,128 +236,6 @@ class _Text:
 
     def line_end(self, line: int) -> int:
         return self.starts[min(line, len(self.starts) - 1)]
-
-
-#: A word of a string literal's text: letters not after a backslash (an escape) or a letter.
-_TEXT_WORD = re.compile(rb"(?<![\\A-Za-z])[A-Za-z]{2,}(?![A-Za-z])")
-
-
-def vocabulary(tree: ast.AST, skip: Collection[ast.AST] = ()) -> Counter[str]:
-    """How often each word (lower case, two letters or more) occurs in a module's identifiers
-    and string constants, leaving out the subtrees ``skip``: what a changed word of a string is
-    drawn from."""
-    found: Counter[str] = Counter()
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        if node in skip:
-            continue
-        todo.extend(ast.iter_child_nodes(node))
-        text = ""
-        if isinstance(node, ast.Name):
-            text = node.id
-        elif isinstance(node, ast.Attribute | ast.FunctionDef | ast.ClassDef):
-            text = node.attr if isinstance(node, ast.Attribute) else node.name
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            text = node.value
-        found.update(w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", text))
-    return Counter({w: n for w, n in found.items() if len(w) > 1})
-
-
-@dataclass(frozen=True)
-class Words:
-    """A module's words (:func:`vocabulary`): all of them, and those outside the tests the
-    task adds (what a reader of the repository before the task knows)."""
-
-    all: Counter[str]
-    old: Counter[str]
-
-
-def _cased(word: str, like: str) -> str:
-    if like.isupper():
-        return word.upper()
-    return word.capitalize() if like[:1].isupper() else word
-
-
-def word_variants(
-    text: bytes, body: tuple[int, int], words: Words, rng: random.Random, count: int
-) -> list[bytes]:
-    """Up to ``count`` texts of the string literal ``text`` (its contents at ``body``), each
-    with the same one word replaced by another word of the module (``words``), cased alike and
-    of about its length, a word the repository had before the task for one it had, a new one
-    for a new one where there are enough: every value of the group reads as words of the file,
-    as new or as old as the original's, so a dictionary does not tell the original apart. A
-    word that occurs elsewhere in the module is replaced first (its replacements do too)."""
-    spots: list[tuple[int, int, list[str]]] = []
-    for match in _TEXT_WORD.finditer(text, *body):
-        word = match.group().decode()
-        if not (word.islower() or word.isupper() or word[1:].islower()):
-            continue
-        near = [
-            w
-            for w in words.all
-            if w != word.lower() and abs(len(w) - len(word)) <= max(2, len(word) // 2)
-        ]
-        alike = [w for w in near if (w in words.old) == (word.lower() in words.old)]
-        options = sorted(_cased(w, word) for w in (alike if len(alike) >= count else near))
-        if len(options) >= min(count, 2):
-            spots.append((match.start(), match.end(), options))
-    if not spots:
-        return []
-    common = [s for s in spots if words.all[text[s[0] : s[1]].decode().lower()] > 1]
-    start, end, options = rng.choice(common or spots)
-    return [
-        text[:start] + w.encode() + text[end:]
-        for w in rng.sample(options, min(count, len(options)))
-    ]
-
-
-def variants(
-    text: bytes,
-    value: object,
-    rng: random.Random,
-    count: int,
-    words: Words | None = None,
-) -> list[bytes]:
-    """Up to ``count`` texts for the constant ``text`` (of ``value``), each changed at the same
-    one spot to a different value, the spot and the values drawn from ``rng``: the original and
-    its variants differ only there, so nothing tells the original apart. A string with a word
-    gets another word of the module there (:func:`word_variants`, given its ``words``); else
-    one character is changed (a digit, a letter)."""
-    if isinstance(value, bool):
-        return [b"False" if value else b"True"]
-    if isinstance(value, int | float):
-        digits = [i for i, c in enumerate(text) if chr(c).isdigit()]
-        if not digits:
-            return []
-        i = rng.choice(digits)
-        lead = i == 0 or not chr(text[i - 1]).isalnum()
-        choices = [d for d in "0123456789" if ord(d) != text[i] and not (lead and d == "0")]
-        picked = rng.sample(choices, min(count, len(choices)))
-        return [text[:i] + d.encode() + text[i + 1 :] for d in picked]
-    if isinstance(value, str | bytes):
-        quote = text[-1:]
-        body_start = text.index(quote) + (3 if text.endswith(quote * 3) else 1)
-        body_end = len(text) - (3 if text.endswith(quote * 3) else 1)
-        if words is not None:
-            by_word = word_variants(text, (body_start, body_end), words, rng, count)
-            if by_word:
-                return by_word
-        spots = [
-            i
-            for i in range(body_start, body_end)
-            if chr(text[i]).isalnum() and text[i - 1 : i] != b"\\"
-        ]
-        letters = "abcdefghijklmnopqrstuvwxyz"
-        if not spots:
-            picked = rng.sample(letters, min(count, len(letters)))
-            return [text[:body_start] + c.encode() + text[body_start:] for c in picked]
-        i = rng.choice(spots)
-        c = chr(text[i])
-        pool = "0123456789" if c.isdigit() else letters.upper() if c.isupper() else letters
-        picked = rng.sample([p for p in pool if p != c], min(count, len(pool) - 1))
-        return [text[:i] + d.encode() + text[i + 1 :] for d in picked]
-    return []
 
 
 def _constant_rank(node: ast.Constant) -> int:
@@ -365,13 +298,15 @@ def _copy(
     name: str,
     rng: random.Random,
     literal: tuple[int, int, bytes] | None,
+    doc: tuple[int, int, bytes] | None = None,
 ) -> bytes:
     """``test`` renamed ``name``, with ``literal`` (a span of ``source`` and its new text)
-    changed, or without one a failing equality assertion of two numbers at its end."""
+    changed, or without one a failing equality assertion of two numbers at its end, and its
+    docstring replaced by ``doc`` (a span and its new text) when given."""
     node = test.node
     first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
     start, end = source.line_start(first), source.line_end(node.end_lineno or node.lineno)
-    edits: list[tuple[int, int, bytes]] = []
+    edits: list[tuple[int, int, bytes]] = [doc] if doc is not None else []
     if literal is not None:
         edits.append(literal)
     else:
@@ -418,12 +353,17 @@ def derive(
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     tests = tests_of(path, tree, log_format)
 
+    def named(ids: Collection[str]) -> list[TestDef]:
+        bare = {_UT_NEW_ID.sub(r"\1 (\2)", i.split("[", 1)[0]) for i in ids} | set(ids)
+        # unittest's runners print a docstring's first line too: SWE-bench may name by it.
+        docs = set(ids) if log_format in UNITTEST_FORMATS else set()
+        return [t for t in tests if t.id in bare or (t.doc is not None and t.doc in docs)]
+
     def listed(ids: Collection[str]) -> list[TestDef]:
-        bare = {i.split("[", 1)[0] for i in ids} | set(ids)
         return [
             t
-            for t in tests
-            if t.id in bare and copyable(t) and not (t.cls and _decorators_unsafe(classes[t.cls]))
+            for t in named(ids)
+            if copyable(t) and not (t.cls and _decorators_unsafe(classes[t.cls]))
         ]
 
     f2p, p2p = listed(fail_to_pass), listed(pass_to_pass)
@@ -431,7 +371,9 @@ def derive(
         return None
     source = _Text(text)
     taken = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
-    listed_f2p = {i.split("[", 1)[0] for i in fail_to_pass}
+    # SymPy's ids are bare names: no new name may be one of another module's in the run.
+    taken |= set(re.findall(r"\w+", keep)) if log_format == "sympy" else set()
+    listed_f2p = {i.split("[", 1)[0] for i in fail_to_pass} | {t.id for t in named(fail_to_pass)}
     known = [t.node.name for t in tests if t.id not in listed_f2p]
     inserts: list[tuple[int, bytes, int]] = []
     ids: list[str] = []
@@ -440,20 +382,34 @@ def derive(
     new_tests = {t.node for t in tests if t.id in listed_f2p}
     words = Words(vocabulary(tree), vocabulary(tree, new_tests))
     plan = _plan(source, f2p, p2p, rng, count, words)
+    docs: dict[int, tuple[int, int, bytes]] = {}
+    own: dict[str, tuple[int, int, bytes]] = {}
+    groups = {test.id for test, literal in plan if literal is not None and test in f2p}
+    if log_format in UNITTEST_FORMATS:
+        plan, docs, own = _new_docs(source, plan, tests, rng, words, groups)
     if not plan:
         return None
-    groups = {test.id for test, literal in plan if literal is not None and test in f2p}
     for test in tests:
-        if test.id in groups and renamable(test, text, keep):
+        if test.id in own:
+            # The real test's first line changed like its copies' (and mapped back): else it
+            # would be the one of its group that reads as a person wrote it.
+            start, end, new = own[test.id]
+            inserts.append((start, new, end - start))
+            printed = short_description(ast.literal_eval(new.decode("utf-8")))
+            renamed.append((printed or "", test.doc or ""))
+    # Another class's test of the same name (a subclass's run of it) would not be mapped back.
+    others = "\n".join([*fail_to_pass, *pass_to_pass]) if log_format in UNITTEST_FORMATS else ""
+    for test in tests:
+        if test.id in groups and renamable(test, text, f"{keep}\n{others.replace(test.id, '')}"):
             scope = [t.node.name for t in tests if t.cls == test.cls]
             name = canary_name(test.node.name, scope, known, taken, rng, body_words(test.node))
             at = _def_name_at(source, test.node)
             inserts.append((at, name.encode(), len(test.node.name.encode())))
             renamed.append((test_id(path, test.cls, name, log_format), test.id))
-    for test, literal in plan:
+    for index, (test, literal) in enumerate(plan):
         scope = [t.node.name for t in tests if t.cls == test.cls]
         name = canary_name(test.node.name, scope, known, taken, rng, body_words(test.node))
-        copy = _copy(source, test, name, rng, literal)
+        copy = _copy(source, test, name, rng, literal, docs.get(index))
         siblings = [t for t in tests if t.cls == test.cls]
         where = rng.choice(siblings).node
         before = rng.random() < 0.5
@@ -472,6 +428,53 @@ def derive(
     if not data.endswith(b"\n"):
         data += b"\n"
     return Derived(data.decode("utf-8"), tuple(ids), tuple(copied), tuple(renamed))
+
+
+#: Python 3.11+'s unittest id, ``test_x (module.Class.test_x)``.
+_UT_NEW_ID = re.compile(r"^(\S+) \(([\w.]+)\.\1\)$")
+
+
+def _new_docs(
+    source: _Text,
+    plan: list[tuple[TestDef, tuple[int, int, bytes] | None]],
+    tests: list[TestDef],
+    rng: random.Random,
+    words: Words,
+    groups: Collection[str] = (),
+) -> tuple[
+    list[tuple[TestDef, tuple[int, int, bytes] | None]],
+    dict[int, tuple[int, int, bytes]],
+    dict[str, tuple[int, int, bytes]],
+]:
+    """``plan`` (of a unittest run), a new docstring for each copy (by its index) of a test
+    with one, and one for each test of ``groups`` (by id) that does not read its own.
+
+    unittest prints a docstring's first line after the id (a run's id too, since SWE-bench
+    names some tests by it), so every copy's must differ from the test's and from each other's.
+    All of a group change the same word (:func:`doc_variants`), the real test too where it may,
+    so no first line tells the test from its copies; copies that get none are left out."""
+    avoid = {t.doc for t in tests if t.doc is not None}
+    kept: list[tuple[TestDef, tuple[int, int, bytes] | None]] = []
+    docs: dict[int, tuple[int, int, bytes]] = {}
+    own: dict[str, tuple[int, int, bytes]] = {}
+    for test in dict.fromkeys(t for t, _ in plan):
+        mine = [entry for entry in plan if entry[0] is test]
+        first = test.node.body[0]
+        if test.doc is None or not isinstance(first, ast.Expr):
+            kept.extend(mine)
+            continue
+        doc = first.value
+        start = source.offset(doc.lineno, doc.col_offset)
+        end = source.offset(doc.end_lineno or doc.lineno, doc.end_col_offset or 0)
+        reads = bool(_names(test.node) & {"__doc__", "shortDescription", "_testMethodDoc"})
+        mutable = test.id in groups and not reads
+        texts = doc_variants(source.data[start:end], rng, len(mine) + mutable, words, avoid)
+        if mutable and len(texts) == len(mine) + 1:
+            own[test.id] = (start, end, texts.pop(0))
+        for entry, new in zip(mine, texts, strict=False):
+            docs[len(kept)] = (start, end, new)
+            kept.append(entry)
+    return kept, docs, own
 
 
 #: Names in a test's code or arguments that may read its own name (snapshot and regression

@@ -28,7 +28,8 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from crl_worker.harness.mutants import Derived, group_sizes, variants
+from crl_worker.harness.literals import variants
+from crl_worker.harness.mutants import Derived, group_sizes
 from crl_worker.harness.names import canary_name
 
 _IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
@@ -190,7 +191,7 @@ def _arguments(code: str, open_paren: int) -> list[tuple[int, int]] | None:
 
 
 def _literal_kind(literal: str) -> object | None:
-    """A value of the literal's type (what :func:`~crl_worker.harness.mutants.variants`
+    """A value of the literal's type (what :func:`~crl_worker.harness.literals.variants`
     changes by), or ``None`` when ``literal`` is not one this module changes."""
     if literal in ("true", "false"):
         return literal == "true"

@@ -22,7 +22,7 @@ For a graded run (the integrity check's) the harness:
 
 None of this is proof by itself (the candidate could find the reporter in its own process); the
 canaries (:mod:`crl_worker.harness.canary`) are the backstop. Other log formats (Django, SymPy,
-JUnit) run as the task says.
+JUnit) run as the task says, with canaries only.
 """
 
 from __future__ import annotations

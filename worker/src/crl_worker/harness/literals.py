@@ -1,0 +1,213 @@
+"""New values for a test's literal expectations and docstrings: the constants of
+:mod:`crl_worker.harness.mutants`' copies, changed so that nothing tells the original apart.
+
+A string's changed word is another word of the module (:func:`vocabulary`), a number's a digit
+(:func:`variants`); a docstring's first line (what unittest's verbose runner prints, and what
+SWE-bench names some Django tests by) gets the same kind of change (:func:`doc_variants`).
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+from collections import Counter
+from collections.abc import Collection
+from dataclasses import dataclass
+
+#: A word of a string literal's text: letters not after a backslash (an escape) or a letter.
+_TEXT_WORD = re.compile(rb"(?<![\\A-Za-z])[A-Za-z]{2,}(?![A-Za-z])")
+
+
+def vocabulary(tree: ast.AST, skip: Collection[ast.AST] = ()) -> Counter[str]:
+    """How often each word (lower case, two letters or more) occurs in a module's identifiers
+    and string constants, leaving out the subtrees ``skip``: what a changed word of a string is
+    drawn from."""
+    found: Counter[str] = Counter()
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if node in skip:
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+        text = ""
+        if isinstance(node, ast.Name):
+            text = node.id
+        elif isinstance(node, ast.Attribute | ast.FunctionDef | ast.ClassDef):
+            text = node.attr if isinstance(node, ast.Attribute) else node.name
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        found.update(w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", text))
+    return Counter({w: n for w, n in found.items() if len(w) > 1})
+
+
+@dataclass(frozen=True)
+class Words:
+    """A module's words (:func:`vocabulary`): all of them, and those outside the tests the
+    task adds (what a reader of the repository before the task knows)."""
+
+    all: Counter[str]
+    old: Counter[str]
+
+
+def _cased(word: str, like: str) -> str:
+    if like.isupper():
+        return word.upper()
+    return word.capitalize() if like[:1].isupper() else word
+
+
+def word_variants(
+    text: bytes, body: tuple[int, int], words: Words, rng: random.Random, count: int
+) -> list[bytes]:
+    """Up to ``count`` texts of the string literal ``text`` (its contents at ``body``), each
+    with the same one word replaced by another word of the module (``words``), cased alike and
+    of about its length, a word the repository had before the task for one it had, a new one
+    for a new one where there are enough: every value of the group reads as words of the file,
+    as new or as old as the original's, so a dictionary does not tell the original apart. A
+    word that occurs elsewhere in the module is replaced first (its replacements do too)."""
+    spots: list[tuple[int, int, list[str]]] = []
+    for match in _TEXT_WORD.finditer(text, *body):
+        word = match.group().decode()
+        if not (word.islower() or word.isupper() or word[1:].islower()):
+            continue
+        near = [
+            w
+            for w in words.all
+            if w != word.lower() and abs(len(w) - len(word)) <= max(2, len(word) // 2)
+        ]
+        alike = [w for w in near if (w in words.old) == (word.lower() in words.old)]
+        options = sorted(_cased(w, word) for w in (alike if len(alike) >= count else near))
+        if len(options) >= min(count, 2):
+            spots.append((match.start(), match.end(), options))
+    if not spots:
+        return []
+    common = [s for s in spots if words.all[text[s[0] : s[1]].decode().lower()] > 1]
+    start, end, options = rng.choice(common or spots)
+    return [
+        text[:start] + w.encode() + text[end:]
+        for w in rng.sample(options, min(count, len(options)))
+    ]
+
+
+def variants(
+    text: bytes,
+    value: object,
+    rng: random.Random,
+    count: int,
+    words: Words | None = None,
+) -> list[bytes]:
+    """Up to ``count`` texts for the constant ``text`` (of ``value``), each changed at the same
+    one spot to a different value, the spot and the values drawn from ``rng``: the original and
+    its variants differ only there, so nothing tells the original apart. A string with a word
+    gets another word of the module there (:func:`word_variants`, given its ``words``); else
+    one character is changed (a digit, a letter)."""
+    if isinstance(value, bool):
+        return [b"False" if value else b"True"]
+    if isinstance(value, int | float):
+        digits = [i for i, c in enumerate(text) if chr(c).isdigit()]
+        if not digits:
+            return []
+        i = rng.choice(digits)
+        lead = i == 0 or not chr(text[i - 1]).isalnum()
+        choices = [d for d in "0123456789" if ord(d) != text[i] and not (lead and d == "0")]
+        picked = rng.sample(choices, min(count, len(choices)))
+        return [text[:i] + d.encode() + text[i + 1 :] for d in picked]
+    if isinstance(value, str | bytes):
+        quote = text[-1:]
+        body_start = text.index(quote) + (3 if text.endswith(quote * 3) else 1)
+        body_end = len(text) - (3 if text.endswith(quote * 3) else 1)
+        if words is not None:
+            by_word = word_variants(text, (body_start, body_end), words, rng, count)
+            if by_word:
+                return by_word
+        spots = [
+            i
+            for i in range(body_start, body_end)
+            if chr(text[i]).isalnum() and text[i - 1 : i] != b"\\"
+        ]
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        if not spots:
+            picked = rng.sample(letters, min(count, len(letters)))
+            return [text[:body_start] + c.encode() + text[body_start:] for c in picked]
+        i = rng.choice(spots)
+        c = chr(text[i])
+        pool = "0123456789" if c.isdigit() else letters.upper() if c.isupper() else letters
+        picked = rng.sample([p for p in pool if p != c], min(count, len(pool) - 1))
+        return [text[:i] + d.encode() + text[i + 1 :] for d in picked]
+    return []
+
+
+#: Names of code in a docstring: with an underscore, called, after a dot, in backquotes.
+_CODE_NAME = re.compile(rb"\w*_\w*|\w+(?=\()|(?<=\.)\w+|`[^`\n]*`")
+
+
+def _splice(text: bytes, masked: bytes, new: bytes) -> bytes:
+    """``new`` (``masked`` with one span changed) applied to ``text``, ``masked``'s original."""
+    head = 0
+    while head < min(len(masked), len(new)) and masked[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(masked), len(new)) - head and masked[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    return text[:head] + new[head : len(new) - tail] + text[len(masked) - tail :]
+
+
+def short_description(doc: str | None) -> str | None:
+    """The first line of a docstring as unittest prints it after a test's id (and SWE-bench
+    then names the test by it): ``TestCase.shortDescription``."""
+    return doc.strip().split("\n")[0].strip() or None if doc else None
+
+
+def doc_variants(
+    text: bytes, rng: random.Random, count: int, words: Words, avoid: Collection[str]
+) -> list[bytes]:
+    """``count`` texts of the docstring literal ``text``, each with the same one word of its
+    first line replaced by another word of the module (:func:`word_variants`), else the same
+    one letter changed, so that no two of them, the original and ``avoid`` (the module's other
+    first lines) print the same first line; fewer when there are not enough."""
+    quote = text[-1:]
+    triple = text.endswith(quote * 3)
+    start = text.index(quote) + (3 if triple else 1)
+    end = len(text) - (3 if triple else 1)
+    while start < end and text[start : start + 1] in (b" ", b"\t", b"\n", b"\r"):
+        start += 1
+    newline = text.find(b"\n", start, end)
+    line_end = end if newline < 0 else newline
+    taken = set(avoid) | {short_description(ast.literal_eval(text.decode("utf-8")))}
+
+    def fresh(texts: list[bytes]) -> list[bytes]:
+        found: list[bytes] = []
+        for new in texts:
+            try:
+                first = short_description(ast.literal_eval(new.decode("utf-8")))
+            except (ValueError, SyntaxError, UnicodeDecodeError):
+                continue
+            if first is not None and first not in taken:
+                taken.add(first)
+                found.append(new)
+        return found
+
+    # Names of code (``resolve_url()``, ``obj.attr``, ``x_y``) stay: a changed one would not
+    # be the code's, unlike the real test's.
+    masked = _CODE_NAME.sub(lambda m: b"0" * len(m.group()), text)
+    by_word = fresh(
+        [
+            _splice(text, masked, new)
+            for new in word_variants(masked, (start, line_end), words, rng, count)
+        ]
+    )
+    if len(by_word) >= count:
+        return by_word[:count]
+    spots = [
+        i
+        for i in range(start, line_end)
+        if chr(masked[i]).isalpha() and chr(text[i]).isascii() and text[i - 1 : i] != b"\\"
+    ]
+    if not spots:
+        return []
+    i = rng.choice(spots)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    pool = letters.upper() if chr(text[i]).isupper() else letters
+    changed = [p for p in pool if p != chr(text[i]).lower() and p != chr(text[i])]
+    picked = rng.sample(changed, len(changed))
+    return fresh([text[:i] + c.encode() + text[i + 1 :] for c in picked])[:count]
