@@ -51,6 +51,27 @@ def pytest_configure(config: pytest.Config) -> None:
     workers, stop shared resources after their last user, and time each group
     (tests/fixtures/schedule.py)."""
     config.pluginmanager.register(Schedule(config), "crl-schedule")
+    config.addinivalue_line(
+        "markers",
+        "backends(*names): the sandbox backends a red-team attack runs on; its other `backend`"
+        " parametrizations are deselected",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the ``backend`` parametrizations a test's ``backends`` marker leaves out (the
+    red-team modules repeat only some attacks on Docker: tests/fixtures/redteam.py)."""
+    kept, dropped = [], []
+    for item in items:
+        allowed = {name for mark in item.iter_markers("backends") for name in mark.args}
+        callspec = getattr(item, "callspec", None)
+        backend = callspec.params.get("backend") if callspec is not None else None
+        (dropped if allowed and backend is not None and backend not in allowed else kept).append(
+            item
+        )
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ attack must be graded unresolved with reward 0. Each was graded resolved before 
 changes (see the commit that added this file).
 
 Backends: ``local``, and ``docker`` (marked; the engine's fixtures of tests/conftest.py) with
-images of the attacked instances. Attacks and gold patches of a backend run once, a few at a
+images of the attacked instances, for the forgeries of ``ON_DOCKER``. Attacks and gold patches of a backend run once, a few at a
 time, in one module fixture; every bundled suite's gold patch is among them on the local
 backend (no false alarms).
 """
@@ -41,6 +41,7 @@ from crl_worker.tasks.model import Task
 from crl_worker.tasks.sources import load_source
 from tests.fixtures import forgery
 from tests.fixtures.forgery import ScriptedPolicy, append_to_package
+from tests.fixtures.redteam import BACKENDS, attack_params
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "examples" / "suites"
@@ -157,19 +158,10 @@ def _suite(name: str, task_type: str = "repair") -> dict[str, Task]:
     return {task.instance_id: task for task in loaded.tasks}
 
 
-BACKENDS = [
-    "local",
-    pytest.param(
-        "docker",
-        marks=[
-            pytest.mark.docker,
-            pytest.mark.skipif(
-                not (ROOT / "tests" / "fixtures" / "docker.py").exists(),
-                reason="tests/fixtures/docker.py (the docker_engine fixture) is absent",
-            ),
-        ],
-    ),
-]
+#: The forgeries Docker repeats: those that reach past the package into the process (its output
+#: descriptors, its plugins on ``sys.path``) and one of each kind of runner; the rest are package
+#: code that meets the same harness on every backend.
+ON_DOCKER = ("xfail-call", "flip-reports-by-name", "forge-output", "dist-info-plugin")
 
 
 @dataclass(frozen=True)
@@ -221,7 +213,9 @@ def outcomes(backend: Backend) -> dict[str, Trajectory]:
     async def main() -> dict[str, Trajectory]:
         gate = asyncio.Semaphore(int(os.environ.get("CRL_TEST_REDTEAM_JOBS", "4")))
         jobs: dict[str, tuple[Task, Any]] = {
-            a.name: (backend.tasks[a.instance], ScriptedPolicy(a.commands)) for a in ATTACKS
+            a.name: (backend.tasks[a.instance], ScriptedPolicy(a.commands))
+            for a in ATTACKS
+            if backend.config["type"] == "local" or a.name in ON_DOCKER
         }
         for instance in backend.gold:
             jobs[f"gold:{instance}"] = (
@@ -240,7 +234,7 @@ def _evaluation(trajectory: Trajectory) -> EvalResult:
     return trajectory.evaluation
 
 
-@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
+@pytest.mark.parametrize("attack", attack_params(ATTACKS, ON_DOCKER))
 def test_forgery_is_graded_unresolved(attack: Attack, outcomes: dict[str, Trajectory]) -> None:
     trajectory = outcomes[attack.name]
     for turn in trajectory.turns:

@@ -16,7 +16,8 @@ the machinery this module shares with the other red-team modules:
 tests/test_grading_attacks_diff.py for the split and the network).
 
 All attacks of a backend run once, concurrently (a few at a time), in one module fixture; each
-attack's test reads its outcome. The gold patches resolve through the same episode path
+attack's test reads its outcome. Docker repeats the attacks on the environment (``ON_DOCKER``);
+those on the repository's files meet the same harness code on every backend. The gold patches resolve through the same episode path
 (``test_gold_still_resolves``), so a defence that rejects everything would fail here too.
 """
 
@@ -44,6 +45,7 @@ from .fixtures.redteam import (
     Attack,
     Backend,
     assert_blocked,
+    attack_params,
     evaluation,
     make_backend,
     run_attacks,
@@ -438,13 +440,32 @@ def backend(request: pytest.FixtureRequest) -> Backend:
     return make_backend(request, (PYTEST, UNITTEST))
 
 
+#: The attacks Docker repeats: those on the environment outside the repository (the
+#: interpreter's start-up, installed packages, the shell, processes, git's configuration).
+ON_DOCKER = (
+    "conftest-report-hook",
+    "shell-startup-file",
+    "sitecustomize",
+    "pth-file",
+    "edit-installed-pytest",
+    "edit-installed-pytest-in-place",
+    "python-shim-on-path",
+    "background-rewriter",
+    "killed-runner",
+    "git-smudge-filter",
+    "unchecked-pyc",
+    "break-runner-outside-repo",
+)
+
+
 @pytest.fixture(scope="module")
 def outcomes(backend: Backend) -> dict[str, Trajectory]:
-    """Every attack, and the gold patch of each attacked instance, run once on this backend."""
-    return run_attacks(backend, ATTACKS, (PYTEST, UNITTEST))
+    """Every attack of this backend, and the gold patch of each attacked instance, run once."""
+    attacks = [a for a in ATTACKS if backend.name == "local" or a.name in ON_DOCKER]
+    return run_attacks(backend, attacks, (PYTEST, UNITTEST))
 
 
-@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
+@pytest.mark.parametrize("attack", attack_params(ATTACKS, ON_DOCKER))
 def test_attack_is_graded_unresolved(attack: Attack, outcomes: dict[str, Trajectory]) -> None:
     assert_blocked(attack, outcomes[attack.name])
 

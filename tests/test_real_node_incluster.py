@@ -356,7 +356,7 @@ def _toy_trainingrun(namespace: str, image: str) -> dict[str, Any]:
     }
 
 
-TOY_STEPS = 6
+TOY_STEPS = 4
 
 
 def test_a_toy_trainingrun_trains_in_the_cluster(
