@@ -40,7 +40,7 @@ def scaled(value):
     return value * 2
 '''
 
-TESTS = '''\
+TESTS = """\
 from confkit import read_setting, scaled
 
 TIMEOUT = 5
@@ -57,11 +57,11 @@ def test_reads_another_setting():
 
 def test_scaled():
     assert scaled(4) == 8
-'''
+"""
 
 #: Package code that opens the calling test's module although the test did not hand it over:
 #: an oracle's first step (this one only reads; it answers nothing).
-PEEK = '''
+PEEK = """
 
 import sys as _sys
 
@@ -74,7 +74,7 @@ def _peek(value):
 
 
 scaled = _peek
-'''
+"""
 
 
 def _git(repo: Path, *args: str) -> str:
