@@ -125,7 +125,10 @@ def _table(
     for c in checks:
         by_repo[repo_of[c.instance_id]].append(c)
     print(f"\n{title}: {len(checks)} instances in {seconds:.0f} s")
-    header = f"{'repository':32}{'tried':>6}{'gold ok':>9}{'empty ok':>10}{'flaky':>7}{'valid':>7}"
+    header = (
+        f"{'repository':32}{'tried':>6}{'gold ok':>9}{'empty ok':>10}{'flaky':>7}"
+        f"{'checked ok':>12}{'valid':>7}"
+    )
     print(header)
     for repo in sorted(by_repo):
         rows = by_repo[repo]
@@ -134,11 +137,14 @@ def _table(
             f"{sum(c.gold_verdict == 'resolved' for c in rows):>9}"
             f"{sum(c.no_patch_verdict == 'resolved' for c in rows):>10}"
             f"{sum(bool(c.flaky) for c in rows):>7}"
+            f"{_checked(rows):>12}"
             f"{sum(c.ok for c in rows):>7}"
         )
     for c in checks:
         seconds_each = sum(r.duration for r in [*c.gold, *c.no_patch])
         line = f"  {c.instance_id}: gold {c.gold_verdict}, no patch {c.no_patch_verdict}"
+        if c.confirmed:
+            line += f", gold through the integrity check {c.integrity_verdict}"
         line += f", {seconds_each:.0f} s of tests"
         if c.problems:
             line += "; " + " | ".join(p.splitlines()[0][:240] for p in c.problems[:3])
@@ -147,8 +153,20 @@ def _table(
         print(f"throughput: {60 * len(checks) / seconds:.2f} instances per minute")
 
 
+def _checked(rows: Sequence[InstanceCheck]) -> str:
+    """How many gold patches the integrity check confirmed ("-" when it did not run)."""
+    if not any(c.confirmed for c in rows):
+        return "-"
+    return str(sum(c.integrity_verdict == "resolved" for c in rows))
+
+
 def _timed_check(
-    tasks: list[Task], config: dict[str, Any], runs: int, jobs: int, partial: Path | None = None
+    tasks: list[Task],
+    config: dict[str, Any],
+    runs: int,
+    jobs: int,
+    partial: Path | None = None,
+    integrity: bool = False,
 ) -> tuple[list[InstanceCheck], float]:
     """Check ``tasks``; each instance's verdict is printed (and appended to ``partial``) as it
     finishes, so a run stopped part-way keeps what it found."""
@@ -166,12 +184,21 @@ def _timed_check(
                 out.write(json.dumps({"backend": config["type"], **check.to_dict()}) + "\n")
 
     checks = asyncio.run(
-        check_tasks(tasks, sandbox_config=config, runs=runs, jobs=jobs, progress=done)
+        check_tasks(
+            tasks,
+            sandbox_config=config,
+            runs=runs,
+            jobs=jobs,
+            progress=done,
+            integrity=integrity,
+        )
     )
     return checks, time.perf_counter() - started
 
 
-def _docker(tasks: list[Task], runs: int, jobs: int) -> list[dict[str, Any]]:
+def _docker(
+    tasks: list[Task], runs: int, jobs: int, integrity: bool = False
+) -> list[dict[str, Any]]:
     runnable = [t for t in tasks if t.language == "java" or t.python in (None, DOCKER_PYTHON)]
     for t in tasks:
         if t not in runnable:
@@ -194,7 +221,7 @@ def _docker(tasks: list[Task], runs: int, jobs: int) -> list[dict[str, Any]]:
             else:
                 print(f"docker: {task.instance_id}: image failed: {str(image.error)[:300]}")
         config = {"type": "docker", "base_url": engine.host, "network": "none", "pull": "never"}
-        checks, seconds = _timed_check(with_images, config, runs, jobs)
+        checks, seconds = _timed_check(with_images, config, runs, jobs, integrity=integrity)
         _table(f"docker, {runs} runs", with_images, checks, seconds)
     return [{"backend": "docker", "seconds": seconds, **c.to_dict()} for c in checks]
 
@@ -210,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--docker", action="store_true", help="also in Docker sandboxes")
     p.add_argument("--httpbin", help="HTTPBIN_URL for psf/requests' tests")
     p.add_argument("--json", type=Path, help="write every instance's check here (JSONL)")
+    p.add_argument(
+        "--integrity",
+        action="store_true",
+        help="also grade each gold patch through the integrity check (canaries): false alarms",
+    )
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     load_before = os.getloadavg()
@@ -222,11 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     copies = {t.repo: path for t in tasks if (path := fetched(t.repo)) is not None}
     os.environ["CRL_GIT_MIRROR"] = str(git_mirror(copies, mirror))
     partial = a.json.with_suffix(a.json.suffix + ".partial") if a.json else None
-    checks, seconds = _timed_check(tasks, {"type": "local"}, a.runs, a.jobs, partial)
+    checks, seconds = _timed_check(
+        tasks, {"type": "local"}, a.runs, a.jobs, partial, integrity=a.integrity
+    )
     _table(f"local, {a.runs} runs", tasks, checks, seconds)
     rows = [{"backend": "local", "seconds": seconds, **c.to_dict()} for c in checks]
     if a.docker:
-        rows += _docker(tasks, a.runs, a.jobs)
+        rows += _docker(tasks, a.runs, a.jobs, a.integrity)
     if a.json:
         a.json.write_text("".join(json.dumps(r) + "\n" for r in rows))
     load_after = os.getloadavg()

@@ -88,6 +88,9 @@ def _table(results: list[InstanceCheck]) -> Table:
     table.add_column("instance", no_wrap=True)
     table.add_column(results[0].patch_label if results else "gold")
     table.add_column("no patch")
+    checked = any(r.confirmed for r in results)
+    if checked:
+        table.add_column("integrity")
     table.add_column("flaky", overflow="fold")
     table.add_column("problems", overflow="fold")
     for r in results:
@@ -102,6 +105,7 @@ def _table(results: list[InstanceCheck]) -> Table:
             escape(r.instance_id),
             verdict(r.gold_verdict),
             verdict(r.no_patch_verdict),
+            *([verdict(r.integrity_verdict)] if checked else []),
             escape(", ".join(r.flaky)) or "-",
             problems,
         )
@@ -203,8 +207,25 @@ def check(
             "source changes, canary tests (docs/security.md).",
         ),
     ] = None,
+    integrity: Annotated[
+        bool,
+        typer.Option(
+            "--integrity",
+            help="Also grade each gold patch once as an episode's resolved verdict is "
+            "confirmed (a pristine sandbox, only its source changes, canary tests): an "
+            "instance whose gold patch does not pass there is invalid, since a correct answer "
+            "to it would be graded 0. Not with --patch, which is graded that way already.",
+        ),
+    ] = False,
 ) -> None:
     """Run each instance with its gold patch (must resolve) and without (must not)."""
+    if integrity and patch is not None:
+        err.print(
+            "[red]error:[/] --integrity grades the gold patches; a --patch is already graded "
+            "through the integrity check: use one of them",
+            highlight=False,
+        )
+        raise typer.Exit(USAGE)
     candidate = _read_patch(patch)
     loaded = _load(file, format, instance, limit)
     config = _sandbox(sandbox)
@@ -223,6 +244,7 @@ def check(
             timeout=timeout,
             progress=progress,
             candidate=candidate,
+            integrity=integrity,
         )
     )
     # Records that could not be read, and ids asked for that the file lacks, are failures too.

@@ -67,6 +67,9 @@ class InstanceCheck:
     """Why the instance is not valid (empty: valid)."""
     warnings: list[str] = field(default_factory=list)
     """Findings that do not make it invalid."""
+    confirmed: list[EvalResult] = field(default_factory=list)
+    """The gold patch graded once more as an episode's resolved verdict is confirmed (a
+    pristine sandbox, only its source changes, canaries), when asked (``integrity``)."""
     patch_label: str = "gold"
     """What ``gold`` holds: the gold patch, or a ``candidate`` patch graded through the
     integrity path (:func:`crl_worker.harness.integrity.grade_candidate`)."""
@@ -85,6 +88,12 @@ class InstanceCheck:
     def no_patch_verdict(self) -> Verdict:
         """Summary of the runs without a patch."""
         return _verdict(self.no_patch)
+
+    @property
+    def integrity_verdict(self) -> Verdict:
+        """Summary of the gold patch's runs through the integrity check (``not-run`` unless
+        asked)."""
+        return _verdict(self.confirmed)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (per-test outcomes of each run included, logs left out)."""
@@ -109,6 +118,8 @@ class InstanceCheck:
             "warnings": self.warnings,
             "gold_runs": runs(self.gold),
             "no_patch_runs": runs(self.no_patch),
+            "integrity": self.integrity_verdict,
+            "integrity_runs": runs(self.confirmed),
         }
 
 
@@ -141,6 +152,14 @@ def flaky_tests(results: Sequence[EvalResult]) -> list[str]:
     return [n for n in names if len({s.get(n, TestStatus.MISSING) for s in graded}) > 1]
 
 
+def _failing(result: EvalResult, most: int = 20) -> str:
+    """The listed tests that kept ``result`` from resolving, with their statuses."""
+    failing = [o for o in result.fail_to_pass if o.status not in PASSING] + [
+        o for o in result.pass_to_pass if o.status not in KEPT
+    ]
+    return ", ".join(f"{o.name} ({o.status.value})" for o in failing[:most])
+
+
 def judge(check: InstanceCheck, task: Task) -> InstanceCheck:
     """Fill ``flaky``, ``problems`` and ``warnings`` from the runs (pure)."""
     gold = check.patch_label
@@ -165,16 +184,24 @@ def judge(check: InstanceCheck, task: Task) -> InstanceCheck:
         if not r.patch_applied:
             check.problems.append(f"{gold}: the {gold} patch does not apply")
         elif not r.resolved:
-            failing = [o for o in r.fail_to_pass if o.status not in PASSING] + [
-                o for o in r.pass_to_pass if o.status not in KEPT
-            ]
             if r.tampered is not None or (r.stripped and not r.fail_to_pass):
                 why = r.tampered or "no source change left: " + ", ".join(r.stripped)
                 check.problems.append(f"{gold}: not resolved ({why})")
                 continue
+            check.problems.append(f"{gold}: not resolved; failing: {_failing(r)}")
+    for r in check.confirmed:
+        if r.environment_error is not None or r.infrastructure_error is not None:
+            error = r.environment_error or r.infrastructure_error
+            check.problems.append(f"{gold} through the integrity check: error: {error}")
+        elif not r.resolved:
+            why = r.tampered or (
+                "no source change left: " + ", ".join(r.stripped)
+                if r.stripped and not r.fail_to_pass
+                else "failing: " + _failing(r)
+            )
             check.problems.append(
-                f"{gold}: not resolved; failing: "
-                + ", ".join(f"{o.name} ({o.status.value})" for o in failing[:20])
+                f"{gold} through the integrity check: not resolved ({why}); an episode's correct"
+                " answer would be graded 0 here"
             )
     for r in check.no_patch:
         if r.infrastructure_error is None and r.resolved:
@@ -209,8 +236,14 @@ async def check_task(
     timeout: float | None = None,
     candidate: str | None = None,
     sandboxes: SandboxMaker | None = None,
+    integrity: bool = False,
 ) -> InstanceCheck:
     """Evaluate ``task`` with its gold patch and with none, ``runs`` times each, and judge it.
+
+    With ``integrity``, the gold patch is also graded once as an episode's resolved verdict is
+    confirmed (:func:`~crl_worker.harness.integrity.grade_candidate`): a false alarm there (the
+    canaries, the source-only diff) makes the instance invalid, since a correct answer to it
+    would be graded 0.
 
     With a ``candidate`` patch, that patch takes the gold patch's place and each of its runs is
     graded as an episode's resolved verdict is confirmed: in a pristine sandbox of its own, only
@@ -255,6 +288,12 @@ async def check_task(
                     logger.info("%s: run %d, %s", task.instance_id, run + 1, label)
                     result = await evaluate(sandbox, task, model_patch=patch, timeout=timeout)
                     (check.gold if patch else check.no_patch).append(result)
+        if integrity and candidate is None:
+            logger.info("%s: gold through the integrity check", task.instance_id)
+            async with make(task) as pristine:
+                check.confirmed.append(
+                    await grade_candidate(pristine, task, task.patch, timeout=timeout)
+                )
     except InfrastructureError as exc:
         check.problems.append(f"sandbox: {exc}")
     except CrlError as exc:
@@ -312,6 +351,7 @@ async def check_tasks(
     progress: Callable[[InstanceCheck], None] | None = None,
     candidate: str | None = None,
     sandboxes: SandboxMaker | None = None,
+    integrity: bool = False,
 ) -> list[InstanceCheck]:
     """Check several tasks, ``jobs`` at a time (with a ``candidate`` patch instead of each
     gold patch, and sandboxes from ``sandboxes``, see :func:`check_task`); results in the
@@ -327,6 +367,7 @@ async def check_tasks(
                 timeout=timeout,
                 candidate=candidate,
                 sandboxes=sandboxes,
+                integrity=integrity,
             )
         if progress is not None:
             progress(found)

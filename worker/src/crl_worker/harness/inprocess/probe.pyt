@@ -98,10 +98,34 @@ def _check_open(args):
         return
     frame = _caller(sys._getframe(2))
     if frame is not None and _is_package_file(frame.f_code.co_filename):
-        _evidence(
+        # A test that hands its own file to the package (Flask's config tests:
+        # ``from_pyfile(__file__)``) asked for it: noted only.
+        (_note if _handed_over(frame, path) else _evidence)(
             "package code (%s:%d) opened %s"
             % (frame.f_code.co_filename, frame.f_lineno, os.path.relpath(path, _CONFIG["root"]))
         )
+
+
+def _handed_over(frame, path):
+    """Whether the test running above ``frame`` handed ``path`` to the package: it is that
+    test's own module, and the test's line that called into the package names ``__file__``.
+    The hidden tests are the task's, so a forgery cannot write such a line; an oracle reading
+    the calling test unasked, or another test module, is still evidence."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name and not name.startswith("<") and os.path.abspath(name) in _CONFIG["protected"]:
+            break
+        frame = frame.f_back
+    if frame is None or os.path.abspath(frame.f_code.co_filename) != path:
+        return False
+    try:
+        with open(path) as handle:
+            lines = handle.read().splitlines()
+    except (OSError, ValueError):
+        return False
+    # The line running and two on either side of it (a call spread over lines).
+    start = max(frame.f_lineno - 3, 0)
+    return any("__file__" in line for line in lines[start : start + 5])
 
 
 def _check_getframe(args):

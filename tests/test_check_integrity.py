@@ -1,0 +1,50 @@
+"""`crl tasks check --integrity`: each gold patch graded once more as an episode's resolved
+verdict is confirmed (a pristine sandbox, only its source changes, canaries), so that an
+instance whose correct answer the integrity check would grade 0 is found before training on it.
+
+The bundled mini suite's unittest instance, local sandboxes: its real gold patch passes both
+gradings; a "gold" patch that forges the run from the package (unittest's expected-failure flag
+set on every test: tests/fixtures/forgery.py) resolves as the plain check grades it and is
+caught through the integrity check, which makes the instance invalid.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from crl_worker.harness.check import check_task
+from crl_worker.sandbox.registry import create_sandbox
+
+from .fixtures import forgery
+from .fixtures.cli import crl
+from .fixtures.redteam import UNITTEST, suite
+
+
+async def test_the_integrity_check_of_gold_patches_finds_what_an_episode_would_grade_zero(
+    tmp_path: Path,
+) -> None:
+    task = suite()[UNITTEST]
+    checked = await check_task(task, integrity=True)
+    assert checked.ok, checked.problems
+    assert (checked.gold_verdict, checked.integrity_verdict) == ("resolved", "resolved")
+    [confirmed] = checked.confirmed
+    assert confirmed.tampered is None and "canary tests planted" in confirmed.log
+
+    async with create_sandbox({"type": "local"}, task) as sandbox:
+        done = await sandbox.run(forgery.append_to_package("lrukit", forgery.EXPECTING_FAILURE))
+        assert done.exit_code == 0, done.output
+        forged = await sandbox.diff()
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(task.model_copy(update={"patch": forged}).model_dump(mode="json")))
+
+    ran = crl("tasks", "check", str(tasks), "--integrity", "--output", "json")
+    assert ran.returncode == 1, ran.stderr
+    [row] = [json.loads(line) for line in ran.stdout.splitlines() if line.strip()]
+    # The plain check is fooled; the integrity check is not, and says what it means.
+    assert (row["gold"], row["integrity"], row["ok"]) == ("resolved", "unresolved", False)
+    [problem] = [p for p in row["problems"] if "through the integrity check" in p]
+    assert "tampered" in problem and "graded 0" in problem
+
+    refused = crl("tasks", "check", str(tasks), "--integrity", "--patch", str(tasks))
+    assert refused.returncode == 2 and "use one of them" in refused.stderr
