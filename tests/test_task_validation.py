@@ -18,9 +18,11 @@ from crl_worker.harness.validate import (
     task_digest,
     validate_tasks,
 )
+from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.train.errors import TrainConfigError
 from crl_worker.train.validation import drop_quarantined
 
+from .fixtures.forgery import EXPECTING_FAILURE, append_to_package
 from .fixtures.validation import good_and_broken
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +73,34 @@ def test_mini_suite_with_a_broken_task(tmp_path: Path, monkeypatch: pytest.Monke
     assert [t.instance_id for t in kept] == [good.instance_id]
 
 
+def test_a_gold_patch_that_fails_the_integrity_check_is_quarantined(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gold patch the plain check resolves but the integrity check does not (here one that
+    forges the run from the package: every correct answer to such a task would be graded 0)
+    is quarantined, unless validation is told not to grade gold patches that way."""
+    monkeypatch.setenv("CRL_CACHE_DIR", str(tmp_path / "cache"))
+    good, _ = good_and_broken()
+    sandbox = {"type": "local", "root": str(tmp_path / "sandboxes")}
+
+    async def forged_patch() -> str:
+        async with create_sandbox(sandbox, good) as made:
+            done = await made.run(append_to_package("iniconf", EXPECTING_FAILURE))
+            assert done.exit_code == 0, done.output
+            return await made.diff()
+
+    forged = good.model_copy(
+        update={"instance_id": "crl-mini__iniconf-1-forged", "patch": asyncio.run(forged_patch())}
+    )
+    report = asyncio.run(validate_tasks([forged], sandbox_config=sandbox))
+    (verdict,) = report.quarantined
+    assert verdict.reason == "gold patch fails the integrity check", verdict.problems
+    assert "graded 0" in verdict.problems[0]
+    assert not asyncio.run(validate_tasks([forged], sandbox_config=sandbox)).valid  # cached
+    plain = asyncio.run(validate_tasks([forged], sandbox_config=sandbox, integrity=False))
+    assert [t.instance_id for t in plain.valid] == [forged.instance_id]
+
+
 def test_a_changed_task_is_validated_again(tmp_path: Path) -> None:
     """The cache key is the task's content (not its id, nor its metadata), the runs and the
     sandbox's kind; a forged or mismatched cache file is ignored."""
@@ -80,6 +110,7 @@ def test_a_changed_task_is_validated_again(tmp_path: Path) -> None:
     assert task_digest(good.model_copy(update={"patch": good.patch + "\n"})) != digest
     assert task_digest(good, runs=3) != digest
     assert task_digest(good, sandbox_config={"type": "docker"}) != digest
+    assert task_digest(good, integrity=False) != digest
     assert task_digest(good, sandbox_config={"type": "local", "root": "/x"}) == task_digest(
         good, sandbox_config={"type": "local", "root": "/y"}
     )

@@ -242,7 +242,8 @@ class ValidationSpec(ApiModel):
 
     The gateway checks each task on the pool's own sandboxes (at most `maxSandboxes` at a
     time): its gold patch must resolve, no patch must not, and `runs` runs of each must agree
-    (no flaky test). Tasks that fail are quarantined with their reason and never leased; the
+    (no flaky test); with `integrity`, the gold patch must also resolve through the integrity
+    check that confirms an episode's resolved verdict. Tasks that fail are quarantined with their reason and never leased; the
     status counts them. Only the task set's gold patches are graded, never a policy's answer.
     """
 
@@ -253,6 +254,11 @@ class ValidationSpec(ApiModel):
     """Runs of the gold patch and of no patch per task; more than one finds flaky tests."""
     timeout_seconds: int | None = Field(default=None, ge=10, le=86400)
     """Seconds one test run may take; the task's own timeout when empty."""
+    integrity: bool = True
+    """Also grade each gold patch once as an episode's resolved verdict is confirmed (a
+    pristine sandbox, only its source changes, canary tests): a task whose gold patch does not
+    pass there is quarantined, since a correct answer to it would be graded 0. One more test
+    run per task."""
     cache: VolumeSource | None = None
     """Where verdicts are kept, by each task's content hash, with `quarantine.json` beside
     them: a restarted gateway or a second pool over the same tasks does not validate them

@@ -85,6 +85,7 @@ def reason_kind(problem: str) -> str:
         ("flaky tests", "flaky tests"),
         ("resolved without the fix", "resolved without the fix"),
         ("does not apply", "gold patch does not apply"),
+        ("through the integrity check", "gold patch fails the integrity check"),
         ("not resolved", "gold patch does not resolve"),
         ("environment error", "environment error"),
         ("no FAIL_TO_PASS", "no FAIL_TO_PASS tests"),
@@ -103,15 +104,21 @@ def _sandbox_identity(config: BaseModel | Mapping[str, Any] | None) -> dict[str,
 
 
 def task_digest(
-    task: Task, *, runs: int = 1, sandbox_config: BaseModel | Mapping[str, Any] | None = None
+    task: Task,
+    *,
+    runs: int = 1,
+    sandbox_config: BaseModel | Mapping[str, Any] | None = None,
+    integrity: bool = True,
 ) -> str:
-    """The content hash a verdict is cached under: the task without its metadata, the runs and
-    the sandbox's kind (a verdict found in Docker says nothing of a local sandbox)."""
+    """The content hash a verdict is cached under: the task without its metadata, the runs,
+    the sandbox's kind (a verdict found in Docker says nothing of a local sandbox) and whether
+    the gold patch went through the integrity check."""
     payload = {
         "version": _VERSION,
         "task": task.model_dump(mode="json", exclude={"metadata"}),
         "runs": runs,
         "sandbox": _sandbox_identity(sandbox_config),
+        "integrity": integrity,
     }
     encoded = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(encoded).hexdigest()
@@ -167,16 +174,20 @@ async def validate_tasks(
     use_cache: bool = True,
     progress: Callable[[TaskVerdict], None] | None = None,
     sandboxes: SandboxMaker | None = None,
+    integrity: bool = True,
 ) -> ValidationReport:
-    """Check ``tasks`` (gold resolves, no patch does not, ``runs`` runs each), ``jobs`` at a
-    time in sandboxes made from ``sandbox_config``; a verdict cached under a task's
+    """Check ``tasks`` (gold resolves, no patch does not, ``runs`` runs each; with
+    ``integrity``, the gold patch also resolves through the integrity check an episode's
+    resolved verdict goes through, so that no correct answer to a valid task is graded 0 by a
+    false alarm), ``jobs`` at a time in sandboxes made from ``sandbox_config``; a verdict cached under a task's
     :func:`task_digest` in ``cache`` (default ``$CRL_CACHE_DIR/validation``) is used instead of
     a run unless ``use_cache`` is false. A pool passes ``sandboxes`` to validate on its own
     sandboxes (``sandbox_config`` then only names their kind in the hash). Returns the valid
     tasks and the quarantined ones."""
     folder = cache if cache is not None else cache_dir() / "validation"
     digests = {
-        t.instance_id: task_digest(t, runs=runs, sandbox_config=sandbox_config) for t in tasks
+        t.instance_id: task_digest(t, runs=runs, sandbox_config=sandbox_config, integrity=integrity)
+        for t in tasks
     }
     verdicts: dict[str, TaskVerdict] = {}
     if use_cache:
@@ -215,7 +226,7 @@ async def validate_tasks(
         # No candidate: only the gold patches, which the task set's authors wrote, are graded.
         await check_tasks(
             todo, runs=runs, jobs=jobs, sandbox_config=sandbox_config, timeout=timeout,
-            progress=checked, sandboxes=sandboxes,
+            progress=checked, sandboxes=sandboxes, integrity=integrity,
         )  # fmt: skip
     report = ValidationReport(cached=sum(v.cached for v in verdicts.values()))
     for task in tasks:

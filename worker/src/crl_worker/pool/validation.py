@@ -131,6 +131,7 @@ async def validate_pool(
             timeout=float(spec.timeout_seconds) if spec.timeout_seconds else None,
             progress=found,
             sandboxes=make,
+            integrity=spec.integrity,
         )
     finally:
         if reporter is not None:
