@@ -1,0 +1,174 @@
+"""A benchmark's second try (``agent.tries: 2``, Aider's polyglot pass@2): the first try is
+graded outside the agent's sandbox, an unresolved one continues there with the failing tests'
+output, and the second is graded as any episode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from crl_worker.agent.episode import run_episode
+from crl_worker.agent.trajectory import Trajectory
+from crl_worker.agent.tries import SecondTry, failing_output, may_try_again
+from crl_worker.api.common import AgentSpec
+from crl_worker.api.validation import validate_text
+from crl_worker.bench.summary import build_summary, summary_table
+from crl_worker.harness.result import EvalResult
+from crl_worker.rollout.results import AttemptResult
+from crl_worker.sandbox.base import Sandbox
+from crl_worker.sandbox.registry import create_sandbox
+from crl_worker.tasks.model import Task
+
+from .fixtures.second_try import TwoTries, apply_patch_command
+from .fixtures.task_types import IMPLEMENT, local_sandboxes, suite_tasks
+
+#: What the second try runs before fixing: every place the hidden tests could be read from.
+LOOK_FOR_THE_TESTS = (
+    "ls -a tests; find . -name 'test_parser*' | grep -c . ; "
+    "git cat-file --batch-all-objects --batch 2>/dev/null | grep -c 'class ParseTests' ; "
+    "grep -rl 'class ParseTests' . 2>/dev/null | grep -c . ; ls .git | grep -c crl-eval ; true"
+)
+
+
+async def _episode(task: Task, policy: TwoTries, tmp_path: Path) -> Trajectory:
+    async def keep(_: Trajectory) -> None:
+        return None
+
+    def factory(t: Task) -> Sandbox:
+        return create_sandbox(local_sandboxes(tmp_path), t)
+
+    agent = AgentSpec(max_turns=6, timeout_seconds=300, tries=2)
+    trajectory, started = await run_episode(task, 0, factory, policy, agent, keep_cancelled=keep)
+    assert started
+    return trajectory
+
+
+async def test_the_second_try_sees_the_failures_not_the_tests(tmp_path: Path) -> None:
+    """The stub is submitted first (its tests fail with NotImplementedError); shown that, the
+    agent finds no trace of the hidden tests in its sandbox, applies the reference and
+    submits: try 1 unresolved, try 2 resolved (and confirmed)."""
+    task = suite_tasks(IMPLEMENT / "tasks.jsonl")[0]
+    policy = TwoTries((), (LOOK_FOR_THE_TESTS, apply_patch_command(task.patch)), "NotImplemented")
+    trajectory = await _episode(task, policy, tmp_path)
+
+    assert [t.exit_reason for t in trajectory.tries] == ["submitted", "submitted"]
+    first = trajectory.tries[0].evaluation
+    assert first is not None and not first.resolved and first.tampered is None
+    assert trajectory.evaluation is not None and trajectory.evaluation.resolved
+    assert trajectory.evaluation.confirmed is True
+    # Try 2 began at the turn after the first submit, with the test output as a user message.
+    begins = trajectory.tries[1].first_turn
+    assert begins == 1
+    message = trajectory.messages[trajectory.turns[begins].message_index - 1]
+    assert message["role"] == "user" and message["content"] == policy.shown
+    shown = policy.shown or ""
+    assert "NotImplementedError" in shown and "last try" in shown
+    for internal in (".git/crl", "crl-eval", "canary", task.test_spec.command.split()[0] + " "):
+        assert internal not in shown, internal
+    # Nothing of the hidden tests was in the sandbox during the second try.
+    looked = trajectory.turns[begins].tool_calls[0].output
+    assert looked.split()[-4:] == ["0", "0", "0", "0"], looked
+    assert "test_parser" not in looked
+
+
+async def test_a_first_try_resolved_or_tampered_is_final(tmp_path: Path) -> None:
+    """No second try after a resolved or tampered first try, nor after one without a
+    verdict; the first try's grading is the episode's verdict."""
+    task = suite_tasks(IMPLEMENT / "tasks.jsonl")[0]
+    policy = TwoTries((apply_patch_command(task.patch),), ("false",), "")
+    trajectory = await _episode(task, policy, tmp_path)
+    assert len(trajectory.tries) == 1 and policy.shown is None
+    assert trajectory.evaluation is not None and trajectory.evaluation.resolved
+    assert trajectory.evaluation.confirmed is True  # the integrity check ran, once
+
+    tampered = EvalResult(instance_id="x", resolved=False, tampered="a canary passed")
+    errored = EvalResult(instance_id="x", resolved=False, infrastructure_error="gone")
+    assert not may_try_again(tampered) and not may_try_again(errored)
+    assert may_try_again(EvalResult(instance_id="x", resolved=False))
+
+    async def tamper(first: EvalResult, diff: str) -> EvalResult:
+        return tampered
+
+    async def close(sandbox: Sandbox, label: str) -> None:
+        await sandbox.close()
+
+    def factory(t: Task) -> Sandbox:
+        return create_sandbox(local_sandboxes(tmp_path), t)
+
+    # The real first grading (resolved), then an integrity check that finds it tampered.
+    second = SecondTry(
+        task, factory(task), factory, label="x", agent_seconds=60, confirm=tamper, close=close
+    )
+    done = Trajectory(
+        instance_id=task.instance_id,
+        repo=task.repo,
+        model="m",
+        started_at=trajectory.started_at,
+        exit_reason="submitted",
+        diff=task.patch,
+    )
+    assert await second(done) is None
+    assert second.final is tampered and not second.began
+
+
+def test_failing_output_keeps_the_run_only() -> None:
+    log = (
+        ">>> model patch\napplied\n>>> tests: python -m pytest tests/t.py (exit 1)\n"
+        "/w/x/tests/t.py:3: AssertionError\n>>> doctest line\n"
+        ">>> junit reports: 2\n>>> tampered\ncanary ids\n"
+    )
+    assert failing_output(log, workdir="/w/x", shown_as="/repo") == (
+        "/repo/tests/t.py:3: AssertionError\n>>> doctest line"
+    )
+    long = ">>> tests: x (exit 1)\n" + "a" * 20000 + "END"
+    assert failing_output(long).endswith("END") and len(failing_output(long)) < 8100
+
+
+def test_summary_reports_both_tries_per_language() -> None:
+    def attempt(instance: str, language: str, first: bool | None, final: bool) -> AttemptResult:
+        return AttemptResult(
+            instance_id=instance,
+            repo="r",
+            attempt=0,
+            resolved=final,
+            exit_reason="submitted",
+            language=language,
+            first_try_resolved=first,
+        )
+
+    records = [
+        attempt("a", "go", False, True),
+        attempt("b", "go", True, True),
+        attempt("c", "rust", False, False),
+    ]
+    summary = build_summary(records, suite="s", model="m", total=3, ks=[1], finished=True)
+    assert (summary["firstTryRate"], summary["resolveRate"]) == (1 / 3, 2 / 3)
+    go, rust = summary["languages"]
+    assert (go["firstTryRate"], go["resolveRate"]) == (0.5, 1.0)
+    assert (rust["firstTryRate"], rust["resolveRate"]) == (0.0, 0.0)
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(summary_table(summary))
+    text = console.export_text()
+    assert "try 1" in text and "try 2" in text and "50.0%" in text
+    # Without the option: the table and summary as before.
+    plain = [r.model_copy(update={"first_try_resolved": None}) for r in records]
+    summary = build_summary(plain, suite="s", model="m", total=3, ks=[1], finished=True)
+    assert "firstTryRate" not in summary and "firstTryRate" not in summary["languages"][0]
+
+
+def test_a_training_run_refuses_a_second_try() -> None:
+    run = (
+        "apiVersion: coderepair.io/v1alpha1\nkind: TrainingRun\nmetadata: {name: r}\n"
+        "spec:\n  model: {name: m}\n  tasks: {path: t.jsonl}\n"
+    )
+    problems = [
+        f"{p.path}: {p.message}"
+        for r in validate_text(run + "  rollout: {agent: {tries: 2}}\n")
+        for p in r.problems
+    ]
+    assert len(problems) == 1 and problems[0].startswith("spec.rollout.agent.tries: ")
+    assert "benchmarks" in problems[0]
+    assert [
+        p for r in validate_text(run + "  rollout: {agent: {tries: 1}}\n") for p in r.problems
+    ] == []
