@@ -8,7 +8,7 @@ from pathlib import Path
 
 from crl_worker.agent.episode import run_episode
 from crl_worker.agent.trajectory import Trajectory
-from crl_worker.agent.tries import SecondTry, failing_output, may_try_again
+from crl_worker.agent.tries import failing_output, may_try_again
 from crl_worker.api.common import AgentSpec
 from crl_worker.api.validation import validate_text
 from crl_worker.bench.summary import build_summary, summary_table
@@ -70,9 +70,25 @@ async def test_the_second_try_sees_the_failures_not_the_tests(tmp_path: Path) ->
     assert "test_parser" not in looked
 
 
+#: Source code (the package's ``__init__``) that reports every unittest test passed.
+TAMPER = """
+import unittest as _u
+
+
+def _run(self, result=None):
+    result.startTest(self)
+    result.addSuccess(self)
+    result.stopTest(self)
+
+
+_u.TestCase.run = _run
+"""
+
+
 async def test_a_first_try_resolved_or_tampered_is_final(tmp_path: Path) -> None:
-    """No second try after a resolved or tampered first try, nor after one without a
-    verdict; the first try's grading is the episode's verdict."""
+    """No second try after a resolved first try, nor after a tampered one (its tests "pass"
+    in the first grading, the integrity check's canaries catch it); the first try's grading
+    is the episode's verdict, and no test output is shown."""
     task = suite_tasks(IMPLEMENT / "tasks.jsonl")[0]
     policy = TwoTries((apply_patch_command(task.patch),), ("false",), "")
     trajectory = await _episode(task, policy, tmp_path)
@@ -80,34 +96,18 @@ async def test_a_first_try_resolved_or_tampered_is_final(tmp_path: Path) -> None
     assert trajectory.evaluation is not None and trajectory.evaluation.resolved
     assert trajectory.evaluation.confirmed is True  # the integrity check ran, once
 
+    tamper = f"cat >> iniconf/__init__.py <<'EOF'\n{TAMPER}EOF"
+    policy = TwoTries((tamper,), ("false",), "")
+    trajectory = await _episode(task, policy, tmp_path)
+    assert len(trajectory.tries) == 1 and policy.shown is None
+    assert [m["role"] for m in trajectory.messages].count("user") == 1
+    assert trajectory.evaluation is not None and not trajectory.evaluation.resolved
+    assert "canary tests that must fail did not" in (trajectory.evaluation.tampered or "")
+
     tampered = EvalResult(instance_id="x", resolved=False, tampered="a canary passed")
     errored = EvalResult(instance_id="x", resolved=False, infrastructure_error="gone")
     assert not may_try_again(tampered) and not may_try_again(errored)
     assert may_try_again(EvalResult(instance_id="x", resolved=False))
-
-    async def tamper(first: EvalResult, diff: str) -> EvalResult:
-        return tampered
-
-    async def close(sandbox: Sandbox, label: str) -> None:
-        await sandbox.close()
-
-    def factory(t: Task) -> Sandbox:
-        return create_sandbox(local_sandboxes(tmp_path), t)
-
-    # The real first grading (resolved), then an integrity check that finds it tampered.
-    second = SecondTry(
-        task, factory(task), factory, label="x", agent_seconds=60, confirm=tamper, close=close
-    )
-    done = Trajectory(
-        instance_id=task.instance_id,
-        repo=task.repo,
-        model="m",
-        started_at=trajectory.started_at,
-        exit_reason="submitted",
-        diff=task.patch,
-    )
-    assert await second(done) is None
-    assert second.final is tampered and not second.began
 
 
 def test_failing_output_keeps_the_run_only() -> None:
