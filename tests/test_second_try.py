@@ -11,6 +11,7 @@ from crl_worker.agent.trajectory import Trajectory
 from crl_worker.agent.tries import failing_output, may_try_again
 from crl_worker.api.common import AgentSpec
 from crl_worker.api.validation import validate_text
+from crl_worker.bench.config import read_benchmark, run_identity
 from crl_worker.bench.summary import build_summary, summary_table
 from crl_worker.harness.result import EvalResult
 from crl_worker.rollout.results import AttemptResult
@@ -18,6 +19,7 @@ from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task
 
+from .fixtures.paths import ROOT
 from .fixtures.second_try import TwoTries, apply_patch_command
 from .fixtures.task_types import IMPLEMENT, local_sandboxes, suite_tasks
 
@@ -155,6 +157,15 @@ def test_summary_reports_both_tries_per_language() -> None:
     plain = [r.model_copy(update={"first_try_resolved": None}) for r in records]
     summary = build_summary(plain, suite="s", model="m", total=3, ks=[1], finished=True)
     assert "firstTryRate" not in summary and "firstTryRate" not in summary["languages"][0]
+
+
+def test_one_try_keeps_the_results_identity() -> None:
+    """A results folder written before ``agent.tries`` existed resumes: one try (the
+    default) is not part of the run's identity; two tries are (another run)."""
+    config = read_benchmark(ROOT / "examples" / "local-benchmark-polyglot.yaml")
+    assert "tries" not in run_identity(config, agent="gold", model="gold")["agent"]
+    config.spec.agent.tries = 2
+    assert run_identity(config, agent="gold", model="gold")["agent"]["tries"] == 2
 
 
 def test_a_training_run_refuses_a_second_try() -> None:
