@@ -4,6 +4,7 @@ output, and the second is graded as any episode."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from crl_worker.agent.episode import run_episode
@@ -12,9 +13,10 @@ from crl_worker.agent.tries import failing_output, may_try_again
 from crl_worker.api.common import AgentSpec
 from crl_worker.api.validation import validate_text
 from crl_worker.bench.config import read_benchmark, run_identity
+from crl_worker.bench.runner import BenchmarkRunner
 from crl_worker.bench.summary import build_summary, summary_table
 from crl_worker.harness.result import EvalResult
-from crl_worker.rollout.results import AttemptResult
+from crl_worker.rollout.results import AttemptResult, ResultsStore
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task
@@ -31,6 +33,9 @@ LOOK_FOR_THE_TESTS = (
 )
 
 
+IDENTITY = {"suite": "implement", "model": "two-tries", "agent": {"tries": 2}}
+
+
 async def _episode(task: Task, policy: TwoTries, tmp_path: Path) -> Trajectory:
     async def keep(_: Trajectory) -> None:
         return None
@@ -45,12 +50,38 @@ async def _episode(task: Task, policy: TwoTries, tmp_path: Path) -> Trajectory:
 
 
 async def test_the_second_try_sees_the_failures_not_the_tests(tmp_path: Path) -> None:
-    """The stub is submitted first (its tests fail with NotImplementedError); shown that, the
-    agent finds no trace of the hidden tests in its sandbox, applies the reference and
-    submits: try 1 unresolved, try 2 resolved (and confirmed)."""
+    """Through the benchmark runner: the stub is submitted first (its tests fail with
+    NotImplementedError); shown that, the agent finds no trace of the hidden tests in its
+    sandbox, applies the reference and submits: try 1 unresolved, try 2 resolved (and
+    confirmed), both rates in the summary; the run then resumes with nothing left to do."""
     task = suite_tasks(IMPLEMENT / "tasks.jsonl")[0]
     policy = TwoTries((), (LOOK_FOR_THE_TESTS, apply_patch_command(task.patch)), "NotImplemented")
-    trajectory = await _episode(task, policy, tmp_path)
+
+    def factory(t: Task) -> Sandbox:
+        return create_sandbox(local_sandboxes(tmp_path / "sandboxes"), t)
+
+    def runner(store: ResultsStore) -> BenchmarkRunner:
+        return BenchmarkRunner(
+            [task],
+            agent=AgentSpec(max_turns=6, timeout_seconds=300, tries=2),
+            store=store,
+            policy_factory=lambda _: policy,
+            sandbox_factory=factory,
+            suite="implement",
+            model=policy.model,
+        )
+
+    store = ResultsStore(tmp_path / "results")
+    store.open(IDENTITY)
+    summary = (await runner(store).run()).summary
+    store.close()
+    assert (summary["firstTryRate"], summary["resolveRate"]) == (0.0, 1.0)
+    [row] = summary["languages"]
+    assert (row["firstTryResolved"], row["resolved"]) == (0, 1)
+    [result] = [json.loads(line) for line in store.results_file.read_text().splitlines()]
+    assert (result["first_try_resolved"], result["resolved"]) == (False, True)
+    [line] = store.trajectories_file.read_text().splitlines()
+    trajectory = Trajectory.model_validate_json(line)
 
     assert [t.exit_reason for t in trajectory.tries] == ["submitted", "submitted"]
     first = trajectory.tries[0].evaluation
@@ -64,12 +95,19 @@ async def test_the_second_try_sees_the_failures_not_the_tests(tmp_path: Path) ->
     assert message["role"] == "user" and message["content"] == policy.shown
     shown = policy.shown or ""
     assert "NotImplementedError" in shown and "last try" in shown
-    for internal in (".git/crl", "crl-eval", "canary", task.test_spec.command.split()[0] + " "):
+    for internal in (".git/crl", "crl-eval", "canary", task.test_spec.command):
         assert internal not in shown, internal
     # Nothing of the hidden tests was in the sandbox during the second try.
     looked = trajectory.turns[begins].tool_calls[0].output
     assert looked.split()[-4:] == ["0", "0", "0", "0"], looked
     assert "test_parser" not in looked
+
+    # Resumed: the attempt is done, its first-try verdict read back from results.jsonl.
+    store = ResultsStore(tmp_path / "results")
+    store.open(IDENTITY)
+    summary = (await runner(store).run()).summary
+    store.close()
+    assert (summary["firstTryRate"], summary["resolveRate"], summary["done"]) == (0.0, 1.0, 1)
 
 
 #: Source code (the package's ``__init__``) that reports every unittest test passed.
