@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from crl_worker.agent.episode import run_episode
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.agent.tries import failing_output, may_try_again
@@ -20,6 +22,7 @@ from crl_worker.rollout.results import AttemptResult, ResultsStore
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task
+from crl_worker.train.settings import TrainConfigError, resolve_settings
 
 from .fixtures.paths import ROOT
 from .fixtures.second_try import TwoTries, apply_patch_command
@@ -206,7 +209,7 @@ def test_one_try_keeps_the_results_identity() -> None:
     assert run_identity(config, agent="gold", model="gold")["agent"]["tries"] == 2
 
 
-def test_a_training_run_refuses_a_second_try() -> None:
+def test_a_training_run_refuses_a_second_try(tmp_path: Path) -> None:
     run = (
         "apiVersion: coderepair.io/v1alpha1\nkind: TrainingRun\nmetadata: {name: r}\n"
         "spec:\n  model: {name: m}\n  tasks: {path: t.jsonl}\n"
@@ -221,3 +224,8 @@ def test_a_training_run_refuses_a_second_try() -> None:
     assert [
         p for r in validate_text(run + "  rollout: {agent: {tries: 1}}\n") for p in r.problems
     ] == []
+    # A local run (not checked against the CEL rules) refuses it as well.
+    path = tmp_path / "run.yaml"
+    path.write_text(run + "  rollout: {agent: {tries: 2}}\n")
+    with pytest.raises(TrainConfigError, match=r"spec\.rollout\.agent\.tries"):
+        resolve_settings(path, env={})
