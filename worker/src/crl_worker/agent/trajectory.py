@@ -423,9 +423,10 @@ class Trajectory(BaseModel):
     """The test verdict, filled in by the runner after the evaluation."""
     reward: float | None = None
     """The reward, filled in by the runner (``None``: infrastructure failure, not scored)."""
-    tries: list[TryRecord] = Field(default_factory=list)
-    """With ``agent.tries: 2``: each try, in order (empty otherwise); the last one's verdict is
-    :attr:`evaluation`."""
+    # Left out of the JSON when empty: lines of one-try runs stay as they were, byte for byte.
+    tries: list[TryRecord] = Field(default_factory=list, exclude_if=lambda tries: not tries)
+    """With ``agent.tries: 2``: each try, in order (empty otherwise, and then not written);
+    the last one's verdict is :attr:`evaluation`."""
 
     @property
     def infrastructure_failure(self) -> bool:
