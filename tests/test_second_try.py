@@ -21,7 +21,7 @@ from crl_worker.harness.result import EvalResult
 from crl_worker.rollout.results import AttemptResult, ResultsStore
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.registry import create_sandbox
-from crl_worker.tasks.model import Task
+from crl_worker.tasks.model import JEST_REPORT_MARKER, Task
 from crl_worker.train.settings import TrainConfigError, resolve_settings
 
 from .fixtures.paths import ROOT
@@ -162,6 +162,13 @@ def test_failing_output_keeps_the_run_only() -> None:
     assert failing_output(log, workdir="/w/x", shown_as="/repo") == (
         "/repo/tests/t.py:3: AssertionError\n>>> doctest line"
     )
+    # go test -json is shown as its text; jest's machine-readable report is left out.
+    events = (
+        '{"Time":"t","Action":"run","Package":"p","Test":"TestA"}\n'
+        '{"Time":"t","Action":"output","Package":"p","Test":"TestA","Output":"--- FAIL: TestA\\n"}\n'
+        f'ok\n{JEST_REPORT_MARKER} 1\n{{"numFailedTests": 1}}\n'
+    )
+    assert failing_output(">>> tests: go test -json (exit 1)\n" + events) == "--- FAIL: TestA\nok"
     long = ">>> tests: x (exit 1)\n" + "a" * 20000 + "END"
     assert failing_output(long).endswith("END") and len(failing_output(long)) < 8100
 

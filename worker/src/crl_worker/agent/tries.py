@@ -18,6 +18,7 @@ sandbox for one more try, graded as any episode. Otherwise the first try's verdi
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -28,7 +29,7 @@ from crl_worker.harness.evaluate import evaluate
 from crl_worker.harness.integrity import needs_confirmation
 from crl_worker.harness.result import EvalResult
 from crl_worker.sandbox.base import Sandbox
-from crl_worker.tasks.model import Task
+from crl_worker.tasks.model import JEST_REPORT_MARKER, Task
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +70,33 @@ def may_try_again(result: EvalResult) -> bool:
     return not result.resolved and result.infrastructure_error is None and result.tampered is None
 
 
+def readable(lines: list[str]) -> list[str]:
+    """Test output as a person reads it: ``go test -json`` events as the text they carry
+    (their ``Output``), and nothing from the jest report marker on (the machine-readable
+    report the task's command prints after jest's own output)."""
+    shown: list[str] = []
+    for line in lines:
+        if line.startswith(JEST_REPORT_MARKER):
+            break
+        if line.startswith('{"Time":') or line.startswith('{"Action":'):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = None
+            if isinstance(event, dict) and "Action" in event:
+                output = event.get("Output")
+                if isinstance(output, str):
+                    shown.append(output.rstrip("\n"))
+                continue
+        shown.append(line)
+    return shown
+
+
 def failing_output(log: str, *, workdir: str = "", shown_as: str = "") -> str:
     """The test command's own output in an evaluation's ``log`` (the first ``>>> tests:``
-    section's body, without its header, which holds the command), with ``workdir`` written as
-    ``shown_as``, cut to its last :data:`FEEDBACK_CAP` characters. Empty when the log has no
-    test run (the candidate's patch did not apply: nothing ran)."""
+    section's body, without its header, which holds the command; :func:`readable`), with
+    ``workdir`` written as ``shown_as``, cut to its last :data:`FEEDBACK_CAP` characters.
+    Empty when the log has no test run (the candidate's patch did not apply: nothing ran)."""
     lines: list[str] = []
     inside = False
     for line in log.splitlines():
@@ -83,7 +106,7 @@ def failing_output(log: str, *, workdir: str = "", shown_as: str = "") -> str:
             lines.append(line)
         elif line.startswith(">>> tests: "):
             inside = True
-    text = "\n".join(lines).strip("\n")
+    text = "\n".join(readable(lines)).strip("\n")
     if workdir and workdir != shown_as:
         text = text.replace(workdir, shown_as or ".")
     if len(text) > FEEDBACK_CAP:
