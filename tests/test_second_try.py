@@ -39,17 +39,21 @@ LOOK_FOR_THE_TESTS = (
 IDENTITY = {"suite": "implement", "model": "two-tries", "agent": {"tries": 2}}
 
 
-async def _episode(task: Task, policy: TwoTries, tmp_path: Path) -> Trajectory:
+async def _episode(task: Task, policy: TwoTries, tmp_path: Path) -> tuple[Trajectory, int]:
+    """The episode with two tries, and how many sandboxes it made."""
+    made: list[Sandbox] = []
+
     async def keep(_: Trajectory) -> None:
         return None
 
     def factory(t: Task) -> Sandbox:
-        return create_sandbox(local_sandboxes(tmp_path), t)
+        made.append(create_sandbox(local_sandboxes(tmp_path), t))
+        return made[-1]
 
     agent = AgentSpec(max_turns=6, timeout_seconds=300, tries=2)
     trajectory, started = await run_episode(task, 0, factory, policy, agent, keep_cancelled=keep)
     assert started
-    return trajectory
+    return trajectory, len(made)
 
 
 async def test_the_second_try_sees_the_failures_not_the_tests(tmp_path: Path) -> None:
@@ -134,14 +138,16 @@ async def test_a_first_try_resolved_or_tampered_is_final(tmp_path: Path) -> None
     is the episode's verdict, and no test output is shown."""
     task = suite_tasks(IMPLEMENT / "tasks.jsonl")[0]
     policy = TwoTries((apply_patch_command(task.patch),), ("false",), "")
-    trajectory = await _episode(task, policy, tmp_path)
+    trajectory, made = await _episode(task, policy, tmp_path)
     assert len(trajectory.tries) == 1 and policy.shown is None
     assert trajectory.evaluation is not None and trajectory.evaluation.resolved
-    assert trajectory.evaluation.confirmed is True  # the integrity check ran, once
+    assert trajectory.evaluation.confirmed is True
+    # Graded once: the agent's sandbox, the first grading's, the integrity check's.
+    assert made == 3
 
     tamper = f"cat >> iniconf/__init__.py <<'EOF'\n{TAMPER}EOF"
     policy = TwoTries((tamper,), ("false",), "")
-    trajectory = await _episode(task, policy, tmp_path)
+    trajectory, _ = await _episode(task, policy, tmp_path)
     assert len(trajectory.tries) == 1 and policy.shown is None
     assert [m["role"] for m in trajectory.messages].count("user") == 1
     assert trajectory.evaluation is not None and not trajectory.evaluation.resolved
