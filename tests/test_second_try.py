@@ -11,7 +11,7 @@ import pytest
 
 from crl_worker.agent.episode import run_episode
 from crl_worker.agent.trajectory import Trajectory
-from crl_worker.agent.tries import failing_output, may_try_again
+from crl_worker.agent.tries import failing_output, feedback_message, may_try_again
 from crl_worker.api.common import AgentSpec
 from crl_worker.api.validation import validate_text
 from crl_worker.bench.config import read_benchmark, run_identity
@@ -157,6 +157,8 @@ async def test_a_first_try_resolved_or_tampered_is_final(tmp_path: Path) -> None
     errored = EvalResult(instance_id="x", resolved=False, infrastructure_error="gone")
     assert not may_try_again(tampered) and not may_try_again(errored)
     assert may_try_again(EvalResult(instance_id="x", resolved=False))
+    timed_out = errored.model_copy(update={"tests_timed_out": True})
+    assert may_try_again(timed_out)  # the benchmark's verdict: unresolved
 
 
 def test_failing_output_keeps_the_run_only() -> None:
@@ -175,6 +177,21 @@ def test_failing_output_keeps_the_run_only() -> None:
         f'ok\n{JEST_REPORT_MARKER} 1\n{{"numFailedTests": 1}}\n'
     )
     assert failing_output(">>> tests: go test -json (exit 1)\n" + events) == "--- FAIL: TestA\nok"
+    # The message: the output, what a timeout or a patch that does not apply means, and for
+    # a diff that passed only with its test changes, the files that did not count.
+    plain = EvalResult(instance_id="x", resolved=False, log=log)
+    timed_out = plain.model_copy(
+        update={"tests_timed_out": True, "infrastructure_error": "timed out after 5s"}
+    )
+    message = feedback_message(timed_out, timed_out, workdir="/w/x", shown_as="/repo")
+    assert "/repo/tests/t.py:3: AssertionError" in message and "timed out after 5s" in message
+    assert "tampered" not in message and "junit" not in message and "pytest" not in message
+    unapplied = plain.model_copy(update={"patch_applied": False})
+    assert "could not be applied" in feedback_message(unapplied, unapplied, workdir="", shown_as="")
+    passed = plain.model_copy(update={"resolved": True})
+    final = plain.model_copy(update={"stripped": ["tests/conftest.py (test infrastructure)"]})
+    message = feedback_message(passed, final, workdir="", shown_as="")
+    assert "tests/conftest.py (test infrastructure)" in message and "```" not in message
     long = ">>> tests: x (exit 1)\n" + "a" * 20000 + "END"
     assert failing_output(long).endswith("END") and len(failing_output(long)) < 8100
 

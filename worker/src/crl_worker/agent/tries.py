@@ -66,8 +66,10 @@ code itself so that the tests pass, then submit again. This is your last try."""
 
 def may_try_again(result: EvalResult) -> bool:
     """Whether a first try graded ``result`` gets a second one: unresolved, with a verdict (no
-    infrastructure or environment error) and not tampered with."""
-    return not result.resolved and result.infrastructure_error is None and result.tampered is None
+    infrastructure or environment error; tests that outlived their time are a verdict, as the
+    benchmark counts them: unresolved) and not tampered with."""
+    verdict = result.infrastructure_error is None or result.tests_timed_out
+    return not result.resolved and verdict and result.tampered is None
 
 
 def readable(lines: list[str]) -> list[str]:
@@ -121,6 +123,8 @@ def feedback_message(plain: EvalResult, final: EvalResult, *, workdir: str, show
     if plain.resolved:
         return _STRIPPED.format(stripped=", ".join(final.stripped) or "none")
     output = failing_output(plain.log, workdir=workdir, shown_as=shown_as)
+    if plain.tests_timed_out:
+        output = f"{output}\n(the tests did not finish in time: {plain.infrastructure_error})"
     if not plain.patch_applied:
         output = "(your changes could not be applied to a clean checkout; nothing ran)"
     return _MESSAGE.format(output=output or "(the test command printed nothing)")
