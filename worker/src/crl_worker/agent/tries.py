@@ -10,8 +10,8 @@ sandbox, and the candidate's code never runs there beside them (it could copy th
 the repository, where no reset reaches). The agent's sandbox stays exactly as the agent left
 it.
 
-A first try graded unresolved (not an infrastructure error, not tampered) gets one user
-message: the test command's output of that grading (:func:`feedback_message`, at most
+A first try graded unresolved (not tampered; with a verdict, tests that outlived their time
+counting as one, as in the benchmark's rate) gets one user message: the test command's output of that grading (:func:`feedback_message`, at most
 :data:`FEEDBACK_CAP` characters, its tail kept), and the conversation goes on in the same
 sandbox for one more try, graded as any episode. Otherwise the first try's verdict is final.
 """
