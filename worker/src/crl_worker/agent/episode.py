@@ -14,6 +14,10 @@ same factory with only the candidate's source changes and canary tests
 (:mod:`crl_worker.harness.integrity`); an unresolved one stands. The second grading comes on
 top of ``agent.timeoutSeconds`` (at most the task's test timeout, and the sandbox's start).
 ``$CRL_GRADING_CONFIRM=0`` or ``integrity=False`` turns it off.
+
+Second try (``agent.tries: 2``, benchmarks): the first try is graded in fresh sandboxes, and
+an unresolved one continues in the agent's sandbox with the failing tests' output
+(:mod:`crl_worker.agent.tries`); the last try is graded as above.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from crl_worker.agent.client import Policy
 from crl_worker.agent.loop import AgentCancelled, run_agent
 from crl_worker.agent.pristine import PristineSpares
 from crl_worker.agent.trajectory import Trajectory
+from crl_worker.agent.tries import SecondTry
 from crl_worker.api.common import AgentSpec
 from crl_worker.harness.classify import grade_answer
 from crl_worker.harness.evaluate import evaluate
@@ -95,9 +100,13 @@ async def agent_then_evaluate(
     *,
     started_at: datetime,
     keep_cancelled: KeepCancelled,
+    second_try: SecondTry | None = None,
 ) -> Trajectory:
     """Run the agent, then (unless it ended on an infrastructure failure) the evaluation in the
     same sandbox; the trajectory carries the evaluation and no reward.
+
+    With ``second_try``, a first try it graded as final (no second try) is not evaluated
+    again: its verdict is the trajectory's.
 
     A cancellation hands the trajectory so far to ``keep_cancelled`` and goes on; anything the
     agent loop or the harness raise unexpectedly ends only this episode, as an infrastructure
@@ -109,7 +118,13 @@ async def agent_then_evaluate(
     label = f"{task.instance_id}#{attempt}"
     try:
         trajectory = await run_agent(
-            task, sandbox, policy, agent, attempt=attempt, deadline=t_agent + budget - reserve
+            task,
+            sandbox,
+            policy,
+            agent,
+            attempt=attempt,
+            deadline=t_agent + budget - reserve,
+            next_try=second_try,
         )
     except AgentCancelled as cancelled:
         # Stopped (Ctrl-C, SIGTERM, giving up): the work done so far is kept.
@@ -124,6 +139,11 @@ async def agent_then_evaluate(
         )
     if trajectory.exit_reason == "infrastructure_error":
         return trajectory
+    if second_try is not None and second_try.final is not None and not second_try.began:
+        trajectory.evaluation = second_try.final
+        return trajectory
+    if second_try is not None and second_try.started is not None:
+        t_agent = second_try.started
     if task.task_type == "classify":
         # No tests: the answer is graded against the label (none given: credit 0, recorded).
         trajectory.evaluation = grade_answer(task, *classification_answer(trajectory))
@@ -212,7 +232,11 @@ async def run_episode(
     in a second sandbox from ``sandbox_factory`` (:func:`confirm_resolved`), made once the
     agent's is closed, so an episode never holds two; with ``spares``
     (:class:`~crl_worker.agent.pristine.PristineSpares`), one starts beside the agent's for the
-    check instead, so that a resolved episode does not wait for its start."""
+    check instead, so that a resolved episode does not wait for its start.
+
+    ``agent.tries: 2`` (:class:`~crl_worker.agent.tries.SecondTry`): the first try is graded
+    in fresh sandboxes (the integrity check included) while the agent's stays open; an
+    unresolved one gets a second try in it."""
     if integrity is None:
         integrity = confirmation_enabled()
     if integrity and spares is not None and task.task_type != "classify":
@@ -230,6 +254,7 @@ async def run_episode(
             logger.warning("%s: the sandbox did not start: %s", label, exc)
             error = f"the sandbox did not start: {exc}"
             return failed_trajectory(task, attempt, policy.model, started_at, t0, error), False
+        second_try = _second_try(task, sandbox, sandbox_factory, agent, label, integrity, spares)
         trajectory = await agent_then_evaluate(
             task,
             attempt,
@@ -238,9 +263,12 @@ async def run_episode(
             agent,
             started_at=started_at,
             keep_cancelled=keep_cancelled,
+            second_try=second_try,
         )
+        graded = second_try is not None and second_try.final is not None and not second_try.began
         if (
             integrity
+            and not graded  # the first try's grading, the integrity check included, is final
             and task.task_type != "classify"  # nothing ran in the sandbox to tamper with
             and trajectory.evaluation
             and needs_confirmation(trajectory.evaluation)
@@ -274,6 +302,35 @@ async def run_episode(
                 infrastructure_error=f"the integrity check failed: {exc!r}",
             )
     return trajectory, True
+
+
+def _second_try(
+    task: Task,
+    sandbox: Sandbox,
+    factory: Callable[[Task], Sandbox],
+    agent: AgentSpec,
+    label: str,
+    integrity: bool,
+    spares: PristineSpares | None,
+) -> SecondTry | None:
+    """The episode's :class:`~crl_worker.agent.tries.SecondTry` (``agent.tries: 2``), or
+    ``None``."""
+    if agent.tries < 2 or task.task_type == "classify":
+        return None
+
+    async def check(first: EvalResult, diff: str) -> EvalResult:
+        return await confirm_resolved(task, first, diff, factory, label, spares)
+
+    budget = float(agent.timeout_seconds)
+    return SecondTry(
+        task,
+        sandbox,
+        factory,
+        label=label,
+        agent_seconds=budget - min(task.timeouts.test, EVALUATION_SHARE * budget),
+        confirm=check if integrity else None,
+        close=close_sandbox,
+    )
 
 
 async def to_the_end(awaitable: Awaitable[T], label: str, what: str) -> T:

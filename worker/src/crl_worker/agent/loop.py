@@ -21,6 +21,8 @@ import gc
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,12 +43,14 @@ from crl_worker.agent.trajectory import (
     PromptIds,
     ToolCallRecord,
     Trajectory,
+    TryRecord,
     Turn,
     logprob_array,
     token_ids,
 )
 from crl_worker.api.common import AgentSpec
 from crl_worker.errors import InfrastructureError, SandboxError
+from crl_worker.harness.result import EvalResult
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
 
@@ -96,6 +100,23 @@ class AgentCancelled(asyncio.CancelledError):
         self.trajectory = trajectory
 
 
+@dataclass(frozen=True)
+class Feedback:
+    """What :data:`NextTry` answers to begin another try of the same conversation."""
+
+    message: str
+    """The user message that begins it (the failing tests' output)."""
+    evaluation: EvalResult
+    """The verdict on the try that ended (kept in :attr:`Trajectory.tries`)."""
+    deadline: float | None = None
+    """A :func:`time.monotonic` deadline of the new try (it also gets ``timeoutSeconds``)."""
+
+
+#: Called with the trajectory of a try that ended (not on an infrastructure failure): a
+#: :class:`Feedback` begins another try, ``None`` ends the run.
+NextTry = Callable[[Trajectory], Awaitable[Feedback | None]]
+
+
 class _Ended(Exception):
     """Internal: a limit or the model ended the run."""
 
@@ -113,16 +134,22 @@ async def run_agent(
     *,
     attempt: int = 0,
     deadline: float | None = None,
+    next_try: NextTry | None = None,
 ) -> Trajectory:
     """Run the agent on ``task`` in the started ``sandbox`` and return its trajectory.
 
     ``deadline`` is a :func:`time.monotonic` value; the run also stops after
-    ``spec.timeout_seconds``. Never raises for model or sandbox failures (the trajectory says
+    ``spec.timeout_seconds``. ``next_try`` (``agent.tries: 2``) is asked, when a try ends
+    other than on an infrastructure failure, whether the conversation goes on: its
+    :class:`Feedback` is added as a user message and the loop resumes with a fresh turn count
+    and deadline; :attr:`Trajectory.tries` then records each try. Never raises for model or sandbox failures (the trajectory says
     what happened); raises :class:`~crl_worker.agent.prompts.PromptError` for a prompt template
     that does not exist or does not render, and :class:`AgentCancelled` when cancelled.
     """
     prompts = load_prompts(spec.prompt_template)
-    return await _Run(task, sandbox, policy, spec, prompts, attempt, deadline).execute()
+    run = _Run(task, sandbox, policy, spec, prompts, attempt, deadline)
+    run.next_try = next_try
+    return await run.execute()
 
 
 def _normalized_call(call: dict[str, Any], turn: int, n: int) -> dict[str, Any]:
@@ -180,6 +207,11 @@ class _Run:
         self.context_tokens = 0
         #: Deduplicates each prompt's ids against the previous prompt + completion.
         self.prompt_ids = PromptIds()
+        #: Asked whether another try follows when one ends (``agent.tries``).
+        self.next_try: NextTry | None = None
+        #: The tries that ended, and the index of the current try's first turn.
+        self.tries: list[TryRecord] = []
+        self.first_turn = 0
 
     # --- the run ------------------------------------------------------------------------------
 
@@ -203,41 +235,28 @@ class _Run:
         self.messages.append(
             {"role": "user", "content": self.prompts.render("instance", **context)}
         )
-        reason: ExitReason
-        error: str | None
         try:
-            try:
-                if not self.sandbox.alive:
-                    raise SandboxError("the sandbox is not running at the start of the run")
-                await self._loop()
-            except _Ended as ended:
-                reason, error = ended.reason, ended.error
-            except ContextLengthError as exc:
-                reason, error = "context_exhausted", f"the model server refused the prompt: {exc}"
-            except InfrastructureError as exc:
-                reason, error = "infrastructure_error", str(exc)
-            except Exception as exc:
-                # A bug, not a verdict on the model: keep the trajectory, flag it as a failure
-                # of the machinery, and log the traceback.
-                logger.exception("%s: the agent loop failed", self.task.instance_id)
-                reason, error = (
-                    "infrastructure_error",
-                    f"internal error: {type(exc).__name__}: {exc}",
-                )
-            diff = ""
-            if self.sandbox.alive:
-                try:
-                    diff = await self.sandbox.diff()
-                except InfrastructureError as exc:
-                    reason, error = (
-                        "infrastructure_error",
-                        f"computing the final diff failed: {exc}",
+            reason, error, diff = await self._one_try()
+            while self.next_try is not None and reason != "infrastructure_error":
+                feedback = await self.next_try(self._trajectory(reason, error, diff))
+                if feedback is None:
+                    break
+                self.tries.append(
+                    TryRecord(
+                        first_turn=self.first_turn,
+                        exit_reason=reason,
+                        diff=diff,
+                        evaluation=feedback.evaluation,
                     )
-            elif reason != "infrastructure_error":
-                reason, error = (
-                    "infrastructure_error",
-                    "the sandbox was gone at the end of the run: no final diff",
                 )
+                self.messages.append({"role": "user", "content": feedback.message})
+                self.first_turn = len(self.turns)
+                self.end = time.monotonic() + self.spec.timeout_seconds
+                if feedback.deadline is not None:
+                    self.end = min(self.end, feedback.deadline)
+                reason, error, diff = await self._one_try()
+            if self.next_try is not None:
+                self.tries.append(TryRecord(first_turn=self.first_turn, exit_reason=reason))
         except asyncio.CancelledError:
             trajectory = self._trajectory("cancelled", "the run was cancelled", "")
             logger.info("%s: cancelled after %d turns", self.task.instance_id, len(self.turns))
@@ -256,6 +275,44 @@ class _Run:
         )
         return trajectory
 
+    async def _one_try(self) -> tuple[ExitReason, str | None, str]:
+        """Run the loop until this try ends; its exit reason, error and final diff."""
+        reason: ExitReason
+        error: str | None
+        try:
+            if not self.sandbox.alive:
+                raise SandboxError("the sandbox is not running at the start of the run")
+            await self._loop()
+        except _Ended as ended:
+            reason, error = ended.reason, ended.error
+        except ContextLengthError as exc:
+            reason, error = "context_exhausted", f"the model server refused the prompt: {exc}"
+        except InfrastructureError as exc:
+            reason, error = "infrastructure_error", str(exc)
+        except Exception as exc:
+            # A bug, not a verdict on the model: keep the trajectory, flag it as a failure
+            # of the machinery, and log the traceback.
+            logger.exception("%s: the agent loop failed", self.task.instance_id)
+            reason, error = (
+                "infrastructure_error",
+                f"internal error: {type(exc).__name__}: {exc}",
+            )
+        diff = ""
+        if self.sandbox.alive:
+            try:
+                diff = await self.sandbox.diff()
+            except InfrastructureError as exc:
+                reason, error = (
+                    "infrastructure_error",
+                    f"computing the final diff failed: {exc}",
+                )
+        elif reason != "infrastructure_error":
+            reason, error = (
+                "infrastructure_error",
+                "the sandbox was gone at the end of the run: no final diff",
+            )
+        return reason, error, diff
+
     def _trajectory(self, reason: ExitReason, error: str | None, diff: str) -> Trajectory:
         return Trajectory(
             instance_id=self.task.instance_id,
@@ -273,12 +330,13 @@ class _Run:
             prompt_tokens=sum(t.prompt_tokens for t in self.turns),
             completion_tokens=sum(t.completion_tokens for t in self.turns),
             diff=diff,
+            tries=list(self.tries),
         )
 
     def _check_limits(self) -> int:
         """End the run when a limit forbids another model call; else return its max_tokens."""
         spec = self.spec
-        if len(self.turns) >= spec.max_turns:
+        if len(self.turns) - self.first_turn >= spec.max_turns:
             raise _Ended("max_turns", f"reached the limit of {spec.max_turns} model calls")
         if time.monotonic() >= self.end:
             raise _Ended("timeout", self._timeout_text("before the next model call"))

@@ -365,6 +365,24 @@ def _first_difference(a: Sequence[int], b: Sequence[int]) -> int:
     return min(len(a), len(b))
 
 
+class TryRecord(BaseModel):
+    """One try of a run with ``agent.tries: 2`` (a benchmark's second try, Aider's pass@2)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    first_turn: int
+    """Index (in :attr:`Trajectory.turns`) of the try's first model call; the second try's
+    message with the test output is the user message just before it."""
+    exit_reason: ExitReason
+    """Why the try ended."""
+    diff: str = ""
+    """The candidate's changes the try ended with (graded for every try but the last; the
+    last one's is :attr:`Trajectory.diff`)."""
+    evaluation: EvalResult | None = None
+    """The try's verdict, for every try but the last (whose verdict is
+    :attr:`Trajectory.evaluation`)."""
+
+
 class Trajectory(BaseModel):
     """One agent run on one task instance (one line of ``trajectories.jsonl``)."""
 
@@ -405,6 +423,10 @@ class Trajectory(BaseModel):
     """The test verdict, filled in by the runner after the evaluation."""
     reward: float | None = None
     """The reward, filled in by the runner (``None``: infrastructure failure, not scored)."""
+    # Left out of the JSON when empty: lines of one-try runs stay as they were, byte for byte.
+    tries: list[TryRecord] = Field(default_factory=list, exclude_if=lambda tries: not tries)
+    """With ``agent.tries: 2``: each try, in order (empty otherwise, and then not written);
+    the last one's verdict is :attr:`evaluation`."""
 
     @property
     def infrastructure_failure(self) -> bool:

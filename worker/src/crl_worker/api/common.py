@@ -333,6 +333,11 @@ class AgentSpec(ApiModel):
     """Wall time of one shell command before it is interrupted (the session survives)."""
     timeout_seconds: int = Field(default=1800, ge=10, le=172800)
     """Wall time of the whole trajectory, agent and evaluation together."""
+    tries: int = Field(default=1, ge=1, le=2)
+    """Benchmarks only (a TrainingRun refuses 2): with `2`, a first try graded unresolved is
+    shown its failing tests' output and gets one more try in the same conversation, as Aider's
+    polyglot "pass@2" (docs/benchmarks.md, "Second try"); each try gets `maxTurns` and
+    `timeoutSeconds`."""
 
 
 class RewardWeights(ApiModel):

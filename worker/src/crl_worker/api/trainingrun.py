@@ -41,6 +41,12 @@ class RolloutSpec(ApiModel):
                 "!(has(self.poolRef) && has(self.pool))",
                 "set either rollout.poolRef (an existing RolloutPool) or rollout.pool (inline), not both",
             ),
+            cel(
+                "!has(self.agent) || !has(self.agent.tries) || self.agent.tries == 1",
+                "rollout.agent.tries: a second try after the failing tests' output is for"
+                " benchmarks (Aider's pass@2); a rollout has one try and one reward: leave it out",
+                field_path=".agent.tries",
+            ),
         )
     )
 

@@ -119,12 +119,17 @@ def run_identity(config: BenchmarkConfig, *, agent: AgentKind, model: str) -> di
     settings. ``attempts``, ``passAtK`` and ``parallelism`` may change between resumes."""
     source = config.spec.suite.tasks.to_wire()
     source.pop("filter", None)
+    settings = config.spec.agent.to_wire()
+    if settings.get("tries") == 1:
+        # One try, the default: left out, so that a folder written before the field existed
+        # resumes.
+        del settings["tries"]
     return {
         "suite": config.spec.suite.name,
         "tasks": source,
         "agentKind": agent,
         "model": model,
-        "agent": config.spec.agent.to_wire(),
+        "agent": settings,
     }
 
 

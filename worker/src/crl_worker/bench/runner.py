@@ -44,6 +44,7 @@ from crl_worker.agent.episode import run_episode, to_the_end
 from crl_worker.agent.gold import gold_patch_failure
 from crl_worker.agent.pristine import PristineSpares
 from crl_worker.agent.trajectory import Trajectory
+from crl_worker.agent.tries import first_try_resolved
 from crl_worker.api.common import AgentSpec
 from crl_worker.bench.compare import instance_attempts
 from crl_worker.bench.stats import Comparison, ComparisonError, compare
@@ -504,6 +505,7 @@ def _result(
         label=task.classification.cwe if task is not None and task.classification else None,
         answer=evaluation.answer if evaluation is not None else None,
         credit=None if resolved is None or evaluation is None else evaluation.credit,
+        first_try_resolved=first_try_resolved(trajectory, resolved),
     )
 
 

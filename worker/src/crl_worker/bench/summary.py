@@ -138,9 +138,20 @@ def _group_rows(records: Sequence[AttemptResult], key: str) -> list[dict[str, An
                 "resolved": resolved,
                 "errored": len(group) - len(valid),
                 "resolveRate": resolve_rate(resolved, len(valid)),
+                **_first_try(valid),
             }
         )
     return rows
+
+
+def _first_try(valid: Sequence[AttemptResult]) -> dict[str, Any]:
+    """With ``agent.tries: 2`` (some attempt has a first-try verdict): the first try's resolved
+    count and rate over ``valid`` (the attempts with a verdict); ``resolveRate`` is then the
+    rate after the second try. Empty otherwise."""
+    if all(r.first_try_resolved is None for r in valid):
+        return {}
+    first = sum(r.first_try_resolved is True for r in valid)
+    return {"firstTryResolved": first, "firstTryRate": resolve_rate(first, len(valid))}
 
 
 def build_summary(
@@ -178,6 +189,7 @@ def build_summary(
         "errored": len(errored),
         "environmentErrors": sum(r.environment_error for r in errored),
         "resolveRate": resolve_rate(resolved, len(valid)),
+        **_first_try(valid),
         "passAtK": pass_at_k_values(records, ks),
         "repositories": repositories,
         "languages": _group_rows(records, "language"),
@@ -326,18 +338,22 @@ def summary_table(summary: Mapping[str, Any]) -> Group:
     )
     lines: list[Any] = [table]
     languages = summary.get("languages") or []
-    if len(languages) > 1:
+    tries = "firstTryRate" in summary
+    if len(languages) > 1 or (languages and tries):
         by_language = Table(title="per language")
         by_language.add_column("language", no_wrap=True)
-        for name in ("instances", "attempts", "resolved", "errored", "rate"):
+        names = ("instances", "attempts", "resolved", "errored", "rate")
+        for name in names if not tries else (*names[:-1], "try 1", "try 2"):
             by_language.add_column(name, justify="right")
         for row in languages:
+            first = [_rate(row["firstTryRate"])] if tries and "firstTryRate" in row else []
             by_language.add_row(
                 escape(row["language"]),
                 str(row["instances"]),
                 str(row["attempts"]),
                 str(row["resolved"]),
                 f"[red]{row['errored']}[/]" if row["errored"] else "0",
+                *(first or (["-"] if tries else [])),
                 _rate(row["resolveRate"]),
             )
         lines.append(by_language)

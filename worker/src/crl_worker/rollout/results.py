@@ -106,6 +106,9 @@ class AttemptResult(BaseModel):
     """Classify tasks: the CWE id the agent answered (``None``: no ``classify`` call)."""
     credit: float | None = None
     """Classify tasks: the answer's credit along the CWE hierarchy."""
+    first_try_resolved: bool | None = None
+    """With ``agent.tries: 2``: the first try's verdict (``resolved`` is the final one, after
+    the second try); ``None`` without the option or without a verdict."""
 
     @property
     def key(self) -> tuple[str, int]:

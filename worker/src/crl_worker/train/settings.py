@@ -138,6 +138,13 @@ def resolve_settings(
     env = os.environ if env is None else env
     found = read_resource_file(config, "TrainingRun", TrainingRunSpec, error=_FileError)
     spec = found.spec
+    if spec.rollout.agent.tries != 1:
+        # As the CEL rule on the cluster (a local manifest is not checked against it).
+        raise TrainConfigError(
+            "spec.rollout.agent.tries",
+            "a second try after the failing tests' output is for benchmarks (Aider's pass@2);"
+            " a rollout has one try and one reward: leave it out",
+        )
     name = env.get(Env.RUN_NAME) or found.name
     base_dir = config.parent
     mounted = env.get(Env.CHECKPOINT_DIR)
