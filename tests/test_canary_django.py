@@ -30,6 +30,7 @@ from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks import selection
 from crl_worker.tasks.model import Task, TestSpec
 from tests.fixtures import django_instance
+from tests.fixtures.canary_tasks import adding_module
 
 MODULE = (Path(__file__).parent / "fixtures" / "django" / "resolve_url_tests.py.txt").read_text()
 PATH = "tests/resolve_url/tests.py"
@@ -42,20 +43,8 @@ P2P = [f"test_relative_path ({LABEL})", f"test_full_url ({LABEL})"]
 
 
 def _task() -> Task:
-    body = "".join(f"+{line}\n" for line in MODULE.splitlines())
-    count = len(MODULE.splitlines())
-    test_patch = (
-        f"diff --git a/{PATH} b/{PATH}\nnew file mode 100644\n--- /dev/null\n+++ b/{PATH}\n"
-        f"@@ -0,0 +1,{count} @@\n{body}"
-    )
-    return Task(
-        instance_id="django__django-1",
-        repo="django/django",
-        base_commit="0" * 40,
-        test_patch=test_patch,
-        fail_to_pass=F2P,
-        pass_to_pass=P2P,
-        test=TestSpec(command=COMMAND, log_format="django"),
+    return adding_module(
+        "django__django-1", PATH, MODULE, F2P, P2P, TestSpec(command=COMMAND, log_format="django")
     )
 
 

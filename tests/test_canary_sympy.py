@@ -20,6 +20,7 @@ from crl_worker.harness.canary import (
 from crl_worker.harness.parsers import parse_sympy
 from crl_worker.harness.result import TestStatus
 from crl_worker.tasks.model import Task, TestSpec
+from tests.fixtures.canary_tasks import adding_module
 
 HERE = Path(__file__).parent
 MODULE = (HERE / "fixtures" / "sympy" / "test_kind.py.txt").read_text()
@@ -32,20 +33,13 @@ OTHER = {"sympy/core/tests/test_other.py": "def test_Add_kind_of_mul():\n    ass
 
 
 def _task() -> Task:
-    lines = MODULE.splitlines()
-    body = "".join(f"+{line}\n" for line in lines)
-    test_patch = (
-        f"diff --git a/{PATH} b/{PATH}\nnew file mode 100644\n--- /dev/null\n+++ b/{PATH}\n"
-        f"@@ -0,0 +1,{len(lines)} @@\n{body}"
-    )
-    return Task(
-        instance_id="sympy__sympy-21614",
-        repo="sympy/sympy",
-        base_commit="0" * 40,
-        test_patch=test_patch,
-        fail_to_pass=F2P,
-        pass_to_pass=P2P,
-        test=TestSpec(command="bin/test -C --verbose {tests}", log_format="sympy"),
+    return adding_module(
+        "sympy__sympy-21614",
+        PATH,
+        MODULE,
+        F2P,
+        P2P,
+        TestSpec(command="bin/test -C --verbose {tests}", log_format="sympy"),
     )
 
 

@@ -11,7 +11,6 @@ stays evidence. A real pytest run in a local sandbox, graded through the integri
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from crl_worker.harness.integrity import grade_candidate
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks.model import Task, TestSpec, Timeouts
 
+from .fixtures.dataset_records import git
 from .fixtures.local_sandbox import pytest_install
 
 PACKAGE = '''\
@@ -77,16 +77,6 @@ scaled = _peek
 """
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-
-
 def _task(tmp_path: Path) -> tuple[Task, str]:
     """confkit: ``read_setting`` returns every value plus one (the bug); the tests, added by
     the test patch, hand the package their own file. Also the fix with :data:`PEEK` added."""
@@ -94,20 +84,20 @@ def _task(tmp_path: Path) -> tuple[Task, str]:
     (repo / "confkit").mkdir(parents=True)
     init = repo / "confkit" / "__init__.py"
     init.write_text(PACKAGE.replace(" {fix}", " + 1"))
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "base")
-    base = _git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    base = git(repo, "rev-parse", "HEAD").strip()
     (repo / "tests").mkdir()
     (repo / "tests" / "test_conf.py").write_text(TESTS)
-    _git(repo, "add", "-A")
-    test_patch = _git(repo, "diff", "--cached", base)
-    _git(repo, "reset", "-q", "--hard", base)
+    git(repo, "add", "-A")
+    test_patch = git(repo, "diff", "--cached", base)
+    git(repo, "reset", "-q", "--hard", base)
     diffs = []
     for extra in ("", PEEK):
         init.write_text(PACKAGE.replace(" {fix}", "") + extra)
-        diffs.append(_git(repo, "diff"))
-        _git(repo, "checkout", "-q", ".")
+        diffs.append(git(repo, "diff"))
+        git(repo, "checkout", "-q", ".")
     task = Task.model_validate(
         {
             "instance_id": "demo__confkit-1",
