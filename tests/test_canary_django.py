@@ -22,6 +22,7 @@ from crl_worker.harness.canary import (
     with_canary,
 )
 from crl_worker.harness.evaluate import evaluate
+from crl_worker.harness.grading import grade
 from crl_worker.harness.integrity import grade_candidate
 from crl_worker.harness.literals import Words, doc_variants, short_description, vocabulary
 from crl_worker.harness.parsers import parse_django
@@ -133,6 +134,32 @@ def test_a_run_maps_back_to_the_task_ids_and_catches_a_forgery() -> None:
     )
     canary = derive_canary(only_doc, {other: text, PATH: MODULE}, random.Random(1))
     assert canary is not None and canary.path == PATH
+
+
+def test_a_runner_that_passes_every_docstring_line_is_caught() -> None:
+    """A forgery in Django's own runner (found by review): every id line reports the honest
+    outcome, every docstring line ``ok``, so a test the task lists by its docstring passes
+    while every canary fails under its id. The copies' docstring lines must fail too."""
+    task = _task().model_copy(update={"fail_to_pass": [BY_DOC]})
+    for seed in range(10):
+        canary = derive_canary(task, {PATH: MODULE}, random.Random(seed))
+        assert canary is not None and canary.text is not None and canary.docs
+        copies = {i.split(" ")[0] for i in canary.ids}
+        real_doc = {old: new for new, old in canary.renamed}.get(BY_DOC, BY_DOC)
+        honest, forged = [], []
+        for test in mutants.tests_of(PATH, ast.parse(canary.text), "django"):
+            name = test.node.name
+            word = "FAIL" if name in copies or test.doc == real_doc else "ok"
+            head = f"{name} ({LABEL}.{name})"
+            honest += [head, f"{test.doc} ... {word}"] if test.doc else [f"{head} ... {word}"]
+            forged += [f"{head} ... {word}"] + (
+                ["forged (x.Forged)", f"{test.doc} ... ok"] if test.doc else []
+            )
+        for log, caught in ((honest, False), (forged, True)):
+            statuses = parse_django("\n".join(log) + "\n")
+            graded = grade(restore_ids(canary, statuses), task.fail_to_pass, task.pass_to_pass)
+            assert (tampered(canary, statuses) is not None) is caught, (seed, log)
+            assert graded.resolved is caught  # the forgery resolves where nothing catches it
 
 
 def test_docstring_changes_stay_on_the_first_line() -> None:

@@ -18,6 +18,7 @@ from crl_worker.bench.config import read_benchmark, run_identity
 from crl_worker.bench.runner import BenchmarkRunner
 from crl_worker.bench.summary import build_summary, summary_table
 from crl_worker.harness.result import EvalResult
+from crl_worker.rollout.export import export_trajectories
 from crl_worker.rollout.results import AttemptResult, ResultsStore
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.registry import create_sandbox
@@ -115,6 +116,11 @@ async def test_the_second_try_sees_the_failures_not_the_tests(tmp_path: Path) ->
     summary = (await runner(store).run()).summary
     store.close()
     assert (summary["firstTryRate"], summary["resolveRate"], summary["done"]) == (0.0, 1.0, 1)
+
+    # Never training data: the second try was shown the hidden tests' output.
+    exported = export_trajectories([tmp_path / "results"], tmp_path / "dataset")
+    assert exported.written == 0, exported.left_out
+    assert exported.left_out == {"a second try (shown the hidden tests' output)": 1}
 
 
 #: Source code (the package's ``__init__``) that reports every unittest test passed.

@@ -101,6 +101,20 @@ def test_a_gold_patch_that_fails_the_integrity_check_is_quarantined(
     assert [t.instance_id for t in plain.valid] == [forged.instance_id]
 
 
+def test_an_error_of_the_integrity_run_is_not_a_verdict() -> None:
+    """A sandbox or harness failure in the gold patch's integrity run is transient (not cached,
+    counted as a harness error), unlike the run's finding that the gold patch fails there."""
+    from crl_worker.harness.check import InstanceCheck
+    from crl_worker.harness.validate import _transient, reason_kind
+
+    failed = "gold through the integrity check: error: the sandbox did not start"
+    assert _transient(InstanceCheck(instance_id="x", problems=[failed]))
+    assert reason_kind(failed) == "harness error"
+    found = "gold through the integrity check: not resolved (canary tests that must fail did not)"
+    assert not _transient(InstanceCheck(instance_id="x", problems=[found]))
+    assert reason_kind(found) == "gold patch fails the integrity check"
+
+
 def test_a_changed_task_is_validated_again(tmp_path: Path) -> None:
     """The cache key is the task's content (not its id, nor its metadata), the runs and the
     sandbox's kind; a forged or mismatched cache file is ignored."""

@@ -211,7 +211,7 @@ def check(
         bool,
         typer.Option(
             "--integrity",
-            help="Also grade each gold patch once as an episode's resolved verdict is "
+            help="Also grade each gold patch (--runs times) as an episode's resolved verdict is "
             "confirmed (a pristine sandbox, only its source changes, canary tests): an "
             "instance whose gold patch does not pass there is invalid, since a correct answer "
             "to it would be graded 0. Not with --patch, which is graded that way already.",

@@ -255,10 +255,10 @@ class ValidationSpec(ApiModel):
     timeout_seconds: int | None = Field(default=None, ge=10, le=86400)
     """Seconds one test run may take; the task's own timeout when empty."""
     integrity: bool = True
-    """Also grade each gold patch once as an episode's resolved verdict is confirmed (a
+    """Also grade each gold patch (`runs` times) as an episode's resolved verdict is confirmed (a
     pristine sandbox, only its source changes, canary tests): a task whose gold patch does not
-    pass there is quarantined, since a correct answer to it would be graded 0. One more test
-    run per task."""
+    pass there is quarantined, since a correct answer to it would be graded 0. `runs` more test
+    runs per task."""
     cache: VolumeSource | None = None
     """Where verdicts are kept, by each task's content hash, with `quarantine.json` beside
     them: a restarted gateway or a second pool over the same tasks does not validate them

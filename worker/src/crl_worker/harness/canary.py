@@ -106,6 +106,9 @@ class Canary:
     renamed: tuple[tuple[str, str], ...] = ()
     #: What separates a test's id from its parameters or subtests (Go: ``TestX/sub``).
     separator: str = "["
+    #: The copies' docstring first lines (unittest formats): a runner that prints them grades
+    #: a test by that line too, so each must fail wherever the run reports it.
+    docs: tuple[str, ...] = ()
 
 
 def _name() -> str:
@@ -230,6 +233,7 @@ def derive_canary(
                 sources=derived.sources,
                 renamed=derived.renamed,
                 separator=separator,
+                docs=derived.docs,
             )
     return None
 
@@ -348,6 +352,13 @@ def tampered(canary: Canary, statuses: Mapping[str, TestStatus]) -> str | None:
         bad = sorted({s.value for s in seen if s not in (TestStatus.FAILED, TestStatus.ERROR)})
         if bad:
             wrong.append(f"{test_id}: {'/'.join(bad)}")
+    # A copy's docstring line may be left out (a reporter names tests by id only), but where it
+    # is reported it must fail too: else a runner could fail every id line and pass every
+    # docstring line, and the tests a task lists by their docstrings would pass.
+    for doc in canary.docs:
+        status = statuses.get(doc)
+        if status is not None and status not in (TestStatus.FAILED, TestStatus.ERROR):
+            wrong.append(f"{doc!r} (a canary's docstring line): {status.value}")
     if not wrong:
         return None
     listed = ", ".join(wrong)

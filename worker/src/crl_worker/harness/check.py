@@ -240,8 +240,8 @@ async def check_task(
 ) -> InstanceCheck:
     """Evaluate ``task`` with its gold patch and with none, ``runs`` times each, and judge it.
 
-    With ``integrity``, the gold patch is also graded once as an episode's resolved verdict is
-    confirmed (:func:`~crl_worker.harness.integrity.grade_candidate`): a false alarm there (the
+    With ``integrity``, the gold patch is also graded ``runs`` times as an episode's resolved
+    verdict is confirmed (:func:`~crl_worker.harness.integrity.grade_candidate`): a false alarm there (the
     canaries, the source-only diff) makes the instance invalid, since a correct answer to it
     would be graded 0.
 
@@ -288,8 +288,9 @@ async def check_task(
                     logger.info("%s: run %d, %s", task.instance_id, run + 1, label)
                     result = await evaluate(sandbox, task, model_patch=patch, timeout=timeout)
                     (check.gold if patch else check.no_patch).append(result)
-        if integrity and candidate is None:
-            logger.info("%s: gold through the integrity check", task.instance_id)
+        # As many runs as the others: the canaries are drawn again for each.
+        for run in range(runs if integrity and candidate is None else 0):
+            logger.info("%s: run %d, gold through the integrity check", task.instance_id, run + 1)
             async with make(task) as pristine:
                 check.confirmed.append(
                     await grade_candidate(pristine, task, task.patch, timeout=timeout)

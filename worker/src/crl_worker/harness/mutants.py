@@ -88,6 +88,9 @@ class Derived:
     sources: tuple[str, ...]
     #: Task tests renamed in ``text`` like their copies (new id, the task's id).
     renamed: tuple[tuple[str, str], ...] = ()
+    #: The copies' docstring first lines as unittest's verbose runner prints them after the id
+    #: (a second name of the copy: SWE-bench grades some tests by that line).
+    docs: tuple[str, ...] = ()
 
 
 def _decorators_unsafe(node: ast.FunctionDef | ast.ClassDef) -> bool:
@@ -379,6 +382,7 @@ def derive(
     ids: list[str] = []
     copied: list[str] = []
     renamed: list[tuple[str, str]] = []
+    copy_docs: list[str] = []
     new_tests = {t.node for t in tests if t.id in listed_f2p}
     words = Words(vocabulary(tree), vocabulary(tree, new_tests))
     plan = _plan(source, f2p, p2p, rng, count, words)
@@ -422,12 +426,18 @@ def derive(
             inserts.append((at, gap + copy, 0))
         ids.append(test_id(path, test.cls, name, log_format))
         copied.append(test.id)
+        if index in docs:
+            printed = short_description(ast.literal_eval(docs[index][2].decode("utf-8")))
+            if printed:
+                copy_docs.append(printed)
     data = source.data
     for at, new, replaced in sorted(inserts, key=lambda i: i[0], reverse=True):
         data = data[:at] + new + data[at + replaced :]
     if not data.endswith(b"\n"):
         data += b"\n"
-    return Derived(data.decode("utf-8"), tuple(ids), tuple(copied), tuple(renamed))
+    return Derived(
+        data.decode("utf-8"), tuple(ids), tuple(copied), tuple(renamed), tuple(copy_docs)
+    )
 
 
 #: Python 3.11+'s unittest id, ``test_x (module.Class.test_x)``.

@@ -18,6 +18,7 @@ patch, so it is no way to have a policy's answer graded outside the integrity pa
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import logging
@@ -85,6 +86,7 @@ def reason_kind(problem: str) -> str:
         ("flaky tests", "flaky tests"),
         ("resolved without the fix", "resolved without the fix"),
         ("does not apply", "gold patch does not apply"),
+        ("through the integrity check: error", "harness error"),
         ("through the integrity check", "gold patch fails the integrity check"),
         ("not resolved", "gold patch does not resolve"),
         ("environment error", "environment error"),
@@ -118,16 +120,38 @@ def task_digest(
         "task": task.model_dump(mode="json", exclude={"metadata"}),
         "runs": runs,
         "sandbox": _sandbox_identity(sandbox_config),
-        "integrity": integrity,
+        # The grader's own code decides the integrity check's verdict: a changed canary or
+        # reporter checks again.
+        "integrity": integrity and _grader_digest(),
     }
     encoded = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(encoded).hexdigest()
 
 
+#: The modules whose code decides the integrity check's verdict on a gold patch.
+_GRADER_MODULES = (
+    "canary.py", "check.py", "diffsplit.py", "evaluate.py", "integrity.py", "literals.py",
+    "mutants.py", "mutants_java.py", "mutants_jest.py", "mutants_native.py", "names.py",
+    "native.py", "parsers.py", "runner.py", "inprocess/probe.pyt",
+)  # fmt: skip
+
+
+@functools.cache
+def _grader_digest() -> str:
+    """A hash of the grader's code (:data:`_GRADER_MODULES`)."""
+    digest = hashlib.sha256()
+    for name in _GRADER_MODULES:
+        digest.update(name.encode() + b"\0" + (Path(__file__).parent / name).read_bytes())
+    return digest.hexdigest()
+
+
 def _transient(check: InstanceCheck) -> bool:
     """The verdict came from a failure that may not happen again (not to be cached)."""
     return any(
-        p.startswith(("sandbox:", "error:")) or ": harness error:" in p for p in check.problems
+        p.startswith(("sandbox:", "error:"))
+        or ": harness error:" in p
+        or "through the integrity check: error:" in p
+        for p in check.problems
     )
 
 

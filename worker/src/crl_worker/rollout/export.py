@@ -236,6 +236,11 @@ def _candidate(trajectory: Trajectory, report: ExportReport, **fields: Any) -> _
     if trajectory.exit_reason == "cancelled":
         report.left_out["cancelled"] += 1
         return None
+    if len(trajectory.tries) > 1:
+        # A benchmark's second try (agent.tries: 2) was shown the hidden tests' output, which
+        # the candidate's own code may have filled with the tests: never training data.
+        report.left_out["a second try (shown the hidden tests' output)"] += 1
+        return None
     digest = _digest(trajectory)
     if digest is None:
         report.left_out["no token sequence"] += 1

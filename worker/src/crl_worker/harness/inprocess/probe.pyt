@@ -18,15 +18,11 @@ import os
 import sys
 
 _CONFIG_PATH = os.path.splitext(os.path.abspath(__file__))[0] + ".json"
+# Taken before any package code runs: the hook raises the recursion limit for itself with them.
+_GET_LIMIT = sys.getrecursionlimit
+_SET_LIMIT = sys.setrecursionlimit
 _STATE = {"busy": False, "started": False}
 _RUNNERS = ("_pytest", "pytest", "pluggy", "unittest")
-#: Modules between a caller and ``open`` (file helpers, and the source readers ``linecache``
-#: and ``inspect``): the caller is the frame above them.
-_IO_MODULES = frozenset(
-    "pathlib codecs tokenize io _pyio glob fnmatch shutil os genericpath posixpath "
-    "linecache inspect "
-    "importlib._bootstrap importlib._bootstrap_external importlib.resources zipimport".split()
-)
 
 
 def _load_config():
@@ -68,7 +64,7 @@ def _is_package_file(filename):
     """A file of the repository that is not a test module: the candidate's code."""
     if not filename or filename.startswith("<"):
         return False
-    path = os.path.abspath(filename)
+    path = _real(filename)
     if not _under(path, _CONFIG["root"]):
         return False
     parts = os.path.relpath(path, _CONFIG["root"]).split(os.sep)
@@ -78,11 +74,45 @@ def _is_package_file(filename):
     return not any(p in ("test", "tests", "testing") for p in parts[:-1])
 
 
+def _provenance(frame):
+    """The file of the module whose own namespace ``frame`` runs in (``None`` for code run in
+    another namespace: ``exec`` with a dictionary of its own). Not the code's ``co_filename``,
+    which ``compile`` sets to anything."""
+    module = sys.modules.get(frame.f_globals.get("__name__") or "")
+    if module is None or getattr(module, "__dict__", None) is not frame.f_globals:
+        return None
+    return getattr(module, "__file__", None)
+
+
 def _caller(frame):
-    """The nearest frame above ``frame`` that is not a file helper of the standard library."""
-    while frame is not None and frame.f_globals.get("__name__") in _IO_MODULES:
+    """The nearest frame at or above ``frame`` of the repository's own code (package or tests),
+    by the module it runs in: what the standard library, the runner or any installed library
+    does, and code run in a namespace of its own, its caller in the repository answers for
+    (``configparser.read`` of a test module called from the package is the package's read)."""
+    while frame is not None:
+        name = _provenance(frame)
+        if name and _under(_real(name), _CONFIG["root"]):
+            return frame
         frame = frame.f_back
-    return frame
+    return None
+
+
+def _real(path):
+    """``path`` with links resolved."""
+    return os.path.realpath(path)
+
+
+def _is_protected_path(path):
+    """A test module of the run or a harness file, by path (links resolved) or by inode (a hard
+    link to one)."""
+    real = _real(path)
+    if real in _CONFIG["protected"] or _under(real, _CONFIG["harness"]):
+        return True
+    try:
+        info = os.stat(real)
+    except (OSError, ValueError):
+        return False
+    return (info.st_dev, info.st_ino) in _CONFIG["inodes"]
 
 
 def _check_open(args):
@@ -93,11 +123,11 @@ def _check_open(args):
         path = os.path.abspath(os.fsdecode(os.fspath(target)))
     except (TypeError, ValueError):
         return
-    protected = path in _CONFIG["protected"] or _under(path, _CONFIG["harness"])
-    if not protected:
+    if not _is_protected_path(path):
         return
+    path = _real(path)
     frame = _caller(sys._getframe(2))
-    if frame is not None and _is_package_file(frame.f_code.co_filename):
+    if frame is not None and _is_package_file(_provenance(frame) or ""):
         # A test that hands its own file to the package (Flask's config tests:
         # ``from_pyfile(__file__)``) asked for it: noted only.
         (_note if _handed_over(frame, path) else _evidence)(
@@ -112,11 +142,14 @@ def _handed_over(frame, path):
     The hidden tests are the task's, so a forgery cannot write such a line; an oracle reading
     the calling test unasked, or another test module, is still evidence."""
     while frame is not None:
-        name = frame.f_code.co_filename
-        if name and not name.startswith("<") and os.path.abspath(name) in _CONFIG["protected"]:
+        name = _provenance(frame)
+        if name and _real(name) in _CONFIG["protected"]:
             break
         frame = frame.f_back
-    if frame is None or os.path.abspath(frame.f_code.co_filename) != path:
+    if frame is None or _real(_provenance(frame) or "") != path:
+        return False
+    # The frame runs one of the module's own functions (not code compiled under its name).
+    if frame.f_code not in _codes(frame.f_globals):
         return False
     try:
         with open(path) as handle:
@@ -128,18 +161,31 @@ def _handed_over(frame, path):
     return any("__file__" in line for line in lines[start : start + 5])
 
 
+def _codes(namespace):
+    """The code objects of a module's functions and of its classes' methods."""
+    found = set()
+    for value in list(namespace.values()):
+        members = list(vars(value).values()) if isinstance(value, type) else [value]
+        for member in members:
+            member = getattr(member, "__func__", member)
+            code = getattr(member, "__code__", None)
+            if code is not None:
+                found.add(code)
+    return found
+
+
 def _check_getframe(args):
     if not args:
         return
     got = args[0]
     filename = getattr(getattr(got, "f_code", None), "co_filename", "")
     name = got.f_globals.get("__name__", "") if hasattr(got, "f_globals") else ""
-    test_frame = os.path.abspath(filename) in _CONFIG["protected"] if filename else False
+    test_frame = _real(filename) in _CONFIG["protected"] if filename else False
     runner_frame = name.split(".")[0] in _RUNNERS
     if not (test_frame or runner_frame):
         return
-    caller = sys._getframe(2)
-    if caller is not None and _is_package_file(caller.f_code.co_filename):
+    caller = _caller(sys._getframe(2))
+    if caller is not None and _is_package_file(_provenance(caller) or ""):
         # A test's frame: libraries take their caller's frame for its namespace (pydantic,
         # pandas' stack levels), so that is noted only; the runner's frames are no one's.
         (_evidence if runner_frame else _note)(
@@ -150,7 +196,7 @@ def _check_getframe(args):
 
 def _protected(filename):
     try:
-        path = os.path.abspath(os.fsdecode(os.fspath(filename)))
+        path = _real(os.fsdecode(os.fspath(filename)))
     except (TypeError, ValueError):
         return False
     return path in _CONFIG["protected"] or _under(path, _CONFIG["harness"])
@@ -205,14 +251,29 @@ def _hook(event, args):
     if event not in ("open", "sys._getframe"):
         return
     _STATE["busy"] = True
+    # Room of its own: package code that sets the limit just above its depth would make the
+    # check fail here, and the open go on unseen.
+    limit = _GET_LIMIT()
+    try:
+        _SET_LIMIT(limit + 1000)
+    except Exception:
+        pass
     try:
         if event == "open":
             _check_open(args)
         else:
             _check_getframe(args)
-    except Exception:
-        pass
+    except Exception as exc:
+        if event == "open":
+            try:
+                _evidence("the harness could not check an open (%s)" % type(exc).__name__)
+            except Exception:
+                pass
     finally:
+        try:
+            _SET_LIMIT(limit)
+        except Exception:
+            pass
         _STATE["busy"] = False
 
 
@@ -310,8 +371,18 @@ def _start():
     _STATE["started"] = True
     _OUT = open(_CONFIG["report"], "a")
     runner_files = [getattr(sys.modules.get(n), "__file__", None) or "" for n in _RUNNERS]
-    _CONFIG["runner_in_repo"] = any(_under(os.path.abspath(f), _CONFIG["root"]) for f in runner_files if f)
-    _CONFIG["protected"] = set(_CONFIG["protected"])
+    _CONFIG["root"] = _real(_CONFIG["root"])
+    _CONFIG["runner_in_repo"] = any(_under(_real(f), _CONFIG["root"]) for f in runner_files if f)
+    _CONFIG["protected"] = set(_real(p) for p in _CONFIG["protected"])
+    _CONFIG["harness"] = _real(_CONFIG["harness"])
+    inodes = set()
+    for protected in _CONFIG["protected"]:
+        try:
+            info = os.stat(protected)
+        except OSError:
+            continue
+        inodes.add((info.st_dev, info.st_ino))
+    _CONFIG["inodes"] = inodes
     _emit({"kind": "start", "pid": os.getpid()})
     _SNAPSHOT = _take_snapshot()
     if hasattr(sys, "addaudithook") and not _CONFIG["runner_in_repo"]:
