@@ -124,6 +124,26 @@ def _peek(p):
 """,
 }
 
+#: Legitimate reads of the test module by the package's own code, each resolved and confirmed:
+#: a warning attributed to the calling test's line, shown with that line (unittest shows
+#: warnings as they come), and the stack written to a log.
+SHOWS = {
+    "warning": """
+import warnings as _warnings
+
+
+def _peek(p):
+    _warnings.showwarning(UserWarning("scaled"), UserWarning, p, 8)
+""",
+    "stack": """
+import traceback as _traceback
+
+
+def _peek(p):
+    _traceback.format_stack()
+""",
+}
+
 #: Appended to the package with one of :data:`PEEKS`: ``scaled`` reads the calling test first.
 PEEKING = """
 
@@ -154,7 +174,8 @@ def _task(tmp_path: Path) -> tuple[Task, dict[str, str]]:
     test_patch = git(repo, "diff", "--cached", base)
     git(repo, "reset", "-q", "--hard", base)
     diffs = {}
-    for name, extra in {"": "", **{n: PEEKING.format(peek=c) for n, c in PEEKS.items()}}.items():
+    added = {n: PEEKING.format(peek=c) for n, c in {**PEEKS, **SHOWS}.items()}
+    for name, extra in {"": "", **added}.items():
         init.write_text(PACKAGE.replace(" {fix}", "") + extra)
         diffs[name] = git(repo, "diff")
         git(repo, "checkout", "-q", ".")
@@ -183,11 +204,17 @@ def _task(tmp_path: Path) -> tuple[Task, dict[str, str]]:
 async def test_a_test_handing_its_own_file_to_the_package_is_not_tampering(
     tmp_path: Path,
 ) -> None:
-    task, _ = _task(tmp_path)
-    async with create_sandbox({"type": "local"}, task) as sandbox:
-        graded = await grade_candidate(sandbox, task, task.patch)
-    assert graded.tampered is None, graded.log[-3000:]
-    assert graded.resolved and graded.confirmed, graded.log[-3000:]
+    task, patches = _task(tmp_path)
+
+    async def grade(diff: str) -> EvalResult:
+        async with create_sandbox({"type": "local"}, task) as sandbox:
+            return await grade_candidate(sandbox, task, diff)
+
+    diffs = {"the fix": task.patch, **{n: patches[n] for n in SHOWS}}
+    graded = dict(zip(diffs, await asyncio.gather(*map(grade, diffs.values())), strict=True))
+    for name, result in graded.items():
+        assert result.tampered is None, (name, result.log[-3000:])
+        assert result.resolved and result.confirmed, (name, result.log[-3000:])
 
 
 async def test_package_code_reading_a_test_module_unasked_is_evidence_however_it_reads(
@@ -197,7 +224,8 @@ async def test_package_code_reading_a_test_module_unasked_is_evidence_however_it
     ``exec``, a frame compiled under the test's name at a line naming ``__file__``, a
     recursion limit set so that a detector's own calls fail, a hard link, a standard-library
     reader. Each is evidence, whatever frame calls ``open``."""
-    task, peeking = _task(tmp_path)
+    task, patches = _task(tmp_path)
+    peeking = {n: patches[n] for n in PEEKS}
 
     async def grade(diff: str) -> EvalResult:
         async with create_sandbox({"type": "local"}, task) as sandbox:

@@ -78,10 +78,14 @@ def _provenance(frame):
     """The file of the module whose own namespace ``frame`` runs in (``None`` for code run in
     another namespace: ``exec`` with a dictionary of its own). Not the code's ``co_filename``,
     which ``compile`` sets to anything."""
-    module = sys.modules.get(frame.f_globals.get("__name__") or "")
-    if module is None or getattr(module, "__dict__", None) is not frame.f_globals:
+    try:
+        module = sys.modules.get(frame.f_globals.get("__name__") or "")
+        if module is None or getattr(module, "__dict__", None) is not frame.f_globals:
+            return None
+        name = getattr(module, "__file__", None)
+    except Exception:
         return None
-    return getattr(module, "__file__", None)
+    return name if isinstance(name, str) else None
 
 
 def _caller(frame):
@@ -95,6 +99,21 @@ def _caller(frame):
             return frame
         frame = frame.f_back
     return None
+
+
+#: Modules that read source lines to show a traceback or a warning (the test module's too, when
+#: its frame is in one): a read made through them is noted, not evidence. An oracle could read
+#: the calling test's line that way; the canaries stand against it.
+_FORMATTERS = frozenset(("traceback", "warnings", "logging"))
+
+
+def _formatting(frame, caller):
+    """Whether a module of :data:`_FORMATTERS` runs between ``frame`` and ``caller``."""
+    while frame is not None and frame is not caller:
+        if frame.f_globals.get("__name__") in _FORMATTERS:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _real(path):
@@ -126,11 +145,14 @@ def _check_open(args):
     if not _is_protected_path(path):
         return
     path = _real(path)
-    frame = _caller(sys._getframe(2))
+    opener = sys._getframe(2)
+    frame = _caller(opener)
     if frame is not None and _is_package_file(_provenance(frame) or ""):
         # A test that hands its own file to the package (Flask's config tests:
-        # ``from_pyfile(__file__)``) asked for it: noted only.
-        (_note if _handed_over(frame, path) else _evidence)(
+        # ``from_pyfile(__file__)``) asked for it, and a traceback or a warning being shown
+        # reads the lines of its frames: noted only.
+        asked = _formatting(opener, frame) or _handed_over(frame, path)
+        (_note if asked else _evidence)(
             "package code (%s:%d) opened %s"
             % (frame.f_code.co_filename, frame.f_lineno, os.path.relpath(path, _CONFIG["root"]))
         )
@@ -165,11 +187,17 @@ def _codes(namespace):
     """The code objects of a module's functions and of its classes' methods."""
     found = set()
     for value in list(namespace.values()):
-        members = list(vars(value).values()) if isinstance(value, type) else [value]
+        # Any object at all: a proxy (Flask's ``current_app``) raises on the first look.
+        try:
+            members = list(vars(value).values()) if isinstance(value, type) else [value]
+        except Exception:
+            continue
         for member in members:
-            member = getattr(member, "__func__", member)
-            code = getattr(member, "__code__", None)
-            if code is not None:
+            try:
+                code = getattr(getattr(member, "__func__", member), "__code__", None)
+            except Exception:
+                continue
+            if isinstance(code, type(_codes.__code__)):
                 found.add(code)
     return found
 
@@ -266,7 +294,10 @@ def _hook(event, args):
     except Exception as exc:
         if event == "open":
             try:
-                _evidence("the harness could not check an open (%s)" % type(exc).__name__)
+                _evidence(
+                    "the harness could not check an open (%s: %s)"
+                    % (type(exc).__name__, str(exc)[:200])
+                )
             except Exception:
                 pass
     finally:
