@@ -97,3 +97,22 @@ def test_sympy_copies_are_module_functions_named_apart_from_the_run() -> None:
     synthetic = make_canary(task)
     assert synthetic is not None and len(synthetic.ids) == 1
     assert synthetic.code.startswith(f"\n\ndef {synthetic.ids[0]}():")
+
+
+def test_an_expectation_spread_over_lines_is_copied() -> None:
+    """SymPy's printing tests compare with strings joined over several lines (found on
+    sympy__sympy-11400, whose integrity check crashed reading such a literal back)."""
+    for expected in (
+        '\\\n        "   sin(x)/x\\n" \\\n        "next line"',
+        '(\n        "   sin(x)/x\\n"\n        "next line"\n    )',
+    ):
+        module = (
+            "from m import pretty\n\n\ndef test_pretty():\n"
+            f"    assert pretty(1) == {expected}\n\n\ndef test_two():\n    assert pretty(2) == 'x'\n"
+        )
+        derived = mutants.derive("t.py", module, "sympy", ["test_pretty"], [], random.Random(1), 4)
+        assert derived is not None and len(derived.ids) == 4, expected
+        tree = ast.parse(derived.text)
+        copies = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name in derived.ids]
+        values = {ast.literal_eval(f.body[0].test.comparators[0]) for f in copies}  # type: ignore[attr-defined]
+        assert len(values) == 4 and "   sin(x)/x\nnext line" not in values

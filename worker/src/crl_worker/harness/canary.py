@@ -56,6 +56,7 @@ calls whose last expectation has a literal changed, the real tests renamed:
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import secrets
@@ -73,6 +74,9 @@ from crl_worker.tasks.model import Task
 from crl_worker.tasks.selection import django_label, is_test_file, patch_files, test_arguments
 
 V = TypeVar("V")
+
+
+logger = logging.getLogger(__name__)
 
 #: Log formats whose test runs get canaries: Python's runners, Django's and SymPy's included
 #: (derived copies, or a synthetic ``unittest.TestCase`` or function appended to a test module),
@@ -161,6 +165,67 @@ def selected_modules(task: Task) -> list[str]:
     return [m for m in modules if m.endswith(".py")]
 
 
+def _derive_from(
+    task: Task,
+    path: str,
+    sources: Mapping[str, str],
+    rng: random.Random,
+    language: str | None,
+    f2p: set[str],
+) -> tuple[Derived | None, str]:
+    """Canaries derived from the module at ``path`` (see :func:`derive_canary`), and the
+    separator of its tests' ids from their parameters or subtests."""
+    # Parametrized ids (``test_x[case]``) unless the language says otherwise.
+    separator = "["
+    derived: Derived | None
+    if language is not None:
+        keep = [task.test_spec.command, *(t for p, t in sources.items() if p != path)]
+        if language == "javascript":
+            derived = derive_jest(sources[path], task.fail_to_pass, rng, COUNT, keep=keep)
+            separator = NO_SEPARATOR
+        else:
+            # Catch2's ids are ``exercise.global#name``: the copies' ids take that prefix.
+            prefix = next((i.partition("#")[0] + "#" for i in f2p if "#" in i), "")
+            derived = derive_native(
+                sources[path],
+                language,
+                task.fail_to_pass,
+                rng,
+                COUNT,
+                keep=keep,
+                prefix=prefix if language == "cpp" else "",
+            )
+            # Go's subtests, Catch2's sections: ``TestX/case``, ``x/section``.
+            separator = "[" if language == "rust" else "/"
+    elif path.endswith(".java"):
+        # A test renamed keeps working unless the command or another test file names it.
+        others = [text for other, text in sources.items() if other != path]
+        derived = derive_java(
+            path,
+            sources[path],
+            task.fail_to_pass,
+            task.pass_to_pass,
+            rng,
+            COUNT,
+            keep="\n".join([task.test_spec.command, *others]),
+        )
+    else:
+        # SymPy's ids are bare names: another module of the run keeps its tests' names.
+        sympy = task.test_spec.log_format == "sympy"
+        kept = [t for p, t in sources.items() if p != path] if sympy else []
+        derived = derive(
+            path,
+            sources[path],
+            task.test_spec.log_format,
+            task.fail_to_pass,
+            task.pass_to_pass,
+            rng,
+            COUNT,
+            keep="\n".join([task.test_spec.command, *kept]),
+        )
+    return derived, separator
+
+
 def derive_canary(
     task: Task, sources: Mapping[str, str], rng: random.Random | None = None
 ) -> Canary | None:
@@ -177,54 +242,13 @@ def derive_canary(
     )
     language = native_language(task)
     for path in order:
-        # Parametrized ids (``test_x[case]``) unless the language says otherwise.
-        separator = "["
-        derived: Derived | None
-        if language is not None:
-            keep = [task.test_spec.command, *(t for p, t in sources.items() if p != path)]
-            if language == "javascript":
-                derived = derive_jest(sources[path], task.fail_to_pass, rng, COUNT, keep=keep)
-                separator = NO_SEPARATOR
-            else:
-                # Catch2's ids are ``exercise.global#name``: the copies' ids take that prefix.
-                prefix = next((i.partition("#")[0] + "#" for i in f2p if "#" in i), "")
-                derived = derive_native(
-                    sources[path],
-                    language,
-                    task.fail_to_pass,
-                    rng,
-                    COUNT,
-                    keep=keep,
-                    prefix=prefix if language == "cpp" else "",
-                )
-                # Go's subtests, Catch2's sections: ``TestX/case``, ``x/section``.
-                separator = "[" if language == "rust" else "/"
-        elif path.endswith(".java"):
-            # A test renamed keeps working unless the command or another test file names it.
-            others = [text for other, text in sources.items() if other != path]
-            derived = derive_java(
-                path,
-                sources[path],
-                task.fail_to_pass,
-                task.pass_to_pass,
-                rng,
-                COUNT,
-                keep="\n".join([task.test_spec.command, *others]),
-            )
-        else:
-            # SymPy's ids are bare names: another module of the run keeps its tests' names.
-            sympy = task.test_spec.log_format == "sympy"
-            kept = [t for p, t in sources.items() if p != path] if sympy else []
-            derived = derive(
-                path,
-                sources[path],
-                task.test_spec.log_format,
-                task.fail_to_pass,
-                task.pass_to_pass,
-                rng,
-                COUNT,
-                keep="\n".join([task.test_spec.command, *kept]),
-            )
+        try:
+            derived, separator = _derive_from(task, path, sources, rng, language, f2p)
+        except Exception:
+            # A module the derivation cannot read (a bug of ours, not the candidate's doing: the
+            # test files are the task's): the next one, or the synthetic canary.
+            logger.warning("%s: no canary derived from %s", task.instance_id, path, exc_info=True)
+            continue
         if derived is not None:
             return Canary(
                 path=path,

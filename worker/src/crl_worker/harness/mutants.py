@@ -249,6 +249,12 @@ def _constant_rank(node: ast.Constant) -> int:
     return 0 if isinstance(node.value, int | float) else 1
 
 
+def _evaluate(text: bytes) -> object:
+    """The value of a literal's source text, which may span lines (strings concatenated over
+    several lines, a backslash continuation): read as the parenthesized expression it is."""
+    return ast.literal_eval("(" + text.decode("utf-8") + "\n)")
+
+
 def mutate_literal(
     source: _Text,
     expr: ast.expr,
@@ -262,7 +268,10 @@ def mutate_literal(
     start = source.offset(expr.lineno, expr.col_offset)
     end = source.offset(expr.end_lineno or expr.lineno, expr.end_col_offset or 0)
     old_text = source.data[start:end]
-    old = ast.literal_eval(old_text.decode("utf-8").strip())
+    try:
+        old = _evaluate(old_text)
+    except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError) as exc:
+        raise ValueError(f"the literal cannot be read back: {exc}") from None
     constants = [
         n
         for n in ast.walk(expr)
@@ -277,8 +286,8 @@ def mutate_literal(
         for changed in variants(old_text[a:b], node.value, rng, count, words):
             new_text = old_text[:a] + changed + old_text[b:]
             try:
-                new = ast.literal_eval(new_text.decode("utf-8").strip())
-            except (ValueError, SyntaxError, UnicodeDecodeError):
+                new = _evaluate(new_text)
+            except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
                 continue
             different = type(new) is type(old) and new != old and not new == old  # noqa: SIM201
             if different and all(new != other for other, _ in found):
