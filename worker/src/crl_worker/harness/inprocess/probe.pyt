@@ -89,16 +89,34 @@ def _provenance(frame):
 
 
 def _caller(frame):
-    """The nearest frame at or above ``frame`` of the repository's own code (package or tests),
-    by the module it runs in: what the standard library, the runner or any installed library
-    does, and code run in a namespace of its own, its caller in the repository answers for
-    (``configparser.read`` of a test module called from the package is the package's read)."""
+    """The frame that answers for an open made at ``frame``: the nearest one at or above it that
+    is not the standard library's (file helpers, readers such as ``configparser``, the import
+    machinery) nor code run in a namespace of its own, by the module it runs in. Package code
+    that reads through the standard library is the reader; an installed library (a linter's
+    parser, the runner) answers for itself."""
     while frame is not None:
         name = _provenance(frame)
-        if name and _under(_real(name), _CONFIG["root"]):
+        if name and not _is_stdlib(_real(name)):
             return frame
         frame = frame.f_back
     return None
+
+
+def _stdlib_folders():
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    site = set(_real(paths[k]) for k in ("purelib", "platlib") if paths.get(k))
+    lib = set(_real(paths[k]) for k in ("stdlib", "platstdlib") if paths.get(k))
+    return sorted(lib), sorted(site)
+
+
+def _is_stdlib(path):
+    """A file of the standard library (not of an installed package)."""
+    lib, site = _CONFIG["stdlib"]
+    if any(_under(path, folder) for folder in site):
+        return False
+    return any(_under(path, folder) for folder in lib)
 
 
 #: Modules that read source lines to show a traceback or a warning (the test module's too, when
@@ -406,6 +424,7 @@ def _start():
     _CONFIG["runner_in_repo"] = any(_under(_real(f), _CONFIG["root"]) for f in runner_files if f)
     _CONFIG["protected"] = set(_real(p) for p in _CONFIG["protected"])
     _CONFIG["harness"] = _real(_CONFIG["harness"])
+    _CONFIG["stdlib"] = _stdlib_folders()
     inodes = set()
     for protected in _CONFIG["protected"]:
         try:
