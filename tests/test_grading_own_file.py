@@ -43,6 +43,8 @@ def scaled(value):
 '''
 
 TESTS = """\
+import os
+
 from confkit import read_setting, scaled
 
 TIMEOUT = 5
@@ -55,6 +57,15 @@ def test_reads_its_own_module():
 
 def test_reads_another_setting():
     assert read_setting(__file__, "RETRIES") == 3
+
+
+def test_reads_a_path_it_named_earlier():
+    # As pylint's runner tests do: the path named, the package called a few lines later.
+    path = os.path.abspath(__file__)
+    name = "RETRIES"
+
+    expected = 3
+    assert read_setting(path, name) == expected
 
 
 def test_scaled():
@@ -81,8 +92,8 @@ def _open_it(p):
 
 
 def _peek(p):
-    # Line 8 of the test module names __file__: a frame that claims to run there.
-    exec(compile("\\n" * 7 + "_open_it(p)\\n", p, "exec"), {"_open_it": _open_it, "p": p})
+    # Line 11 of the test module names __file__: a frame that claims to run there.
+    exec(compile("\\n" * 10 + "_open_it(p)\\n", p, "exec"), {"_open_it": _open_it, "p": p})
 """,
     "recursion-limit": """
 def _peek(p):
@@ -192,6 +203,7 @@ def _task(tmp_path: Path) -> tuple[Task, dict[str, str]]:
             "fail_to_pass": [
                 "tests/test_conf.py::test_reads_its_own_module",
                 "tests/test_conf.py::test_reads_another_setting",
+                "tests/test_conf.py::test_reads_a_path_it_named_earlier",
             ],
             "pass_to_pass": ["tests/test_conf.py::test_scaled"],
             "test": TestSpec(command="python -m pytest -rA {tests}", log_format="pytest"),

@@ -12,6 +12,7 @@ Runs on the task's interpreter: Python 3.6 syntax, standard library only (the au
 3.8; older interpreters go without it).
 """
 
+import dis
 import json
 import linecache
 import os
@@ -178,9 +179,11 @@ def _check_open(args):
 
 def _handed_over(frame, path):
     """Whether the test running above ``frame`` handed ``path`` to the package: it is that
-    test's own module, and the test's line that called into the package names ``__file__``.
-    The hidden tests are the task's, so a forgery cannot write such a line; an oracle reading
-    the calling test unasked, or another test module, is still evidence."""
+    test's own module, and the test function that called into the package names ``__file__``
+    (``from_pyfile(__file__)``; pylint's runner tests lint ``abspath(__file__)`` a few lines
+    after naming it). The hidden tests are the task's, so a forgery cannot write such a line;
+    an oracle reading a test that does not name its file, or another test module, is still
+    evidence."""
     while frame is not None:
         name = _provenance(frame)
         if name and _real(name) in _CONFIG["protected"]:
@@ -196,9 +199,12 @@ def _handed_over(frame, path):
             lines = handle.read().splitlines()
     except (OSError, ValueError):
         return False
-    # The line running and two on either side of it (a call spread over lines).
-    start = max(frame.f_lineno - 3, 0)
-    return any("__file__" in line for line in lines[start : start + 5])
+    # The running function's lines: from its first (a decorator's, or its ``def``) to the start
+    # of its last statement, and two more (a statement spread over lines).
+    starts = [line for _, line in dis.findlinestarts(frame.f_code) if line]
+    first = max(frame.f_code.co_firstlineno - 1, 0)
+    body = lines[first : max(starts + [first + 1]) + 2]
+    return any("__file__" in line for line in body)
 
 
 def _codes(namespace):
