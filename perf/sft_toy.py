@@ -39,7 +39,6 @@ import argparse
 import asyncio
 import itertools
 import json
-import math
 import os
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from toy_resolve_rate import wilson
 
 from crl_worker.api.common import AgentSpec, PoolSettings
 from crl_worker.bench.runner import BenchmarkRunner
@@ -65,16 +65,6 @@ from crl_worker.train.local_policy import TransformersPolicy
 ROOT = Path(__file__).resolve().parents[1]
 #: The toy's agent, as in examples/local-trainingrun-toy.yaml.
 AGENT = {"maxTurns": 3, "maxTokensPerTurn": 16, "maxTotalTokens": 256, "timeoutSeconds": 120}
-
-
-def wilson(successes: int, total: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95% Wilson score interval of a binomial proportion."""
-    if total == 0:
-        return 0.0, 1.0
-    p = successes / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 async def bench(
