@@ -143,11 +143,10 @@ def _real(path):
 def _is_protected_path(path):
     """A test module of the run or a harness file, by path (links resolved) or by inode (a hard
     link to one)."""
-    real = _real(path)
-    if real in _CONFIG["protected"] or _under(real, _CONFIG["harness"]):
+    if _protected(path):
         return True
     try:
-        info = os.stat(real)
+        info = os.stat(path)
     except (OSError, ValueError):
         return False
     return (info.st_dev, info.st_ino) in _CONFIG["inodes"]
