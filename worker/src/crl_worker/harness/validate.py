@@ -128,20 +128,14 @@ def task_digest(
     return hashlib.sha256(encoded).hexdigest()
 
 
-#: The modules whose code decides the integrity check's verdict on a gold patch.
-_GRADER_MODULES = (
-    "canary.py", "check.py", "diffsplit.py", "evaluate.py", "integrity.py", "literals.py",
-    "mutants.py", "mutants_java.py", "mutants_jest.py", "mutants_native.py", "names.py",
-    "native.py", "parsers.py", "runner.py", "inprocess/probe.pyt",
-)  # fmt: skip
-
-
 @functools.cache
 def _grader_digest() -> str:
-    """A hash of the grader's code (:data:`_GRADER_MODULES`)."""
+    """A hash of the grader's code: every module of this package (the canaries, the reporter,
+    the parsers, the grading rules), by path and content."""
     digest = hashlib.sha256()
-    for name in _GRADER_MODULES:
-        digest.update(name.encode() + b"\0" + (Path(__file__).parent / name).read_bytes())
+    folder = Path(__file__).parent
+    for path in sorted(p for p in folder.rglob("*") if p.suffix in (".py", ".pyt")):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
