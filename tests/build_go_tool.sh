@@ -11,7 +11,9 @@
 # go.sum, build.sh), this script, the package, the tags and the Go version, kept beside it as
 # NAME.stamp. A build whose key matches is skipped (about a second), also in a fresh clone of an
 # unchanged tree, whose files are all new by their time stamps. The last line of stdout is the
-# binary path. Set GOTOOL_FORCE=1 to rebuild anyway.
+# binary path. Set GOTOOL_FORCE=1 to rebuild anyway. `-trimpath`, as the control plane's build
+# (tests/controlplane/build.sh): a package compiled with the same flags at the same module
+# version is compiled once in the shared build cache, whichever tool needed it first.
 set -euo pipefail
 
 [[ $# -ge 3 ]] || { echo "usage: $0 NAME SRC_DIR PACKAGE [BUILD_TAGS]" >&2; exit 2; }
@@ -53,7 +55,7 @@ if stale; then
     echo "building $name ($(go version | cut -d' ' -f3)) ..." >&2
     tmp="$bin.tmp.$$"
     trap 'rm -f "$tmp"' EXIT
-    (cd "$src" && go build -buildvcs=false -tags "$tags" -ldflags "-s -w" -o "$tmp" "$pkg")
+    (cd "$src" && go build -trimpath -buildvcs=false -tags "$tags" -ldflags "-s -w" -o "$tmp" "$pkg")
     mv -f "$tmp" "$bin"
     trap - EXIT
     echo "$hash" >"$bin.stamp"

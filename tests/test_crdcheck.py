@@ -40,7 +40,7 @@ def test_the_tool_passes_its_own_tests() -> None:
     env = {
         **os.environ,
         "GOTOOLCHAIN": "local",
-        "GOFLAGS": "-mod=mod",
+        "GOFLAGS": "-mod=mod -trimpath",  # the flags of its build: the compiled packages are reused
         "CGO_ENABLED": "0",
     }
     cache = Path(os.environ.get("CRL_CACHE_DIR", Path.home() / ".cache" / "coderepairrl"))
@@ -48,6 +48,43 @@ def test_the_tool_passes_its_own_tests() -> None:
     env.setdefault("GOCACHE", str(cache / "go" / "build"))
     result = run(["go", "test", "./..."], cwd=CRDCHECK_SRC, env=env, timeout=1800)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _pins(go_mod: Path) -> dict[str, str]:
+    """The version go.mod gives each module it requires, a replacement's where it has one."""
+    pins: dict[str, str] = {}
+    replaced: dict[str, str] = {}
+    block = ""
+    for raw in go_mod.read_text().splitlines():
+        line = raw.split("//")[0].strip()
+        if line.endswith("("):
+            block = line[:-1].strip()
+            continue
+        if line == ")":
+            block = ""
+            continue
+        words = line.split()
+        if words and words[0] in ("require", "replace"):
+            block, words = words[0], words[1:]
+        if block == "require" and len(words) == 2:
+            pins[words[0]] = words[1]
+        elif block == "replace" and "=>" in words and len(words) == words.index("=>") + 3:
+            replaced[words[0]] = words[-1]
+    return {module: replaced.get(module, version) for module, version in pins.items()}
+
+
+def test_crdcheck_pins_the_control_planes_versions() -> None:
+    # A module at another version than the control plane's is compiled twice on a cold machine
+    # (minutes of CI); bump both together (tests/crdcheck/build.sh).
+    control_plane = _pins(ROOT / "tests" / "controlplane" / "go.mod")
+    crdcheck = _pins(CRDCHECK_SRC / "go.mod")
+    apart = {
+        module: (version, control_plane[module])
+        for module, version in crdcheck.items()
+        if module in control_plane and control_plane[module] != version
+    }
+    assert not apart, apart
+    assert crdcheck["k8s.io/apiextensions-apiserver"] == control_plane["k8s.io/apiserver"]
 
 
 def test_the_api_server_accepts_the_generated_crds(crdcheck: Path) -> None:

@@ -1,7 +1,8 @@
 """The chart's alerts (PrometheusRule) and Grafana dashboard, checked with promtool, and the
 metrics they read checked against what the components really export.
 
-promtool is built from the Prometheus Go module (tests/promtool, Prometheus 3.16.0): `promtool
+promtool is Debian's (Prometheus 2.42, unpacked from the package) where apt can fetch it, else
+built from the Prometheus Go module (Prometheus 3.16.0; tests/promtool/build.sh): `promtool
 check rules` parses every alert and every dashboard query; `promtool test rules` runs
 tests/promtool/alerts_test.yaml, where each alert fires on one input and stays quiet on others.
 The metric names are read from /metrics of a real pool gateway process and a real trainer
@@ -47,7 +48,7 @@ pytestmark = pytest.mark.go
 
 @pytest.fixture(scope="module")
 def promtool() -> Path:
-    """promtool, built from the Prometheus Go module on first use (minutes)."""
+    """promtool: Debian's, or built from the Prometheus Go module on first use (minutes)."""
     return build_promtool()
 
 
