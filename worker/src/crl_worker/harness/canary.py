@@ -139,10 +139,27 @@ def canary_files(task: Task) -> list[str]:
         return [f for f in patch_files(task.test_patch) if re.search(r"(^|/)tests/[^/]+\.rs$", f)]
     files = [f for f in patch_files(task.test_patch) if is_test_file(f, "python")]
     if "{tests}" in task.test_spec.command:
-        selected = set(test_arguments(task))
-        # Django's runner is given dotted labels (``tests/a/tests.py``: ``a.tests``).
+        selected = _selected_modules(test_arguments(task))
+        # Django's runner is given dotted labels (``tests/a/tests.py``: ``a.tests``); a
+        # selection by ids names a module by its path (pytest) or its dotted name (unittest).
         files = [f for f in files if f in selected or _module(f, task) in selected]
     return files
+
+
+def _selected_modules(arguments: list[str]) -> set[str]:
+    """What the ``{tests}`` arguments name, as files or dotted modules: each argument itself,
+    the path of a pytest id (``tests/test_x.py::test_y[case]``), and every dotted prefix of a
+    unittest id (``tests.test_x.Case.test_y``, ``test_y (tests.test_x.Case)``)."""
+    selected: set[str] = set()
+    for argument in arguments:
+        selected.add(argument)
+        if "::" in argument:
+            selected.add(argument.split("::", 1)[0])
+            continue
+        named = re.fullmatch(r"\S+ \(([\w.]+)\)", argument)
+        parts = (named.group(1) if named else argument).split(".")
+        selected.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
+    return selected
 
 
 async def read_test_modules(sandbox: Sandbox, task: Task) -> dict[str, str]:
