@@ -33,7 +33,7 @@ from crl_worker.agent.gold import GoldPolicy
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec, TaskSource
 from crl_worker.harness import marks, mutants, runner
-from crl_worker.harness.canary import Canary, canary_files, with_canary
+from crl_worker.harness.canary import Canary, canary_files, restore_ids, with_canary
 from crl_worker.harness.result import EvalResult, TestStatus
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.images import TaskImageBuilder
@@ -429,3 +429,25 @@ def test_a_selection_by_ids_gets_canaries_and_does_not_order_them_last() -> None
     arguments = selection.test_arguments(with_canary(task, canary))
     assert arguments == sorted(arguments)
     assert arguments[0] == "tests/test_ops.py::test_aa_first"
+
+
+def test_a_record_under_a_renamed_tests_old_id_does_not_stand_for_it() -> None:
+    # The integrity check runs the task's test under a new name; code under test adds a PASSED
+    # record under the task's own id (before or after the real one): it is not the run's.
+    canary = Canary(
+        path="tests/test_ops.py",
+        ids=("tests/test_ops.py::test_span_width_of_gaps",),
+        renamed=(
+            ("tests/test_ops.py::test_total_gap_length", "tests/test_ops.py::test_total_length"),
+        ),
+    )
+    real = ("tests/test_ops.py::test_total_gap_length", TestStatus.FAILED)
+    forged = ("tests/test_ops.py::test_total_length", TestStatus.PASSED)
+    for found in (dict([real, forged]), dict([forged, real])):
+        assert restore_ids(canary, found) == {
+            "tests/test_ops.py::test_total_length": TestStatus.FAILED
+        }
+    forged_case = ("tests/test_ops.py::test_total_length[2]", TestStatus.PASSED)
+    assert restore_ids(canary, dict([real, forged_case])) == {
+        "tests/test_ops.py::test_total_length": TestStatus.FAILED
+    }
