@@ -38,8 +38,8 @@ from crl_worker.harness.result import EvalResult, TestStatus
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.images import TaskImageBuilder
 from crl_worker.sandbox.registry import create_sandbox
-from crl_worker.tasks.model import Task
 from crl_worker.tasks import selection
+from crl_worker.tasks.model import Task
 from crl_worker.tasks.sources import load_source
 from tests.fixtures import forgery
 from tests.fixtures.forgery import ScriptedPolicy, append_to_package
