@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import random
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -57,25 +58,16 @@ def copy_test(
     changed, or without one a failing equality assertion of two numbers at its end, and its
     docstring replaced by ``doc`` (a span and its new text) when given."""
     node = test.node
-    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-    start, end = source.line_start(first), source.line_end(node.end_lineno or node.lineno)
-    edits: list[tuple[int, int, bytes]] = [doc] if doc is not None else []
+    edits: list[tuple[int, int, bytes]] = []
     if literal is not None:
         edits.append(literal)
     else:
+        end = span(source, node)[1]
         indent = b" " * node.body[0].col_offset
         a, b = rng.randrange(2, 500), rng.randrange(500, 1000)
         check = f"self.assertEqual({a}, {b})" if test.testcase else f"assert {a} == {b}"
         edits.append((end, end, indent + check.encode() + b"\n"))
-    def_at = source.data.index(b"def " + node.name.encode(), source.line_start(node.lineno))
-    name_at = def_at + len(b"def ")
-    edits.append((name_at, name_at + len(node.name.encode()), name.encode()))
-    text = source.data[start:end]
-    if not text.endswith(b"\n"):
-        text += b"\n"
-    for a, b, new in sorted(edits, reverse=True):
-        text = text[: a - start] + new + text[b - start :]
-    return text
+    return moved_test(source, test, name, doc, edits)
 
 
 def span(source: Text, node: ast.FunctionDef) -> tuple[int, int]:
@@ -85,13 +77,18 @@ def span(source: Text, node: ast.FunctionDef) -> tuple[int, int]:
 
 
 def moved_test(
-    source: Text, test: EditedTest, name: str, doc: tuple[int, int, bytes] | None
+    source: Text,
+    test: EditedTest,
+    name: str,
+    doc: tuple[int, int, bytes] | None,
+    edits: Sequence[tuple[int, int, bytes]] = (),
 ) -> bytes:
-    """``test``'s text renamed ``name``, its docstring replaced by ``doc`` when given: the real
-    test as it goes to its new place."""
+    """``test``'s text renamed ``name``, its docstring replaced by ``doc`` when given, and
+    ``edits`` (spans of ``source`` and their new text) made: the real test as it goes to its
+    new place (no ``edits``), or a copy."""
     start, end = span(source, test.node)
     at = def_name_at(source, test.node)
-    edits = [(at, at + len(test.node.name.encode()), name.encode())]
+    edits = [*edits, (at, at + len(test.node.name.encode()), name.encode())]
     if doc is not None:
         edits.append(doc)
     text = source.data[start:end]
