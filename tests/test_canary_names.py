@@ -22,6 +22,7 @@ from crl_worker.tasks.model import Task, TestSpec
 from tests.fixtures.canary_attacks import (
     Module,
     Tally,
+    by_position,
     mini_modules,
     stringkit_module,
     try_names,
@@ -228,3 +229,22 @@ def test_a_junit_test_that_may_see_its_name_keeps_it(change: str, keep: str) -> 
     derived = mutants_java.derive("AreaTest.java", text, ids, [], random.Random(5), 4, keep=keep)
     assert derived is not None and len(derived.ids) == 4
     assert derived.renamed == () and "void areaOfRectangle() {" in derived.text
+
+
+def test_no_position_picks_the_real_test_out_of_its_copies(
+    gradings: list[tuple[Module, mutants.Derived]],
+) -> None:
+    # A test patch adds its tests in a block; copies placed anywhere while the real test stayed
+    # in its block would be told apart by where they stand (an attacker review: 0.69 against a
+    # chance of 0.20 on intervals-1 before the real test moved too).
+    per_module: dict[str, list[tuple[float, float]]] = {}
+    for module, derived in gradings:
+        pick = by_position(module, derived)
+        if pick is not None:
+            per_module.setdefault(module.instance, []).append(pick)
+    assert sum(map(len, per_module.values())) >= 4 * GRADINGS
+    advantage = {
+        instance: sum(hit - chance for hit, chance in rows) / len(rows)
+        for instance, rows in per_module.items()
+    }
+    assert max(advantage.values()) <= MARGIN, advantage

@@ -59,7 +59,12 @@ async def sandbox(roman: FixtureRepo) -> AsyncIterator[Sandbox]:
 
 
 async def test_gold_patch_resolves(roman: FixtureRepo, sandbox: Sandbox) -> None:
+    assert not sandbox.dirty
     result = await evaluate(sandbox, roman.task, model_patch=roman.task.patch)
+    # The hidden tests sat beside the candidate's code: a pool replaces this sandbox rather
+    # than reset it for a later episode of the task (the code could have copied them where a
+    # reset does not reach).
+    assert sandbox.dirty
     assert result.infrastructure_error is None, result.log
     assert result.patch_applied
     assert result.resolved, result.log

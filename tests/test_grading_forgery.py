@@ -33,10 +33,12 @@ from crl_worker.agent.gold import GoldPolicy
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.api.common import AgentSpec, TaskSource
 from crl_worker.harness import marks, mutants, runner
+from crl_worker.harness.canary import Canary, canary_files, restore_ids, with_canary
 from crl_worker.harness.result import EvalResult, TestStatus
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.images import TaskImageBuilder
 from crl_worker.sandbox.registry import create_sandbox
+from crl_worker.tasks import selection
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.sources import load_source
 from tests.fixtures import forgery
@@ -51,7 +53,10 @@ PYTEST = "crl-mini__intervals-1"
 UNITTEST = "crl-mini__iniconf-2"
 #: One whose FAIL_TO_PASS tests compare only with assertEqual (a proxy cannot pass ``assertIs``).
 UNITTEST_EQ = "crl-mini__iniconf-1"
-PACKAGES = {PYTEST: "intervals", UNITTEST: "iniconf", UNITTEST_EQ: "iniconf"}
+#: The pytest instance selecting its tests by id (``select: ids``, as QuixBugs, BugsInPy and the
+#: exercises do): the canaries join the ids on the command line.
+BY_IDS = f"{PYTEST} (select: ids)"
+PACKAGES = {PYTEST: "intervals", UNITTEST: "iniconf", UNITTEST_EQ: "iniconf", BY_IDS: "intervals"}
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,21 @@ ATTACKS: tuple[Attack, ...] = (
         forgery.dist_info_plugin(),
         "a new *.dist-info at the root registers a pytest11 plugin that flips failures",
     ),
+    Attack(
+        "always-equal-select-ids",
+        BY_IDS,
+        _in_package(BY_IDS, forgery.ALWAYS_EQUAL),
+        "results equal to anything, on a task selecting its tests by id (it had no canary: the "
+        "test modules were looked for among the ids as paths)",
+    ),
+    Attack(
+        "leak-after-submitting",
+        PYTEST,
+        forgery.leak_after_submitting(PACKAGES[PYTEST]),
+        "an empty diff, and a sitecustomize outside the repository that writes the hidden "
+        "tests' answers into the package while they run in the agent's sandbox (the integrity "
+        "check graded a diff taken after that)",
+    ),
 )
 
 
@@ -178,18 +198,20 @@ def backend(request: pytest.FixtureRequest) -> Backend:
     """One backend with the suites' tasks ready for it."""
     tasks = {**_suite("mini"), **_suite("implement", "implement")}
     if request.param == "local":
+        by_ids = tasks[PYTEST].test_spec.model_copy(update={"select": "ids"})
+        tasks[BY_IDS] = tasks[PYTEST].model_copy(update={"test": by_ids})
         return Backend({"type": "local"}, tasks, tuple(tasks))
     engine = request.getfixturevalue("docker_engine")
     builder = TaskImageBuilder(
         engine.client(), bases={"python": request.getfixturevalue("docker_base")}
     )
-    wanted = [tasks[i] for i in PACKAGES]
+    wanted = [tasks[i] for i in PACKAGES if i != BY_IDS]
     built = asyncio.run(builder.build_all(wanted, jobs=2))
     assert [r.error for r in built] == [None] * len(wanted)
     for task, result in zip(wanted, built, strict=True):
         tasks[task.instance_id] = task.model_copy(update={"image": result.image})
     config = {"type": "docker", "base_url": engine.host, "network": "none", "pull": "never"}
-    return Backend(config, tasks, tuple(PACKAGES))
+    return Backend(config, tasks, tuple(i for i in PACKAGES if i != BY_IDS))
 
 
 @pytest.fixture(scope="module")
@@ -384,3 +406,48 @@ def test_copies_of_one_fail_to_pass_test_cannot_be_told_from_it() -> None:
     f2p.append("t.py::test_area_of_square")
     derived = mutants.derive("t.py", two, "pytest", f2p, [], random.Random(1), 4)
     assert derived is not None and sorted(derived.sources) == sorted(f2p * 2)
+
+
+def test_a_selection_by_ids_gets_canaries_and_does_not_order_them_last() -> None:
+    # Ids name their module by path (pytest) or dotted (unittest): the test modules the run
+    # executes are found either way; and the command line lists the ids by name, so that the
+    # code under test cannot read which are canaries from where they stand.
+    tasks = _suite("mini")
+    for instance, module in ((PYTEST, "tests/test_ops.py"), ("crl-mini__lrukit-1", None)):
+        task = tasks[instance]
+        spec = task.test_spec.model_copy(update={"select": "ids"})
+        task = task.model_copy(update={"test": spec})
+        files = canary_files(task)
+        assert files and (module is None or files == [module]), (instance, files)
+    task = tasks[PYTEST].model_copy(
+        update={"test": tasks[PYTEST].test_spec.model_copy(update={"select": "ids"})}
+    )
+    canary = Canary(
+        path="tests/test_ops.py",
+        ids=("tests/test_ops.py::test_zz_last", "tests/test_ops.py::test_aa_first"),
+    )
+    arguments = selection.test_arguments(with_canary(task, canary))
+    assert arguments == sorted(arguments)
+    assert arguments[0] == "tests/test_ops.py::test_aa_first"
+
+
+def test_a_record_under_a_renamed_tests_old_id_does_not_stand_for_it() -> None:
+    # The integrity check runs the task's test under a new name; code under test adds a PASSED
+    # record under the task's own id (before or after the real one): it is not the run's.
+    canary = Canary(
+        path="tests/test_ops.py",
+        ids=("tests/test_ops.py::test_span_width_of_gaps",),
+        renamed=(
+            ("tests/test_ops.py::test_total_gap_length", "tests/test_ops.py::test_total_length"),
+        ),
+    )
+    real = ("tests/test_ops.py::test_total_gap_length", TestStatus.FAILED)
+    forged = ("tests/test_ops.py::test_total_length", TestStatus.PASSED)
+    for found in (dict([real, forged]), dict([forged, real])):
+        assert restore_ids(canary, found) == {
+            "tests/test_ops.py::test_total_length": TestStatus.FAILED
+        }
+    forged_case = ("tests/test_ops.py::test_total_length[2]", TestStatus.PASSED)
+    assert restore_ids(canary, dict([real, forged_case])) == {
+        "tests/test_ops.py::test_total_length": TestStatus.FAILED
+    }

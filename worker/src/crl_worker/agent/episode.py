@@ -273,14 +273,11 @@ async def run_episode(
             and trajectory.evaluation
             and needs_confirmation(trajectory.evaluation)
         ):
+            # The diff the agent submitted (taken when its loop ended), never one taken now:
+            # the evaluation has since run the hidden tests in this sandbox, with whatever the
+            # agent left behind (a sitecustomize outside the repository could have copied them
+            # into the package). An empty one is no source change: unresolved.
             diff = trajectory.diff
-            if not diff.strip():
-                # The agent loop could not take the final diff (or there is none); the test
-                # patch the harness applied is stripped from this one anyway.
-                try:
-                    diff = await sandbox.diff()
-                except Exception as exc:
-                    logger.warning("%s: no diff for the integrity check: %s", label, exc)
     finally:
         if sandbox is not None:
             await close_sandbox(sandbox, label)

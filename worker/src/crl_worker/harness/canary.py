@@ -139,10 +139,27 @@ def canary_files(task: Task) -> list[str]:
         return [f for f in patch_files(task.test_patch) if re.search(r"(^|/)tests/[^/]+\.rs$", f)]
     files = [f for f in patch_files(task.test_patch) if is_test_file(f, "python")]
     if "{tests}" in task.test_spec.command:
-        selected = set(test_arguments(task))
-        # Django's runner is given dotted labels (``tests/a/tests.py``: ``a.tests``).
+        selected = _selected_modules(test_arguments(task))
+        # Django's runner is given dotted labels (``tests/a/tests.py``: ``a.tests``); a
+        # selection by ids names a module by its path (pytest) or its dotted name (unittest).
         files = [f for f in files if f in selected or _module(f, task) in selected]
     return files
+
+
+def _selected_modules(arguments: list[str]) -> set[str]:
+    """What the ``{tests}`` arguments name, as files or dotted modules: each argument itself,
+    the path of a pytest id (``tests/test_x.py::test_y[case]``), and every dotted prefix of a
+    unittest id (``tests.test_x.Case.test_y``, ``test_y (tests.test_x.Case)``)."""
+    selected: set[str] = set()
+    for argument in arguments:
+        selected.add(argument)
+        if "::" in argument:
+            selected.add(argument.split("::", 1)[0])
+            continue
+        named = re.fullmatch(r"\S+ \(([\w.]+)\)", argument)
+        parts = (named.group(1) if named else argument).split(".")
+        selected.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
+    return selected
 
 
 async def read_test_modules(sandbox: Sandbox, task: Task) -> dict[str, str]:
@@ -348,17 +365,25 @@ def with_canary(task: Task, canary: Canary) -> Task:
 
 def restore_ids(canary: Canary | None, found: Mapping[str, V]) -> dict[str, V]:
     """``found`` (by test id as the run reported it) with the renamed tests under the task's
-    ids again (a parametrized run keeps its ``[...]``)."""
+    ids again (a parametrized run keeps its ``[...]``).
+
+    What the run reported under a renamed test's old id is left out: no test of that name ran
+    (it was renamed before the run), so such a record is not the run's, and it must not stand
+    for the renamed test, whichever came first (code under test could add a PASSED record
+    under the task's own id at exit)."""
     if canary is None or not canary.renamed:
         return dict(found)
     old = dict(canary.renamed)
+    renamed_away = set(old.values())
     restored: dict[str, V] = {}
     for test_id, value in found.items():
         base, bracket, rest = test_id.partition(canary.separator)
         if test_id in old:  # a whole id first (a docstring may hold the separator)
             restored[old[test_id]] = value
-        else:
-            restored[old[base] + bracket + rest if base in old else test_id] = value
+        elif base in old:
+            restored[old[base] + bracket + rest] = value
+        elif test_id not in renamed_away and base not in renamed_away:
+            restored[test_id] = value
     return restored
 
 

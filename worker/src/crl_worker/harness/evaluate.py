@@ -371,11 +371,11 @@ async def _run_tests(
     planted, the run made through the harness's reporter: ``canary``), stale reports removed,
     ``pre`` and the test command run, the output (or reports) parsed."""
     if task.test_patch.strip():
-        if task.task_type == "implement":
-            # The hidden tests are about to sit next to the candidate's code while it runs:
-            # it could copy them outside the repository (``/tmp``, the home folder), where a
-            # reset does not reach, for a later episode of this task in a reused sandbox.
-            sandbox.mark_dirty()
+        # The hidden tests (a repair task's test patch as much as an implement task's) are
+        # about to sit next to the candidate's code while it runs: it could copy them where a
+        # reset does not reach (the home folder, /tmp, the environment, git's objects), for a
+        # later episode of this task in a reused sandbox to build its answers from.
+        sandbox.mark_dirty()
         files = touched_files(task.test_patch)
         run.add("reset test files", await reset_files(sandbox, files, task.base_commit))
         try:

@@ -14,6 +14,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from crl_worker.harness.literals import Words, doc_variants, short_description, variants, vocabulary
+from crl_worker.harness.mutant_edits import Text, copy_test, def_name_at, moved_test, span
 from crl_worker.harness.names import body_words, canary_name
 from crl_worker.tasks.selection import django_label
 
@@ -222,25 +223,6 @@ def copyable(test: TestDef) -> bool:
     )
 
 
-class _Text:
-    """A module's text with byte offsets for ast positions (which count UTF-8 bytes)."""
-
-    def __init__(self, text: str) -> None:
-        self.data = text.encode("utf-8")
-        self.starts = [0]
-        for line in self.data.splitlines(keepends=True):
-            self.starts.append(self.starts[-1] + len(line))
-
-    def offset(self, line: int, col: int) -> int:
-        return self.starts[line - 1] + col
-
-    def line_start(self, line: int) -> int:
-        return self.starts[line - 1]
-
-    def line_end(self, line: int) -> int:
-        return self.starts[min(line, len(self.starts) - 1)]
-
-
 def _constant_rank(node: ast.Constant) -> int:
     """Which constants to change first: numbers (one of ten digits, nothing to read), then
     strings (a changed word may read as a typo), then booleans (one other value only)."""
@@ -256,7 +238,7 @@ def _evaluate(text: bytes) -> object:
 
 
 def mutate_literal(
-    source: _Text,
+    source: Text,
     expr: ast.expr,
     rng: random.Random,
     count: int = 1,
@@ -304,39 +286,6 @@ def group_sizes(count: int, groups: int) -> list[int]:
     return [count // groups + (i < count % groups) for i in range(groups)]
 
 
-def _copy(
-    source: _Text,
-    test: TestDef,
-    name: str,
-    rng: random.Random,
-    literal: tuple[int, int, bytes] | None,
-    doc: tuple[int, int, bytes] | None = None,
-) -> bytes:
-    """``test`` renamed ``name``, with ``literal`` (a span of ``source`` and its new text)
-    changed, or without one a failing equality assertion of two numbers at its end, and its
-    docstring replaced by ``doc`` (a span and its new text) when given."""
-    node = test.node
-    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-    start, end = source.line_start(first), source.line_end(node.end_lineno or node.lineno)
-    edits: list[tuple[int, int, bytes]] = [doc] if doc is not None else []
-    if literal is not None:
-        edits.append(literal)
-    else:
-        indent = b" " * node.body[0].col_offset
-        a, b = rng.randrange(2, 500), rng.randrange(500, 1000)
-        check = f"self.assertEqual({a}, {b})" if test.testcase else f"assert {a} == {b}"
-        edits.append((end, end, indent + check.encode() + b"\n"))
-    def_at = source.data.index(b"def " + node.name.encode(), source.line_start(node.lineno))
-    name_at = def_at + len(b"def ")
-    edits.append((name_at, name_at + len(node.name.encode()), name.encode()))
-    text = source.data[start:end]
-    if not text.endswith(b"\n"):
-        text += b"\n"
-    for a, b, new in sorted(edits, reverse=True):
-        text = text[: a - start] + new + text[b - start :]
-    return text
-
-
 def derive(
     path: str,
     text: str,
@@ -381,7 +330,7 @@ def derive(
     f2p, p2p = listed(fail_to_pass), listed(pass_to_pass)
     if not f2p and not p2p:
         return None
-    source = _Text(text)
+    source = Text(text)
     taken = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.ClassDef)}
     # SymPy's ids are bare names: no new name may be one of another module's in the run.
     taken |= set(re.findall(r"\w+", keep)) if log_format == "sympy" else set()
@@ -402,37 +351,60 @@ def derive(
         plan, docs, own = _new_docs(source, plan, tests, rng, words, groups)
     if not plan:
         return None
+    # Another class's test of the same name (a subclass's run of it) would not be mapped back.
+    others = "\n".join([*fail_to_pass, *pass_to_pass]) if log_format in UNITTEST_FORMATS else ""
+    renaming = [
+        t
+        for t in tests
+        if t.id in groups and renamable(t, text, f"{keep}\n{others.replace(t.id, '')}")
+    ]
+    # The renamed real tests move to a random place among their scope's tests too: a test patch
+    # adds its tests in blocks, and a group whose copies were scattered while the real one
+    # stayed in the block would say which is real by where they stand.
+    renamed_nodes = {id(t.node) for t in renaming}
+    moving = {
+        id(t.node)
+        for t in renaming
+        if any(o.cls == t.cls and id(o.node) not in renamed_nodes for o in tests)
+    }
+    stay = [t for t in tests if id(t.node) not in moving]
     for test in tests:
         if test.id in own:
             # The real test's first line changed like its copies' (and mapped back): else it
             # would be the one of its group that reads as a person wrote it.
             start, end, new = own[test.id]
-            inserts.append((start, new, end - start))
+            if id(test.node) not in moving:
+                inserts.append((start, new, end - start))
             printed = short_description(ast.literal_eval(new.decode("utf-8")))
             renamed.append((printed or "", test.doc or ""))
-    # Another class's test of the same name (a subclass's run of it) would not be mapped back.
-    others = "\n".join([*fail_to_pass, *pass_to_pass]) if log_format in UNITTEST_FORMATS else ""
-    for test in tests:
-        if test.id in groups and renamable(test, text, f"{keep}\n{others.replace(test.id, '')}"):
-            scope = [t.node.name for t in tests if t.cls == test.cls]
-            name = canary_name(test.node.name, scope, known, taken, rng, body_words(test.node))
-            at = _def_name_at(source, test.node)
+
+    def place(test: TestDef, block: bytes) -> None:
+        """``block`` beside a random test of ``test``'s scope that stays where it is."""
+        siblings = [t for t in stay if t.cls == test.cls]
+        where = rng.choice(siblings).node
+        first = min([where.lineno, *(d.lineno for d in where.decorator_list)])
+        gap = b"\n\n" if test.cls is None else b"\n"
+        if rng.random() < 0.5:
+            inserts.append((source.line_start(first), block + gap, 0))
+        else:
+            at = source.line_end(where.end_lineno or where.lineno)
+            inserts.append((at, gap + block, 0))
+
+    for test in renaming:
+        scope = [t.node.name for t in tests if t.cls == test.cls]
+        name = canary_name(test.node.name, scope, known, taken, rng, body_words(test.node))
+        renamed.append((test_id(path, test.cls, name, log_format), test.id))
+        if id(test.node) in moving:
+            start, end = span(source, test.node)
+            inserts.append((start, b"", end - start))
+            place(test, moved_test(source, test, name, own.get(test.id)))
+        else:  # nothing of its scope stays: renamed where it is
+            at = def_name_at(source, test.node)
             inserts.append((at, name.encode(), len(test.node.name.encode())))
-            renamed.append((test_id(path, test.cls, name, log_format), test.id))
     for index, (test, literal) in enumerate(plan):
         scope = [t.node.name for t in tests if t.cls == test.cls]
         name = canary_name(test.node.name, scope, known, taken, rng, body_words(test.node))
-        copy = _copy(source, test, name, rng, literal, docs.get(index))
-        siblings = [t for t in tests if t.cls == test.cls]
-        where = rng.choice(siblings).node
-        before = rng.random() < 0.5
-        first = min([where.lineno, *(d.lineno for d in where.decorator_list)])
-        gap = b"\n\n" if test.cls is None else b"\n"
-        if before:
-            inserts.append((source.line_start(first), copy + gap, 0))
-        else:
-            at = source.line_end(where.end_lineno or where.lineno)
-            inserts.append((at, gap + copy, 0))
+        place(test, copy_test(source, test, name, rng, literal, docs.get(index)))
         ids.append(test_id(path, test.cls, name, log_format))
         copied.append(test.id)
         if index in docs:
@@ -440,7 +412,9 @@ def derive(
             if printed:
                 copy_docs.append(printed)
     data = source.data
-    for at, new, replaced in sorted(inserts, key=lambda i: i[0], reverse=True):
+    # From the end; at one place a removal before an addition (a test moved off the place
+    # right after the one a block goes beside).
+    for at, new, replaced in sorted(inserts, key=lambda i: (i[0], i[2]), reverse=True):
         data = data[:at] + new + data[at + replaced :]
     if not data.endswith(b"\n"):
         data += b"\n"
@@ -454,7 +428,7 @@ _UT_NEW_ID = re.compile(r"^(\S+) \(([\w.]+)\.\1\)$")
 
 
 def _new_docs(
-    source: _Text,
+    source: Text,
     plan: list[tuple[TestDef, tuple[int, int, bytes] | None]],
     tests: list[TestDef],
     rng: random.Random,
@@ -514,13 +488,8 @@ def renamable(test: TestDef, text: str, keep: str = "") -> bool:
     return not any(_OWN_NAME_READERS.search(n) for n in used)
 
 
-def _def_name_at(source: _Text, node: ast.FunctionDef) -> int:
-    """Where ``node``'s name starts in ``source``."""
-    return source.data.index(b"def " + node.name.encode(), source.line_start(node.lineno)) + 4
-
-
 def _plan(
-    source: _Text,
+    source: Text,
     f2p: list[TestDef],
     p2p: list[TestDef],
     rng: random.Random,

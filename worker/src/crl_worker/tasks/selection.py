@@ -229,8 +229,8 @@ def test_arguments(task: Task) -> list[str]:
 
     - ``select == "files"``: the test files the test patch touches plus the files named by the
       test ids (pytest ids ``path::name``); Django gets dotted labels instead of paths.
-    - ``select == "ids"``: the FAIL_TO_PASS and PASS_TO_PASS ids; for Maven one ``-Dtest`` value
-      (``Class#m1+m2,Other``), for Gradle ``--tests Class.method`` pairs.
+    - ``select == "ids"``: the FAIL_TO_PASS and PASS_TO_PASS ids, sorted by name; for Maven one
+      ``-Dtest`` value (``Class#m1+m2,Other``), for Gradle ``--tests Class.method`` pairs.
 
     An empty list means nothing could be selected (e.g. a SymPy test patch that touches no
     test module): the caller must not run the command then, since most runners given no
@@ -238,6 +238,10 @@ def test_arguments(task: Task) -> list[str]:
     """
     ids = test_ids(task)
     if task.test_spec.select == "ids":
+        # In the order of their names, not FAIL_TO_PASS before PASS_TO_PASS: the command line
+        # is readable by the code under test, and the integrity check's canaries join these
+        # ids (harness/canary.py, with_canary); an order by role would say which are which.
+        ids = sorted(ids)
         build = _build_system(task) if task.language == "java" else None
         if build == "maven":
             value = maven_test_filter(ids)
