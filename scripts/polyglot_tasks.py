@@ -257,8 +257,10 @@ def reference_run(exercise: Exercise, checkout: Path) -> dict[str, TestStatus]:
     env = {**os.environ, **POLYGLOT_ENV.get(exercise.language, {})}
     command = spec.command.replace("{tests}", " ".join(_run_all(exercise)))
     if exercise.language == "python":
-        # This interpreter's pytest (the sandbox installs its own; the ids are the same).
+        # This interpreter's pytest without the plugins of its environment (the sandbox
+        # installs pytest alone; the ids are the same).
         env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     if exercise.language == "javascript":
         # The shared Jest a sandbox gets (crl_worker.sandbox.node), as ``jest`` on PATH.
         home = node.ensure_jest()
@@ -286,34 +288,42 @@ def _run_all(exercise: Exercise) -> list[str]:
     return []
 
 
+def stage(exercise: Exercise, scratch: Path) -> tuple[str, str, str]:
+    """(base commit, gold patch, test patch) of ``exercise``: its base committed in
+    ``scratch/repo``, and ``scratch/run`` a copy of it with the reference and the tests."""
+    repo = scratch / "repo"
+    repo.mkdir()
+    git("init", "-q", "-b", "main", cwd=repo)
+    _base_tree(exercise, repo)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", f"{exercise.where}: the exercise's stub", cwd=repo)
+    base = git("rev-parse", "HEAD", cwd=repo).strip()
+    target = repo / exercise.where
+    for example in exercise.example:
+        shutil.copyfile(exercise.folder / example, target / _gold_target(exercise, example))
+    patch = _diff(repo)
+    for test in exercise.tests:
+        (target / test).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(exercise.folder / test, target / test)
+    test_patch = _diff(repo)
+    # The reference run's copy: the gold patch and the tests applied to the base.
+    run = scratch / "run"
+    shutil.copytree(repo, run, ignore=shutil.ignore_patterns(".git"))
+    for example in exercise.example:
+        shutil.copyfile(
+            exercise.folder / example, run / exercise.where / _gold_target(exercise, example)
+        )
+    for test in exercise.tests:
+        (run / exercise.where / test).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(exercise.folder / test, run / exercise.where / test)
+    return base, patch, test_patch
+
+
 def convert(exercise: Exercise, out: Path) -> dict[str, Any]:
     """The polyglot record of ``exercise``; its bundle written under ``out/repos``."""
     with tempfile.TemporaryDirectory(prefix="crl-polyglot-") as scratch:
-        repo = Path(scratch) / "repo"
-        repo.mkdir()
-        git("init", "-q", "-b", "main", cwd=repo)
-        _base_tree(exercise, repo)
-        git("add", "-A", cwd=repo)
-        git("commit", "-q", "-m", f"{exercise.where}: the exercise's stub", cwd=repo)
-        base = git("rev-parse", "HEAD", cwd=repo).strip()
-        target = repo / exercise.where
-        for example in exercise.example:
-            shutil.copyfile(exercise.folder / example, target / _gold_target(exercise, example))
-        patch = _diff(repo)
-        for test in exercise.tests:
-            (target / test).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(exercise.folder / test, target / test)
-        test_patch = _diff(repo)
-        # The reference run: the gold patch and the tests applied to a copy of the base.
-        run = Path(scratch) / "run"
-        shutil.copytree(repo, run, ignore=shutil.ignore_patterns(".git"))
-        for example in exercise.example:
-            shutil.copyfile(
-                exercise.folder / example, run / exercise.where / _gold_target(exercise, example)
-            )
-        for test in exercise.tests:
-            (run / exercise.where / test).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(exercise.folder / test, run / exercise.where / test)
+        base, patch, test_patch = stage(exercise, Path(scratch))
+        repo, run = Path(scratch) / "repo", Path(scratch) / "run"
         statuses = reference_run(exercise, run)
         passed = sorted(i for i, s in statuses.items() if s is TestStatus.PASSED)
         # JavaScript's ``test.skip`` tests stay skipped (Exercism skips them as too slow for its
