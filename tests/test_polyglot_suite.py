@@ -198,14 +198,16 @@ async def test_real_exercises_convert_and_check(tmp_path: Path) -> None:
 def test_python_and_java_exercises_convert(tmp_path: Path) -> None:
     """Python's and Java's conversion on real exercises of the fetched copy, no sandbox: Python's
     FAIL_TO_PASS from a real pytest run, one id per test; Java's base with a pom.xml instead of
-    the Gradle wrapper, its editor file kept, the reference's helper class a new file, and
-    Maven selecting the ids once Exercism's ``@Disabled`` lines are deleted (Maven itself, tens
-    of seconds, runs in ``crl tasks check``: docs/validation.md)."""
+    the Gradle wrapper (and the libraries build.gradle names), its editor file kept, the
+    reference's helper class a new file, and Maven selecting the ids once Exercism's
+    ``@Disabled`` lines are deleted (Maven itself, tens of seconds, runs in ``crl tasks
+    check``: docs/validation.md)."""
     copy = require(POLYGLOT_REPO)[POLYGLOT_REPO]
     src = tmp_path / "src"
     src.mkdir()
     folders = [f"{lang}/exercises/practice/{name}" for lang, name in
-               (("python", "wordy"), ("java", "bowling"), ("java", "alphametics"))]  # fmt: skip
+               (("python", "wordy"), ("java", "bowling"), ("java", "alphametics"),
+                ("java", "hangman"))]  # fmt: skip
     archive = subprocess.run(["git", f"--git-dir={copy}", "archive", "HEAD", *folders],
                              capture_output=True, check=True)  # fmt: skip
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
@@ -233,6 +235,9 @@ def test_python_and_java_exercises_convert(tmp_path: Path) -> None:
     assert touched_files(patch) == [f"{folders[1]}/src/main/java/{n}.java"
                                     for n in ("BowlingGame", "Frame")]  # fmt: skip
     assert "new file mode" in patch[patch.index("Frame.java") :]  # a helper of the reference
+    # hangman's build.gradle names a library of its own (rxjava) beside the test ones.
+    hangman = script.pom(script.read_exercise(src, "java", "hangman"))
+    assert "<artifactId>rxjava</artifactId>\n      <version>2.2.12</version>" in hangman
 
     row = {"language": "java", "exercise": "alphametics", "base_commit": base,
            "test_patch": test_patch, "build_system": "maven",
