@@ -2,19 +2,25 @@
 """Turn Exercism exercises laid out as Aider's polyglot benchmark lays them out
 (``<language>/exercises/practice/<exercise>/``) into ``polyglot`` records with hidden tests.
 
-For each exercise (Go, Rust, C++, JavaScript):
+For each exercise (Go, Rust, C++, JavaScript, Python, Java):
 
 - the **base**: a root commit of its own (fixed identity and date, so the same exercise gives
-  the same commit anywhere) holding the exercise's folder without its tests (``files.test`` and
-  ``files.editor`` of ``.meta/config.json``) and without its dot-folders (``.meta`` holds the
+  the same commit anywhere) holding the exercise's folder without its tests (``files.test`` and,
+  but for Java, ``files.editor`` of ``.meta/config.json``; Java's editor files are sources the
+  tests use, such as an exception class) and without its dot-folders (``.meta`` holds the
   reference solution, ``.approaches``/``.articles`` discuss solutions, ``.docs`` becomes the
-  statement), saved as ``repos/<language>__<exercise>.bundle``;
+  statement), saved as ``repos/<language>__<exercise>.bundle``. Java: the Gradle wrapper
+  (``gradlew``, ``gradle/``) is left out and a ``pom.xml`` written (:data:`POM`: the same JUnit 5
+  and AssertJ as ``build.gradle``), since the machines have Maven and no Gradle distribution;
+  the record says ``build_system: maven``;
 - the **test patch**: the withheld test files (applied only when grading);
 - the **gold patch**: the reference solution (``files.example``) over the stub
-  (``files.solution``);
+  (``files.solution``; Java's ``.meta/src/reference/java/X.java`` becomes
+  ``src/main/java/X.java``, helper classes included);
 - **FAIL_TO_PASS**: the tests that pass when the reference solution runs (a run of the task's
-  own test command in a scratch copy, with this machine's toolchain); every other test must
-  pass too, but for JavaScript's ``test.skip`` tests, which stay skipped.
+  own test command in a scratch copy, with this machine's toolchain; Python's with the pytest
+  of the interpreter running this script); every other test must pass too, but for
+  JavaScript's ``test.skip`` tests, which stay skipped.
 
 Usage::
 
@@ -30,6 +36,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -39,13 +47,14 @@ from pathlib import Path
 from typing import Any
 
 from crl_worker.errors import SandboxError
-from crl_worker.harness.parsers import parse_junit_xml, parse_log
+from crl_worker.harness.parsers import parse_junit_reports, parse_log
 from crl_worker.harness.result import TestStatus
 from crl_worker.sandbox import node
 from crl_worker.tasks.formats.exercises import POLYGLOT_ENV, polyglot_test_spec
+from crl_worker.tasks.selection import java_test_class, maven_test_filter
 
 #: Languages this script converts.
-LANGUAGES = ("go", "rust", "cpp", "javascript")
+LANGUAGES = ("go", "rust", "cpp", "javascript", "python", "java")
 #: Date of every exercise's commit.
 DATE = "2024-01-01T09:00:00+00:00"
 _GIT_ENV = {
@@ -72,7 +81,85 @@ _RUNNERS = {
     "rust": "`cargo test`",
     "cpp": "CMake and Catch2",
     "javascript": "Jest",
+    "python": "pytest",
+    "java": "Maven and JUnit 5",
 }
+#: Java: the Gradle wrapper, left out of the base (it downloads Gradle on its first run).
+_GRADLE_WRAPPER = ("gradlew", "gradlew.bat", "gradle")
+#: The Maven build of a Java exercise: ``build.gradle``'s dependencies (JUnit 5.10.0 through
+#: its BOM, AssertJ 3.25.1, and the exercise's own ``implementation`` ones in ``{main}``),
+#: Java 17, Exercism's ``src/main/java`` and ``src/test/java``.
+POM = """<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0"
+         xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+         xsi:schemaLocation="http://maven.apache.org/POM/4.0.0 http://maven.apache.org/xsd/maven-4.0.0.xsd">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>io.coderepair.polyglot</groupId>
+  <artifactId>{name}</artifactId>
+  <version>1.0</version>
+  <properties>
+    <maven.compiler.release>17</maven.compiler.release>
+    <project.build.sourceEncoding>UTF-8</project.build.sourceEncoding>
+  </properties>
+  <dependencyManagement>
+    <dependencies>
+      <dependency>
+        <groupId>org.junit</groupId>
+        <artifactId>junit-bom</artifactId>
+        <version>5.10.0</version>
+        <type>pom</type>
+        <scope>import</scope>
+      </dependency>
+    </dependencies>
+  </dependencyManagement>
+  <dependencies>{main}
+    <dependency>
+      <groupId>org.junit.jupiter</groupId>
+      <artifactId>junit-jupiter</artifactId>
+      <scope>test</scope>
+    </dependency>
+    <dependency>
+      <groupId>org.assertj</groupId>
+      <artifactId>assertj-core</artifactId>
+      <version>3.25.1</version>
+      <scope>test</scope>
+    </dependency>
+  </dependencies>
+  <build>
+    <plugins>
+      <plugin>
+        <groupId>org.apache.maven.plugins</groupId>
+        <artifactId>maven-compiler-plugin</artifactId>
+        <version>3.13.0</version>
+      </plugin>
+      <plugin>
+        <groupId>org.apache.maven.plugins</groupId>
+        <artifactId>maven-surefire-plugin</artifactId>
+        <version>3.2.5</version>
+      </plugin>
+    </plugins>
+  </build>
+</project>
+"""
+
+
+#: ``implementation "group:artifact:version"`` in a ``build.gradle`` (rxjava for ``hangman``,
+#: org.json for ``rest-api``).
+_GRADLE_DEPENDENCY = re.compile(
+    r"""^\s*implementation\s+["']([^:"']+):([^:"']+):([^"']+)["']""", re.M
+)
+
+
+def pom(exercise: Exercise) -> str:
+    """The ``pom.xml`` of a Java exercise, with the main dependencies of its ``build.gradle``."""
+    gradle = exercise.folder / "build.gradle"
+    text = gradle.read_text() if gradle.is_file() else ""
+    main = "".join(
+        f"\n    <dependency>\n      <groupId>{g}</groupId>\n      <artifactId>{a}</artifactId>"
+        f"\n      <version>{v}</version>\n    </dependency>"
+        for g, a, v in _GRADLE_DEPENDENCY.findall(text)
+    )
+    return POM.replace("{name}", exercise.name).replace("{main}", main)
 
 
 def say(message: str) -> None:
@@ -94,6 +181,7 @@ class Exercise:
     solution: list[str]
     tests: list[str]
     example: list[str]
+    editor: list[str]
 
     @property
     def where(self) -> str:
@@ -118,16 +206,27 @@ def read_exercise(root: Path, language: str, name: str) -> Exercise:
         files = config["files"]
     except (OSError, ValueError, KeyError) as exc:
         raise ConvertError(f"{language}/{name}: unreadable .meta/config.json ({exc})") from exc
-    tests = [*files.get("test", []), *files.get("editor", [])]
-    exercise = Exercise(language, name, folder, files["solution"], tests, files["example"])
-    for path in [*exercise.solution, *exercise.tests, *exercise.example]:
+    # Java's editor files are sources the tests use (kept in the base); elsewhere test helpers.
+    editor = files.get("editor", [])
+    tests = [*files.get("test", []), *([] if language == "java" else editor)]
+    exercise = Exercise(language, name, folder, files["solution"], tests, files["example"],
+                        editor if language == "java" else [])  # fmt: skip
+    for path in [*exercise.solution, *exercise.tests, *exercise.example, *exercise.editor]:
         if not (folder / path).is_file():
             raise ConvertError(f"{language}/{name}: {path} named by .meta/config.json is missing")
     return exercise
 
 
 def _gold_target(exercise: Exercise, example: str) -> str:
-    """The solution file a reference file replaces (same suffix; Rust's is ``src/lib.rs``)."""
+    """The solution file a reference file replaces (same suffix; Rust's is ``src/lib.rs``);
+    Java's by path: ``.meta/src/reference/java/X.java`` -> ``src/main/java/X.java`` (a helper
+    class of the reference solution is a new file)."""
+    if exercise.language == "java":
+        reference = ".meta/src/reference/"
+        if not example.startswith(reference):
+            raise ConvertError(f"{exercise.where}: reference file {example} is not under"
+                               f" {reference}")  # fmt: skip
+        return "src/main/" + example.removeprefix(reference)
     suffix = Path(example).suffix
     matches = [s for s in exercise.solution if Path(s).suffix == suffix]
     if len(matches) != 1:
@@ -148,15 +247,22 @@ def _statement(exercise: Exercise) -> str:
 
 def _base_tree(exercise: Exercise, into: Path) -> None:
     target = into / exercise.where
+    java = exercise.language == "java"
     shutil.copytree(
         exercise.folder,
         target,
-        ignore=lambda _d, names: [
-            n for n in names if n.startswith(".") or n in ("build", "target")
+        ignore=lambda d, names: [
+            n
+            for n in names
+            if n.startswith(".")
+            or n in ("build", "target", "__pycache__")
+            or (java and Path(d) == exercise.folder and n in _GRADLE_WRAPPER)
         ],
     )
     for test in exercise.tests:
         (target / test).unlink()
+    if java:
+        (target / "pom.xml").write_text(pom(exercise))
 
 
 def _diff(repo: Path) -> str:
@@ -169,57 +275,85 @@ def _diff(repo: Path) -> str:
 def reference_run(exercise: Exercise, checkout: Path) -> dict[str, TestStatus]:
     """The test statuses of the task's own test command, run in ``checkout``."""
     spec = polyglot_test_spec(exercise.language, exercise.where, exercise.name, exercise.tests)
-    env = {**os.environ, **POLYGLOT_ENV[exercise.language]}
+    env = {**os.environ, **POLYGLOT_ENV.get(exercise.language, {})}
+    command = spec.command.replace("{tests}", " ".join(_run_all(exercise)))
+    if exercise.language == "python":
+        # This interpreter's pytest without the plugins of its environment (the sandbox
+        # installs pytest alone; the ids are the same).
+        env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     if exercise.language == "javascript":
         # The shared Jest a sandbox gets (crl_worker.sandbox.node), as ``jest`` on PATH.
         home = node.ensure_jest()
         node.link_jest(home, checkout.parent / "tools")
         env.update(node.jest_env(home), PATH=f"{checkout.parent / 'tools'}:{env['PATH']}")
-    script = " && ".join([*spec.pre, spec.command])
+    script = " && ".join([*spec.pre, command])
     done = subprocess.run(
         ["bash", "-c", script], cwd=checkout, env=env, capture_output=True, text=True, timeout=900
     )
     if spec.log_format == "junit":
-        report = checkout / spec.junit_reports[0]
-        return parse_junit_xml(report.read_text()) if report.is_file() else {}
+        reports = sorted(checkout.glob(spec.junit_reports[0]))
+        return parse_junit_reports(r.read_text() for r in reports)
     return parse_log(spec.log_format, done.stdout + done.stderr)
+
+
+def _run_all(exercise: Exercise) -> list[str]:
+    """What ``{tests}`` stands for in the reference run: every test of the exercise (Python:
+    its ``*_test.py`` files; Java: one ``-Dtest`` value naming its test classes)."""
+    if exercise.language == "python":
+        return [shlex.quote(f"{exercise.where}/{t}") for t in exercise.tests
+                if t.endswith("_test.py")]  # fmt: skip
+    if exercise.language == "java":
+        classes = [java_test_class(t) for t in exercise.tests if t.endswith("Test.java")]
+        return [shlex.quote(maven_test_filter(c for c in classes if c))]
+    return []
+
+
+def stage(exercise: Exercise, scratch: Path) -> tuple[str, str, str]:
+    """(base commit, gold patch, test patch) of ``exercise``: its base committed in
+    ``scratch/repo``, and ``scratch/run`` a copy of it with the reference and the tests."""
+    repo = scratch / "repo"
+    repo.mkdir()
+    git("init", "-q", "-b", "main", cwd=repo)
+    _base_tree(exercise, repo)
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", f"{exercise.where}: the exercise's stub", cwd=repo)
+    base = git("rev-parse", "HEAD", cwd=repo).strip()
+    target = repo / exercise.where
+    for example in exercise.example:
+        shutil.copyfile(exercise.folder / example, target / _gold_target(exercise, example))
+    patch = _diff(repo)
+    for test in exercise.tests:
+        (target / test).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(exercise.folder / test, target / test)
+    test_patch = _diff(repo)
+    # The reference run's copy: the gold patch and the tests applied to the base.
+    run = scratch / "run"
+    shutil.copytree(repo, run, ignore=shutil.ignore_patterns(".git"))
+    for example in exercise.example:
+        shutil.copyfile(
+            exercise.folder / example, run / exercise.where / _gold_target(exercise, example)
+        )
+    for test in exercise.tests:
+        (run / exercise.where / test).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(exercise.folder / test, run / exercise.where / test)
+    return base, patch, test_patch
 
 
 def convert(exercise: Exercise, out: Path) -> dict[str, Any]:
     """The polyglot record of ``exercise``; its bundle written under ``out/repos``."""
     with tempfile.TemporaryDirectory(prefix="crl-polyglot-") as scratch:
-        repo = Path(scratch) / "repo"
-        repo.mkdir()
-        git("init", "-q", "-b", "main", cwd=repo)
-        _base_tree(exercise, repo)
-        git("add", "-A", cwd=repo)
-        git("commit", "-q", "-m", f"{exercise.where}: the exercise's stub", cwd=repo)
-        base = git("rev-parse", "HEAD", cwd=repo).strip()
-        target = repo / exercise.where
-        for example in exercise.example:
-            shutil.copyfile(exercise.folder / example, target / _gold_target(exercise, example))
-        patch = _diff(repo)
-        for test in exercise.tests:
-            (target / test).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(exercise.folder / test, target / test)
-        test_patch = _diff(repo)
-        # The reference run: the gold patch and the tests applied to a copy of the base.
-        run = Path(scratch) / "run"
-        shutil.copytree(repo, run, ignore=shutil.ignore_patterns(".git"))
-        for example in exercise.example:
-            shutil.copyfile(
-                exercise.folder / example, run / exercise.where / _gold_target(exercise, example)
-            )
-        for test in exercise.tests:
-            (run / exercise.where / test).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(exercise.folder / test, run / exercise.where / test)
+        base, patch, test_patch = stage(exercise, Path(scratch))
+        repo, run = Path(scratch) / "repo", Path(scratch) / "run"
         statuses = reference_run(exercise, run)
         passed = sorted(i for i, s in statuses.items() if s is TestStatus.PASSED)
         # JavaScript's ``test.skip`` tests stay skipped (Exercism skips them as too slow for its
-        # runner; Aider's benchmark runs them skipped too): they are left out of FAIL_TO_PASS.
+        # runner; Aider's benchmark runs them skipped too), and so does Java's one bare
+        # ``@Disabled`` (forth's, no "Remove to run test" reason; the reference fails it):
+        # they are left out of FAIL_TO_PASS.
         allowed = {
             TestStatus.PASSED,
-            *([TestStatus.SKIPPED] if exercise.language == "javascript" else []),
+            *([TestStatus.SKIPPED] if exercise.language in ("javascript", "java") else []),
         }
         failing = sorted(i for i, s in statuses.items() if s not in allowed)
         if not passed or failing:
@@ -241,6 +375,7 @@ def convert(exercise: Exercise, out: Path) -> dict[str, Any]:
         "test_files": exercise.tests,
         "FAIL_TO_PASS": passed,
         "instructions": _statement(exercise),
+        **({"build_system": "maven"} if exercise.language == "java" else {}),
     }
 
 

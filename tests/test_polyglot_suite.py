@@ -4,12 +4,14 @@ sandboxes with the real toolchains, and run by ``crl bench`` with the gold agent
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -21,6 +23,7 @@ from crl_worker.rollout.results import AttemptResult
 from crl_worker.tasks.loaders import load_records, load_tasks
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.records import rows_with_refs
+from crl_worker.tasks.selection import test_arguments
 from tests.fixtures.fetched import require
 
 #: The Go, Rust and C++ toolchains (tests/fixtures/schedule.py: the ``go`` group).
@@ -43,6 +46,19 @@ def _env() -> dict[str, str]:
     cluster, a model or other results."""
     dropped = ("CRL_POOL_URL", "CRL_RESULTS_DIR", "CRL_CONFIG", "CRL_API_KEY", "OPENAI_API_KEY")
     return {k: v for k, v in os.environ.items() if k not in dropped}
+
+
+def _script() -> ModuleType:
+    """scripts/polyglot_tasks.py, imported."""
+    name = "polyglot_tasks_script"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "polyglot_tasks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def _need(*languages: str) -> None:
@@ -177,6 +193,65 @@ async def test_real_exercises_convert_and_check(tmp_path: Path) -> None:
     for found in results:
         assert found.ok, (found.instance_id, found.problems)
         assert (found.gold_verdict, found.no_patch_verdict) == ("resolved", "unresolved")
+
+
+def test_python_and_java_exercises_convert(tmp_path: Path) -> None:
+    """Python's and Java's conversion on real exercises of the fetched copy, no sandbox: Python's
+    FAIL_TO_PASS from a real pytest run, one id per test; Java's base with a pom.xml instead of
+    the Gradle wrapper (and the libraries build.gradle names), its editor file kept, the
+    reference's helper class a new file, and Maven selecting the ids once Exercism's
+    ``@Disabled`` lines are deleted (Maven itself, tens of seconds, runs in ``crl tasks
+    check``: docs/validation.md)."""
+    copy = require(POLYGLOT_REPO)[POLYGLOT_REPO]
+    src = tmp_path / "src"
+    src.mkdir()
+    folders = [f"{lang}/exercises/practice/{name}" for lang, name in
+               (("python", "wordy"), ("java", "bowling"), ("java", "alphametics"),
+                ("java", "hangman"))]  # fmt: skip
+    archive = subprocess.run(["git", f"--git-dir={copy}", "archive", "HEAD", *folders],
+                             capture_output=True, check=True)  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+    script = _script()
+
+    record = script.convert(script.read_exercise(src, "python", "wordy"), tmp_path / "out")
+    (wordy,) = load_records(rows_with_refs([record]), "polyglot").tasks
+    test_file = f"{folders[0]}/wordy_test.py"
+    assert touched_files(wordy.test_patch) == [test_file]
+    assert touched_files(wordy.patch) == [f"{folders[0]}/wordy.py"]
+    assert f"{test_file}::WordyTest::test_addition" in wordy.fail_to_pass
+    assert len(wordy.fail_to_pass) > 20 and test_arguments(wordy) == wordy.fail_to_pass
+
+    java = script.read_exercise(src, "java", "alphametics")
+    (tmp_path / "alphametics").mkdir()
+    base, _, test_patch = script.stage(java, tmp_path / "alphametics")
+    checkout = tmp_path / "alphametics" / "repo" / folders[2]
+    assert (checkout / "pom.xml").is_file() and (checkout / "build.gradle").is_file()
+    assert not (checkout / "gradlew").exists() and not (checkout / "gradle").exists()
+    assert (checkout / "src/main/java/UnsolvablePuzzleException.java").is_file()  # editor file
+    assert touched_files(test_patch) == [f"{folders[2]}/src/test/java/AlphameticsTest.java"]
+    bowling = script.read_exercise(src, "java", "bowling")
+    (tmp_path / "bowling").mkdir()
+    _, patch, _ = script.stage(bowling, tmp_path / "bowling")
+    assert touched_files(patch) == [f"{folders[1]}/src/main/java/{n}.java"
+                                    for n in ("BowlingGame", "Frame")]  # fmt: skip
+    assert "new file mode" in patch[patch.index("Frame.java") :]  # a helper of the reference
+    # hangman's build.gradle names a library of its own (rxjava) beside the test ones.
+    hangman = script.pom(script.read_exercise(src, "java", "hangman"))
+    assert "<artifactId>rxjava</artifactId>\n      <version>2.2.12</version>" in hangman
+
+    row = {"language": "java", "exercise": "alphametics", "base_commit": base,
+           "test_patch": test_patch, "build_system": "maven",
+           "FAIL_TO_PASS": ["AlphameticsTest#testThreeLetters", "AlphameticsTest#testTenLetters"]}  # fmt: skip
+    (task,) = load_records(rows_with_refs([row]), "polyglot").tasks
+    assert test_arguments(task) == ["AlphameticsTest#testThreeLetters+testTenLetters"]
+    command, run = task.test_spec.command, tmp_path / "alphametics" / "run" / folders[2]
+    assert command.startswith(f"cd {folders[2]} && find src/test") and " mvn " in command
+    before = (run / "src/test/java/AlphameticsTest.java").read_text()
+    unskip = command.split(" && ")[1]
+    subprocess.run(["bash", "-c", unskip], cwd=run, check=True)
+    after = (run / "src/test/java/AlphameticsTest.java").read_text()
+    assert before.count("@Disabled(") > 5 and "@Disabled(" not in after
+    assert after.count("@Test") == before.count("@Test")
 
 
 def test_agent_added_tests_and_build_files_are_not_part_of_an_answer() -> None:

@@ -196,22 +196,27 @@ JEST_REPORT = ".crl-jest-report.json"
 #: Exercism marks all tests but the first to skip (``xtest``, ``xit``); the runner runs them all,
 #: as Aider's benchmark does (its ``npm-test.sh`` turns ``xtest(`` into ``test(``).
 UNSKIP_JEST = r"sed -i -E 's/\bx(test|it|describe)\(/\1(/g'"
+#: Exercism's Java tests: every ``@Disabled(...)`` line under ``src/test`` deleted before the run.
+UNSKIP_JAVA = r"find src/test -name '*.java' -exec sed -i -E '/^\s*@Disabled\(/d' {} +"
 
 
 def polyglot_test_spec(
     language: str, exercise_dir: str, exercise: str, test_files: Sequence[str] = ()
 ) -> TestSpec:
-    """How an exercise of a compiled language or JavaScript is tested, from the repository's
-    root (``test_files``, relative to the exercise's folder: JavaScript's test files, by
-    default ``<exercise>.spec.js``).
+    """How an exercise is tested, from the repository's root (``test_files``, relative to the
+    exercise's folder: JavaScript's test files, by default ``<exercise>.spec.js``). Java's is
+    Maven's (a converted copy's ``pom.xml``); Python's and Java's select the tests by id.
 
     Each runs every test of the exercise (the tests Exercism marks as skipped included:
-    ``--include-ignored``, ``EXERCISM_RUN_ALL_TESTS``) and reports each test by name; code
+    ``--include-ignored``, ``EXERCISM_RUN_ALL_TESTS``, Java's ``@Disabled``) and reports each test by name; code
     that does not compile is reported as a build failure, which grading counts as every test
     failed. Build folders left by the agent are removed first (``pre``): a stale build there
     could stand in for the code under test.
     """
     where = shlex.quote(exercise_dir)
+    if language == "python":
+        # From the repository's root: pytest puts the test file's folder on sys.path.
+        return TestSpec(command=PYTEST, log_format="pytest", select="ids")
     if language == "go":
         return TestSpec(command=f"cd {where} && go test -json ./...", log_format="go")
     if language == "rust":
@@ -253,6 +258,18 @@ def polyglot_test_spec(
             log_format="jest",
             pre=[f"rm -f {where}/{report}"],
         )
+    if language == "java":
+        # Maven (Surefire) in the exercise's folder; its ``pom.xml`` is the converted copy's
+        # (scripts/polyglot_tasks.py), Aider's own build is Gradle's (``java_test_spec``).
+        # Exercism marks all tests but the first ``@Disabled("Remove to run test")``: the
+        # runner runs them all, as Aider's benchmark does (it deletes those lines too).
+        maven = java_recipe("maven").test_spec()
+        return maven.model_copy(
+            update={
+                "command": f"cd {where} && {UNSKIP_JAVA} && {maven.command}",
+                "pre": [*maven.pre, f"rm -rf {where}/target"],
+            }
+        )
     raise ValueError(f"no test command for polyglot language {language!r}")
 
 
@@ -279,7 +296,7 @@ def convert_polyglot(record: Record, ref: RecordRef, options: ConvertOptions) ->
     """Exercism-style exercises (Aider's polyglot benchmark): solution stubs plus tests in the
     benchmark repository, or in a repository of the exercise alone whose tests come in
     ``test_patch`` (hidden until grading: an ``implement`` task). Python (pytest), Java
-    (Gradle), Go (``go test -json``), Rust (``cargo test``), C++ (CMake and Catch2) and
+    (Gradle, or Maven with ``build_system: maven``), Go (``go test -json``), Rust (``cargo test``), C++ (CMake and Catch2) and
     JavaScript (Jest)."""
     language_name = text(record, ref, "language", required=True).lower()
     exercise = text(record, ref, "exercise", required=True)
@@ -291,6 +308,7 @@ def convert_polyglot(record: Record, ref: RecordRef, options: ConvertOptions) ->
     test_files_list = string_list(record, ref, "test_files")
     explicit = list_field(record, ref, "FAIL_TO_PASS", "fail_to_pass")
     fields: dict[str, Any]
+    metadata: dict[str, Any] = {"exercise_dir": exercise_dir}
     if language_name == "python":
         tests = [f"{exercise_dir}/{t}" for t in test_files_list] or [
             f"{exercise_dir}/{exercise.replace('-', '_')}_test.py"
@@ -299,16 +317,29 @@ def convert_polyglot(record: Record, ref: RecordRef, options: ConvertOptions) ->
             "language": "python",
             "python": "3.11",
             "install": ["python -m pip install pytest"],
-            "test": TestSpec(command=PYTEST, log_format="pytest", select="ids"),
+            "test": polyglot_test_spec("python", exercise_dir, exercise),
         }
         fail_to_pass = explicit or tests
     elif language_name == "java":
-        recipe = java_recipe("gradle")
-        fields = recipe_fields(recipe)
-        # Each exercise is its own Gradle project: run it from the exercise's folder.
-        fields["test"] = fields["test"].model_copy(
-            update={"command": f"cd {exercise_dir} && gradle test --continue {{tests}}"}
-        )
+        # Aider's exercises build with Gradle (the default); a converted copy carries a
+        # pom.xml (scripts/polyglot_tasks.py: the machines have Maven, not Gradle).
+        build = (optional_text(record, ref, "build_system") or "gradle").lower()
+        if build not in ("gradle", "maven"):
+            raise ref.error(
+                f"polyglot build_system {build!r} is not supported: use 'gradle' or 'maven'",
+                "build_system",
+            )
+        fields = recipe_fields(java_recipe("gradle"))
+        if build == "maven":
+            fields["test"] = polyglot_test_spec("java", exercise_dir, exercise)
+        else:
+            # Each exercise is its own Gradle project: run it from the exercise's folder.
+            where = shlex.quote(exercise_dir)
+            fields["test"] = fields["test"].model_copy(
+                update={"command": f"cd {where} && {UNSKIP_JAVA} && gradle test --continue"
+                        " {tests}"}
+            )  # fmt: skip
+        metadata["build_system"] = build
         fail_to_pass = explicit or [
             t.rsplit("/", 1)[-1].removesuffix(".java") for t in test_files_list
         ]
@@ -338,13 +369,13 @@ def convert_polyglot(record: Record, ref: RecordRef, options: ConvertOptions) ->
     source = optional_text(record, ref, "source")
     consumed = {"language", "exercise", "instance_id", "repo", "base_commit", "test_files",
                 "instructions", "FAIL_TO_PASS", "fail_to_pass", "PASS_TO_PASS",
-                "pass_to_pass", "patch", "test_patch", "source"}  # fmt: skip
+                "pass_to_pass", "patch", "test_patch", "source", "build_system"}  # fmt: skip
     return finish(
         ref,
         options,
         record,
         consumed,
-        metadata={"exercise_dir": exercise_dir},
+        metadata=metadata,
         instance_id=instance_id,
         repo=repo,
         base_commit=base_commit,
