@@ -4,7 +4,6 @@ sandboxes with the real toolchains, and run by ``crl bench`` with the gold agent
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -25,6 +24,7 @@ from crl_worker.tasks.loaders import load_records, load_tasks
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.records import rows_with_refs
 from tests.fixtures.fetched import require
+from tests.fixtures.paths import import_file
 
 #: The Go, Rust and C++ toolchains (tests/fixtures/schedule.py: the ``go`` group).
 pytestmark = pytest.mark.go
@@ -50,15 +50,7 @@ def _env() -> dict[str, str]:
 
 def _script() -> ModuleType:
     """scripts/polyglot_tasks.py, imported."""
-    name = "polyglot_tasks_script"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "polyglot_tasks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return import_file("polyglot_tasks_script", ROOT / "scripts" / "polyglot_tasks.py")
 
 
 def _need(*languages: str) -> None:

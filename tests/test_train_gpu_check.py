@@ -4,7 +4,6 @@ for MFU are the FLOPs torch counts for the same forward and backward passes."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -21,7 +20,7 @@ from crl_worker.agent.sampling import Sampling  # noqa: E402
 from crl_worker.train import toy  # noqa: E402
 from crl_worker.train.local_policy import TransformersPolicy  # noqa: E402
 
-from .fixtures.paths import ROOT  # noqa: E402
+from .fixtures.paths import ROOT, import_file  # noqa: E402
 from .fixtures.trainer import env  # noqa: E402
 
 pytestmark = pytest.mark.train
@@ -43,15 +42,7 @@ FIGURES = (
 
 def _flops() -> ModuleType:
     """perf/gpu_flops.py, the FLOPs count of the check."""
-    name = "perf_gpu_flops"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "perf" / "gpu_flops.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return import_file("perf_gpu_flops", ROOT / "perf" / "gpu_flops.py")
 
 
 def test_the_dry_run_trains_lora_and_full_weights_and_writes_every_figure(tmp_path: Path) -> None:
