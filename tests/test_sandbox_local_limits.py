@@ -13,6 +13,7 @@ import json
 import os
 import pwd
 import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -392,3 +393,23 @@ async def test_cgroup_v2_enter_kill_and_remove() -> None:
     finally:
         cgroup.remove()
     assert not next(iter(cgroup.folders.values())).exists()
+
+
+async def test_a_sandbox_folder_under_dev_shm_keeps_the_allowlist_root(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A temporary folder on /dev/shm (a RAM-backed TMPDIR, as in CI) is below the new root's
+    own /dev: the probe's bind there once found its mount point covered and read-only, and
+    every sandbox fell back to the hide list."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        pytest.skip("no writable /dev/shm here")
+    prefix = await isolation.shell_prefix("auto", name="shm")
+    if not prefix or await isolation.can_root(prefix) is False:
+        pytest.skip("this machine refuses an allowlist root (see the warning logged)")
+    folder = Path(tempfile.mkdtemp(prefix="crl-test-", dir=shm))
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(folder))
+        assert await isolation._probe_confinement(tuple(prefix), root=True) is None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

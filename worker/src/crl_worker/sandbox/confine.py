@@ -291,11 +291,13 @@ def confine(plan: dict[str, Any]) -> None:
         else:
             mount(source, near + point, None, MS_BIND | MS_REC, None)
         staged.append((point, bind, is_dir))
-        if near and not _inside(bind["target"], [*plan["root"], *plan["scratch"]]):
-            # Its mount point, in the new root's tmpfs (read-only by the time it moves there).
-            _mount_point(near + bind["target"], is_dir)
     if near:
         build_root(plan, near)
+        for _, bind, is_dir in staged:
+            if not _inside(bind["target"], [*plan["root"], *plan["scratch"]]):
+                # Its mount point, in the new root's tmpfs (read-only by the time it moves
+                # there); made after the new root's own /dev, which would cover one below it.
+                _mount_point(near + bind["target"], is_dir)
         pivot_root(near)
 
     set_readonly("/", True)
