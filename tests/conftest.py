@@ -22,6 +22,7 @@ from .fixtures.local_sandbox import repo  # noqa: F401  (fixtures for every modu
 from .fixtures.node import RealNode
 from .fixtures.node_build import NodeError
 from .fixtures.node_build import missing as real_node_missing
+from .fixtures.node_host import node_folder
 from .fixtures.openai_server import ScriptedServer
 from .fixtures.operator_process import Operator
 from .fixtures.paths import ROOT
@@ -152,18 +153,19 @@ def real_node(
         if os.environ.get("CI"):
             pytest.fail(f"CI needs a real node: {reason}")
         pytest.skip(reason)
-    node = RealNode(cluster, tmp_path_factory.mktemp("node"))
-    try:
-        node.start()
-        node.load_image(docker_engine.env(), docker_base)
-    except NodeError as error:
-        with contextlib.suppress(NodeError):
+    with node_folder(tmp_path_factory.mktemp("node")) as folder:
+        node = RealNode(cluster, folder)
+        try:
+            node.start()
+            node.load_image(docker_engine.env(), docker_base)
+        except NodeError as error:
+            with contextlib.suppress(NodeError):
+                node.stop()
+            pytest.fail(f"the real node did not start: {error}")
+        try:
+            yield node
+        finally:
             node.stop()
-        pytest.fail(f"the real node did not start: {error}")
-    try:
-        yield node
-    finally:
-        node.stop()
 
 
 @pytest.fixture(scope="session")
