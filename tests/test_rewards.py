@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from crl_worker.api.common import RewardSpec
+from crl_worker.api.reward import RewardSpec
+from crl_worker.harness import canary
 from crl_worker.harness.result import EvalResult, TestOutcome, TestStatus
 from crl_worker.rewards import (
     completion_text,
@@ -33,6 +34,7 @@ def result(
     p2p: float = 1.0,
     applied: bool = True,
     infra: str | None = None,
+    tampered: str | None = None,
 ) -> EvalResult:
     return EvalResult(
         instance_id="x",
@@ -42,6 +44,7 @@ def result(
         pass_to_pass_fraction=p2p,
         patch_applied=applied,
         infrastructure_error=infra,
+        tampered=tampered,
     )
 
 
@@ -228,6 +231,33 @@ def test_make_reward_follows_the_spec(roman: FixtureRepo) -> None:
     assert mixed[1] == pytest.approx(0.2 * similar[1])  # type: ignore[operator]
     assert mixed[2] is None
     assert mix.__name__.startswith("mix_")
+
+
+def test_a_run_tampered_with_costs_more_than_a_wrong_answer() -> None:
+    """Training scores a caught forgery below an honest wrong answer; the verdict's own score
+    (a Benchmark's) stays 0. Its test results, resolved included, count for nothing."""
+    caught = result(resolved=True, f2p=1.0, tampered="canary test_x_3 passed")
+    batch = {"completions": [""] * 4, "eval_result": [caught, result(), result(infra="x"), None]}
+    assert make_reward(RewardSpec())(**batch) == [-1.0, 0.0, None, None]
+    fraction = RewardSpec.model_validate({"testsMode": "fraction", "tampered": -0.5})
+    assert make_reward(fraction)(**batch) == [-0.5, 0.5, None, None]
+    assert make_reward(RewardSpec.model_validate({"tampered": 0}))(**batch)[0] == 0.0
+    mix = {"type": "mix", "weights": {"tests": 0.5, "diffSimilarity": 0.5}}
+    mixed = make_reward(RewardSpec.model_validate(mix))
+    gold = "--- a/f.py\n+++ b/f.py\n@@ -1 +1 @@\n-a\n+b\n"
+    assert mixed(**batch, patch=[gold] * 4, model_patch=[""] * 4)[0] == pytest.approx(-0.5)
+    assert resolution_reward(**batch)[0] == 0.0
+    assert make_reward(RewardSpec()).__name__ == "resolution_reward"
+    with pytest.raises(ValueError, match="less than or equal to 0"):
+        RewardSpec.model_validate({"tampered": 0.5})
+
+
+def test_the_default_penalty_makes_a_guessing_forgery_lose() -> None:
+    """A forgery that passes one test of each canary group (the real one or a copy, unable to
+    tell them apart) is caught unless it picks the real test: with the fewest groups (one
+    FAIL_TO_PASS test), its expected reward must stay below an honest wrong answer's 0."""
+    lucky = 1 / (canary.COUNT + 1)
+    assert lucky * 1.0 + (1 - lucky) * RewardSpec().tampered < 0.0
 
 
 def test_mix_without_weights_is_refused() -> None:

@@ -19,7 +19,8 @@ Formulas (see docs/rewards.md):
 - tests, binary: 1.0 when resolved, else 0.0.
 - tests, fraction: ``(f2p + p2p) / 2``, the mean of the share of FAIL_TO_PASS tests that pass and
   the share of PASS_TO_PASS tests kept; 1.0 exactly when resolved. 0.0 when the patch did not
-  apply or the run was tampered with (a canary test passed).
+  apply. A run tampered with (a canary test passed) scores ``RewardSpec.tampered`` in training
+  (-1 by default: a forgery that guesses which test is real must lose when caught), 0.0 here.
 - diff similarity: per file, ``difflib.SequenceMatcher`` ratio between the gold patch's and the
   prediction's changed lines; the mean over the union of files either one touches, so a file
   only one of them touches counts 0 (touching more files never raises the score).
@@ -34,7 +35,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from crl_worker.api.common import RewardSpec
+from crl_worker.api.reward import RewardSpec
 from crl_worker.harness.result import EvalResult
 
 logger = logging.getLogger(__name__)
@@ -96,12 +97,17 @@ def _batch_size(completions: Sequence[Any] | None, kwargs: Mapping[str, Any], *n
 # --- test-based rewards -------------------------------------------------------------------------
 
 
-def tests_score(result: EvalResult | None, mode: TestsMode = "binary") -> float | None:
-    """The test reward of one evaluation; ``None`` when there is no verdict."""
+def tests_score(
+    result: EvalResult | None, mode: TestsMode = "binary", tampered: float = 0.0
+) -> float | None:
+    """The test reward of one evaluation; ``None`` when there is no verdict. A run tampered
+    with scores ``tampered`` (a training run's ``RewardSpec.tampered``), never ``None``."""
     if result is None or result.infrastructure_error is not None:
         return None
-    if not result.patch_applied or result.tampered is not None:
-        # A tampered run is the model's answer: 0, never left out.
+    if result.tampered is not None:
+        # The model's answer, never left out: no better than a wrong one.
+        return min(tampered, 0.0)
+    if not result.patch_applied:
         return 0.0
     if result.credit is not None:
         # A classify task: the credit along the CWE hierarchy, whichever the mode.
@@ -112,10 +118,14 @@ def tests_score(result: EvalResult | None, mode: TestsMode = "binary") -> float 
 
 
 def _tests_reward(
-    mode: TestsMode, completions: Sequence[Any] | None, kwargs: Mapping[str, Any]
+    mode: TestsMode,
+    completions: Sequence[Any] | None,
+    kwargs: Mapping[str, Any],
+    tampered: float = 0.0,
 ) -> list[float | None]:
     size = _batch_size(completions, kwargs, "eval_result")
-    return [tests_score(as_eval_result(r), mode) for r in _column(kwargs, "eval_result", size)]
+    results = _column(kwargs, "eval_result", size)
+    return [tests_score(as_eval_result(r), mode, tampered) for r in results]
 
 
 def resolution_reward(
@@ -291,6 +301,25 @@ def diff_similarity_reward(
 # --- the reward a RewardSpec asks for -----------------------------------------------------------
 
 
+def _tests_function(spec: RewardSpec) -> RewardFunc:
+    """The test reward of ``spec``: its mode, with ``spec.tampered`` for a run tampered with."""
+    plain = resolution_reward if spec.tests_mode == "binary" else pass_fraction_reward
+    if spec.tampered == 0.0:
+        return plain
+    mode, penalty = spec.tests_mode, spec.tampered
+
+    def scored(
+        prompts: Sequence[Any] | None = None,
+        completions: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        return _tests_reward(mode, completions, kwargs, penalty)
+
+    scored.__name__ = plain.__name__  # TRL logs a reward under its function's name
+    scored.__doc__ = plain.__doc__
+    return scored
+
+
 def make_reward(spec: RewardSpec) -> RewardFunc:
     """The reward function a TrainingRun's ``rollout.reward`` describes.
 
@@ -298,7 +327,7 @@ def make_reward(spec: RewardSpec) -> RewardFunc:
     ``w_tests * tests + w_diff * diff_similarity`` per sample, ``None`` when a component with a
     positive weight has no value.
     """
-    tests_func = resolution_reward if spec.tests_mode == "binary" else pass_fraction_reward
+    tests_func = _tests_function(spec)
     if spec.type == "tests":
         return tests_func
     if spec.type == "diff-similarity":

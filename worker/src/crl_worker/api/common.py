@@ -340,44 +340,6 @@ class AgentSpec(ApiModel):
     `timeoutSeconds`."""
 
 
-class RewardWeights(ApiModel):
-    """Weights of the reward components in a mix."""
-
-    tests: float = Field(default=1.0, ge=0.0, le=100.0)
-    """Weight of the test reward."""
-    diff_similarity: float = Field(default=0.0, ge=0.0, le=100.0)
-    """Weight of the similarity between the agent's diff and the gold patch."""
-
-
-class RewardSpec(ApiModel):
-    """How a finished trajectory is scored. An infrastructure failure is never scored."""
-
-    model_config = ConfigDict(
-        json_schema_extra=with_rules(
-            cel(
-                "self.type != 'mix' || has(self.weights)",
-                "reward type 'mix' needs weights (tests, diffSimilarity)",
-                field_path=".type",
-            ),
-            cel(
-                "!has(self.weights) || self.weights.tests + self.weights.diffSimilarity > 0.0",
-                "reward weights must not all be zero",
-                field_path=".weights",
-            ),
-        )
-    )
-
-    type: Literal["tests", "diff-similarity", "mix"] = "tests"
-    """`tests` (the instance's FAIL_TO_PASS and PASS_TO_PASS tests), `diff-similarity`
-    (similarity to the gold patch) or `mix` (weighted sum of both)."""
-    tests_mode: Literal["binary", "fraction"] = "binary"
-    """`binary`: 1 when resolved, else 0; `fraction`: the share of the tests that pass."""
-    weights: RewardWeights | None = None
-    """Weights for `mix`."""
-    evaluation_timeout_seconds: int = Field(default=1800, ge=10, le=86400)
-    """Wall time of the final test run; exceeding it is an infrastructure failure, not a 0."""
-
-
 # --- the model and its serving --------------------------------------------------------------
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
@@ -592,7 +554,6 @@ __all__ = [
     "PoolReference",
     "PoolSettings",
     "ResultsLocation",
-    "RewardSpec",
     "SandboxSpec",
     "SchedulingSpec",
     "TaskSource",

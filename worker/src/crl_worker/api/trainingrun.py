@@ -24,11 +24,11 @@ from crl_worker.api.common import (
     ModelSpec,
     PoolReference,
     PoolSettings,
-    RewardSpec,
     SchedulingSpec,
     TaskSource,
     TrainerSpec,
 )
+from crl_worker.api.reward import RewardSpec
 from crl_worker.api.status import CommonStatus, QueueStatus, ValidationStatus
 
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from crl_worker.agent.client import Policy
 from crl_worker.agent.episode import run_episode
 from crl_worker.agent.trajectory import Trajectory
-from crl_worker.api.common import AgentSpec, RewardSpec
+from crl_worker.api.common import AgentSpec
+from crl_worker.api.reward import RewardSpec
 from crl_worker.rewards import RewardFunc, make_reward
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
