@@ -43,7 +43,7 @@ from crl_worker.tasks.model import Task
 from crl_worker.tasks.sources import load_source
 from tests.fixtures import forgery
 from tests.fixtures.forgery import ScriptedPolicy, append_to_package
-from tests.fixtures.redteam import BACKENDS, attack_params
+from tests.fixtures.redteam import BACKENDS, attack_params, docker_attacks
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "examples" / "suites"
@@ -237,7 +237,7 @@ def outcomes(backend: Backend) -> dict[str, Trajectory]:
         jobs: dict[str, tuple[Task, Any]] = {
             a.name: (backend.tasks[a.instance], ScriptedPolicy(a.commands))
             for a in ATTACKS
-            if backend.config["type"] == "local" or a.name in ON_DOCKER
+            if backend.config["type"] == "local" or a.name in docker_attacks(ATTACKS, ON_DOCKER)
         }
         for instance in backend.gold:
             jobs[f"gold:{instance}"] = (
