@@ -2,7 +2,8 @@
 the toy's resolve rate for the base model, after SFT on its own resolved attempts, and after
 SFT followed by a short GRPO run (docs/training.md#a-supervised-warm-start).
 
-    python perf/sft_toy.py [--attempts 64] [--sft-steps 12] [--sft-batch 4] [--grpo-steps 4]
+    python perf/sft_toy.py [--attempts 64] [--sft-steps 12] [--sft-batch 4]
+                           [--sft-learning-rate 0.01] [--grpo-steps 4]
                            [--grpo-generations 16] [--no-grpo-from-base] [--keep DIR] [--json]
 
 Prints figures; asserts nothing. What it runs, each step with the project's own components:
@@ -244,7 +245,7 @@ async def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
                 "type": "sft",
                 "sft": {"dataset": {"path": str(folder / "sft-data")}},
                 "steps": args.sft_steps,
-                "learningRate": 0.01,
+                "learningRate": args.sft_learning_rate,
             },
             "trainer": {
                 "nodes": 1,
@@ -270,8 +271,8 @@ async def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         folder / "sft" / "final", tasks, folder / "bench-sft", args.attempts, args.parallelism
     )
 
-    starts = [("sft_grpo", folder / "sft" / "final")]
-    if args.grpo_from_base:
+    starts = [("sft_grpo", folder / "sft" / "final")] if args.grpo_steps > 0 else []
+    if args.grpo_from_base and args.grpo_steps > 0:
         starts.append(("base_grpo", model))
     for name, start in starts:
         log(f"GRPO from {name.split('_')[0]} ({args.grpo_steps} steps)")
@@ -320,7 +321,8 @@ def main() -> int:
     parser.add_argument("--attempts", type=int, default=64, help="attempts per benchmark")
     parser.add_argument("--sft-steps", type=int, default=12)
     parser.add_argument("--sft-batch", type=int, default=4, help="sequences per SFT step")
-    parser.add_argument("--grpo-steps", type=int, default=4)
+    parser.add_argument("--sft-learning-rate", type=float, default=0.01)
+    parser.add_argument("--grpo-steps", type=int, default=4, help="0: no GRPO runs")
     parser.add_argument("--grpo-generations", type=int, default=16, help="rollouts per step")
     parser.add_argument("--seed", type=int, default=0, help="the toy model's weight seed")
     parser.add_argument("--parallelism", type=int, default=2, help="attempts at once")
