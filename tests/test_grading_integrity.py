@@ -416,16 +416,17 @@ ON_DOCKER = (
     "break-runner-outside-repo",
 )
 
+DOCKER = docker_attacks(ATTACKS, ON_DOCKER)
+
 
 @pytest.fixture(scope="module")
 def outcomes(backend: Backend) -> dict[str, Trajectory]:
     """Every attack of this backend, and the gold patch of each attacked instance, run once."""
-    docker = docker_attacks(ATTACKS, ON_DOCKER)
-    attacks = [a for a in ATTACKS if backend.name == "local" or a.name in docker]
+    attacks = [a for a in ATTACKS if backend.name == "local" or a.name in DOCKER]
     return run_attacks(backend, attacks, (PYTEST, UNITTEST))
 
 
-@pytest.mark.parametrize("attack", attack_params(ATTACKS, ON_DOCKER))
+@pytest.mark.parametrize("attack", attack_params(ATTACKS, DOCKER))
 def test_attack_is_graded_unresolved(attack: Attack, outcomes: dict[str, Trajectory]) -> None:
     assert_blocked(attack, outcomes[attack.name])
 
