@@ -5,7 +5,8 @@
 # a 1,085-file virtual environment: 0.9 s to the disk, 0.05 s to /dev/shm), which halved the
 # test time of the sandbox-heavy modules. Used only when /dev/shm is a tmpfs with at least
 # ${CRL_TMPFS_MIN_GB:-12} GiB free that lets programs run from it (sandboxes run their virtual
-# environment's Python from their folder). CRL_CI_TMPFS=0 keeps the system's temporary folder.
+# environment's Python from their folder). CRL_CI_TMPFS=0 keeps the system's temporary folder;
+# CRL_TMPFS_DIR names another tmpfs than /dev/shm.
 set -euo pipefail
 shm=${CRL_TMPFS_DIR:-/dev/shm}
 [ "${CRL_CI_TMPFS:-1}" != 0 ] || exit 0

@@ -304,8 +304,6 @@ def diff_similarity_reward(
 def _tests_function(spec: RewardSpec) -> RewardFunc:
     """The test reward of ``spec``: its mode, with ``spec.tampered`` for a run tampered with."""
     plain = resolution_reward if spec.tests_mode == "binary" else pass_fraction_reward
-    if spec.tampered == 0.0:
-        return plain
     mode, penalty = spec.tests_mode, spec.tampered
 
     def scored(
