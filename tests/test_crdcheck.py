@@ -73,18 +73,29 @@ def _pins(go_mod: Path) -> dict[str, str]:
     return {module: replaced.get(module, version) for module, version in pins.items()}
 
 
-def test_crdcheck_pins_the_control_planes_versions() -> None:
-    # A module at another version than the control plane's is compiled twice on a cold machine
-    # (minutes of CI); bump both together (tests/crdcheck/build.sh).
+#: The Go tools built beside the control plane, each with the modules it may keep at another
+#: version (the one its upstream code needs: tests/argocdhealth/go.mod says why).
+_GO_TOOLS = {
+    "crdcheck": (CRDCHECK_SRC, set()),
+    "tools": (ROOT / "tests" / "controlplane" / "tools", set()),
+    "argocdhealth": (ROOT / "tests" / "argocdhealth", {"k8s.io/kubectl"}),
+}
+
+
+@pytest.mark.parametrize("tool", sorted(_GO_TOOLS))
+def test_go_tools_pin_the_control_planes_versions(tool: str) -> None:
+    # A module at another version than the control plane's is compiled twice on a cold machine,
+    # with every package above it (minutes of CI); bump them together (tests/build_go_tool.sh).
+    module, exceptions = _GO_TOOLS[tool]
     control_plane = _pins(ROOT / "tests" / "controlplane" / "go.mod")
-    crdcheck = _pins(CRDCHECK_SRC / "go.mod")
+    pinned = _pins(module / "go.mod")
     apart = {
-        module: (version, control_plane[module])
-        for module, version in crdcheck.items()
-        if module in control_plane and control_plane[module] != version
+        name: (version, control_plane[name])
+        for name, version in pinned.items()
+        if name in control_plane and control_plane[name] != version and name not in exceptions
     }
     assert not apart, apart
-    assert crdcheck["k8s.io/apiextensions-apiserver"] == control_plane["k8s.io/apiserver"]
+    assert pinned["k8s.io/apiextensions-apiserver"] == control_plane["k8s.io/apiserver"]
 
 
 def test_the_api_server_accepts_the_generated_crds(crdcheck: Path) -> None:

@@ -3,16 +3,16 @@
 #   crl-controlplane  etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl,
 #                     from the Kubernetes Go modules pinned in go.mod (one role per process)
 #   kubectl           a symlink to crl-controlplane, so kubectl matches the server exactly
-#   kwok              sigs.k8s.io/kwok (fake nodes and pod lifecycles), its own module graph
+#   kwok              sigs.k8s.io/kwok (fake nodes and pod lifecycles)
 #   helm              helm.sh/helm/v3
+#                     both from ./tools, a module that pins them with every module they share
+#                     with the control plane at its version (tests/build_go_tool.sh)
 # Go module and build caches live outside the checkout. Each piece is rebuilt only when its
 # inputs changed (a hash of the sources for crl-controlplane, the module version for the
 # others), so repeat runs take about a second; a cold build of crl-controlplane takes minutes.
 # Prints the bin directory as its last line. CONTROLPLANE_FORCE=1 rebuilds anyway.
 set -euo pipefail
 
-KWOK_VERSION=v0.8.0
-HELM_VERSION=v3.22.0
 
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="${CRL_CACHE_DIR:-$HOME/.cache/coderepairrl}"
@@ -32,11 +32,6 @@ inputs_hash() {
   (cd "$src" && { go version; find . -maxdepth 1 -type f \( -name '*.go' ! -name '*_test.go' \
       -o -name go.mod -o -name go.sum -o -name build.sh \) -print | LC_ALL=C sort | xargs sha256sum; } \
     | sha256sum | cut -d' ' -f1)
-}
-
-# True when $1 was not built by `go install $2@$3`.
-not_installed() {
-  [[ ! -x "$1" ]] || ! go version -m "$1" 2>/dev/null | grep -Eq "^[[:space:]]+mod[[:space:]]+$2[[:space:]]+$3[[:space:]]"
 }
 
 # Serialize concurrent builders (pytest-xdist workers, parallel sessions).
@@ -69,18 +64,11 @@ if [[ "${CONTROLPLANE_FORCE:-0}" == 1 || ! -x "$bin" || "$(cat "$bin.stamp" 2>/d
 fi
 ln -sfn crl-controlplane "$bindir/kubectl"
 
-if not_installed "$bindir/kwok" sigs.k8s.io/kwok "$KWOK_VERSION"; then
-  echo "installing kwok $KWOK_VERSION ..." >&2
-  start=$SECONDS
-  GOFLAGS= GOBIN="$bindir" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-  echo "installed kwok in $((SECONDS - start))s" >&2
-fi
-if not_installed "$bindir/helm" helm.sh/helm/v3 "$HELM_VERSION"; then
-  echo "installing helm $HELM_VERSION ..." >&2
-  start=$SECONDS
-  GOFLAGS= GOBIN="$bindir" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-  echo "installed helm in $((SECONDS - start))s" >&2
-fi
+# kwok and helm, each rebuilt only when ./tools changes (tests/build_go_tool.sh).
+bash "$src/../build_go_tool.sh" kwok "$src/tools" sigs.k8s.io/kwok/cmd/kwok >/dev/null
+bash "$src/../build_go_tool.sh" helm "$src/tools" helm.sh/helm/v3/cmd/helm >/dev/null
+KWOK_VERSION="$(sed -nE 's/^[[:space:]]*sigs\.k8s\.io\/kwok (v[0-9.]+)$/\1/p' "$src/tools/go.mod")"
+[[ -n "$KWOK_VERSION" ]] || { echo "build.sh: no sigs.k8s.io/kwok version in $src/tools/go.mod" >&2; exit 1; }
 
 # kwok simulates nothing without stages: the defaults kwokctl uses (nodes become Ready and keep
 # a lease; pods become Ready; Job pods Succeeded; deleted pods are finalized), taken from the
