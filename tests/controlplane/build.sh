@@ -8,11 +8,11 @@
 #                     both from ./tools, a module that pins them with every module they share
 #                     with the control plane at its version (tests/build_go_tool.sh)
 # Go module and build caches live outside the checkout. Each piece is rebuilt only when its
-# inputs changed (a hash of the sources for crl-controlplane, the module version for the
-# others), so repeat runs take about a second; a cold build of crl-controlplane takes minutes.
+# inputs changed (a hash of the sources and module pins: this folder's for crl-controlplane,
+# ./tools' for kwok and helm), so repeat runs take about a second; a cold build of
+# crl-controlplane takes minutes.
 # Prints the bin directory as its last line. CONTROLPLANE_FORCE=1 rebuilds anyway.
 set -euo pipefail
-
 
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache="${CRL_CACHE_DIR:-$HOME/.cache/coderepairrl}"
