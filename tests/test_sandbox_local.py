@@ -29,7 +29,7 @@ import pytest_asyncio
 
 from crl_worker.errors import SandboxError
 from crl_worker.sandbox.config import LocalSandboxConfig
-from crl_worker.sandbox.interpreters import available, find_python
+from crl_worker.sandbox.interpreters import available, find_python, find_uv
 from crl_worker.sandbox.local import LocalSandbox
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.sandbox.session import (
@@ -46,6 +46,7 @@ from tests.fixtures.local_sandbox import (
     git,
     host_pids,
     python_task,
+    unavailable_index,
     until_host_pids,
 )
 
@@ -465,6 +466,22 @@ async def test_missing_interpreter_is_a_clear_error(repo: tuple[Path, str], tmp_
         assert sandbox.interpreter is not None
         version = await sandbox.run("python -c 'import sys; print(sys.prefix)'")
         assert version.output.strip() == str(sandbox.venv)
+
+
+@pytest.mark.skipif(find_uv() is None, reason="uv is not installed")
+async def test_venv_asks_the_package_index_at_most_once_without_network(
+    repo: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # uv's cache lacks pip and the index fails: one request per seed package (not four, with
+    # uv's retries), then python -m venv's bundled pip.
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "empty-uv-cache"))
+    task = python_task(*repo, install=[])
+    with unavailable_index() as (url, asked):
+        monkeypatch.setenv("UV_DEFAULT_INDEX", url)
+        async with LocalSandbox(LocalSandboxConfig(root=str(tmp_path)), task) as sandbox:
+            pip = await sandbox.run("python -m pip --version")
+    assert pip.exit_code == 0 and str(sandbox.venv) in pip.output, pip.output
+    assert "/simple/pip/" in asked and len(asked) == len(set(asked)), asked
 
 
 async def test_interpreter_discovery_reads_real_versions() -> None:

@@ -36,8 +36,9 @@ class LocalSandboxConfig(BaseModel):
     default_python: str | None = None
     """Interpreter version for Python tasks that name none (default: ``python3`` on PATH)."""
     use_uv: bool = True
-    """Create virtual environments with ``uv venv --seed`` when uv is installed (much faster);
-    otherwise, or when uv fails, with ``python -m venv``."""
+    """Create virtual environments with ``uv venv --seed`` when uv is installed (much faster;
+    pip from uv's cache, else one request to the package index); otherwise, or when uv fails,
+    with ``python -m venv``."""
     system_site_packages: bool = False
     """Give the virtual environment the interpreter's own site-packages."""
     env_passthrough: list[str] = Field(default_factory=lambda: list(DEFAULT_PASSTHROUGH))
