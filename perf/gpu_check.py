@@ -10,8 +10,8 @@ layer, and the policy never samples the rows beyond the tokenizer's vocabulary, 
 generated token is a toy action and every episode runs through the sandbox as in the CPU tests.
 
 Per configuration it prints and writes (``--out``, JSON): the mean step time, the rollout share
-of it, generated tokens per second (tokens sampled over the seconds spent in
-:meth:`~crl_worker.train.local_policy.TransformersPolicy.generate`), the peak GPU memory
+of it, generated tokens per second (tokens sampled over the seconds spent sampling, inside
+:meth:`~crl_worker.train.local_policy.TransformersPolicy.generate`'s lock), the peak GPU memory
 (``torch.cuda.max_memory_allocated``, reset before each configuration) and the MFU. The first
 step is left out of the means (CUDA's and the sandboxes' warm-up) unless it is the only one.
 
@@ -114,26 +114,28 @@ class Result:
 
 @contextlib.contextmanager
 def counting_generations(shape: Shape) -> Iterator[Generations]:
-    """Time every in-process generation (and count its tokens and FLOPs) while inside."""
+    """Time every in-process generation (and count its tokens and FLOPs) while inside: the
+    sampling loop itself, inside the policy's lock, so that rollouts waiting for their turn at
+    the model (one generation at a time) are not counted as generating."""
     from crl_worker.train import local_policy
 
     counter = Generations()
-    original = local_policy.TransformersPolicy.generate
+    original = local_policy.TransformersPolicy._sample_loop
 
-    def timed(self: Any, prompt: list[int], *args: Any, **kwargs: Any) -> Any:
+    def timed(self: Any, module: Any, prompt: list[int], *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
-        sample = original(self, prompt, *args, **kwargs)
+        sample = original(self, module, prompt, *args, **kwargs)
         counter.seconds += time.perf_counter() - started
         counter.calls += 1
         counter.tokens += len(sample.completion_ids)
         counter.flops += generation_flops(shape, len(prompt), len(sample.completion_ids))
         return sample
 
-    local_policy.TransformersPolicy.generate = timed  # type: ignore[method-assign]
+    local_policy.TransformersPolicy._sample_loop = timed  # type: ignore[method-assign]
     try:
         yield counter
     finally:
-        local_policy.TransformersPolicy.generate = original  # type: ignore[method-assign]
+        local_policy.TransformersPolicy._sample_loop = original  # type: ignore[method-assign]
 
 
 class MeasuredJob(TrainingJob):
