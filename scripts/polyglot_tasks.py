@@ -42,6 +42,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -263,6 +264,63 @@ def _base_tree(exercise: Exercise, into: Path) -> None:
         (target / test).unlink()
     if java:
         (target / "pom.xml").write_text(pom(exercise))
+    if exercise.language == "rust":
+        _rust_dependencies(exercise, target)
+
+
+def _rust_dependencies(exercise: Exercise, target: Path) -> None:
+    """A Rust exercise's crates, for runs without network: the reference solution's
+    (``.meta/Cargo-example.toml``) added to the stub's ``Cargo.toml``, resolved once into a
+    ``Cargo.lock`` kept in the base (the same versions at every install) and fetched into this
+    machine's cargo home for the reference run. A task's ``install`` fetches them (with the
+    network) into the sandbox's own."""
+    manifest = target / "Cargo.toml"
+    example = exercise.folder / ".meta" / "Cargo-example.toml"
+    text, crates = with_example_dependencies(
+        manifest.read_text(), example.read_text() if example.is_file() else ""
+    )
+    manifest.write_text(text)
+    if not crates:
+        return
+    env = {**os.environ, "CARGO_NET_OFFLINE": "false", "CARGO_TERM_COLOR": "never"}
+    for step in (["generate-lockfile"], ["fetch", "--locked"]):
+        done = subprocess.run(["cargo", *step, "--quiet"], cwd=target, env=env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        if done.returncode != 0:
+            raise ConvertError(f"{exercise.where}: cargo {step[0]} failed (the crates need the"
+                               f" network once): {done.stderr.strip()[-500:]}")  # fmt: skip
+
+
+def with_example_dependencies(manifest: str, example: str) -> tuple[str, list[str]]:
+    """``manifest`` (a stub's ``Cargo.toml``) with the dependencies of ``example`` (the reference
+    solution's) that it lacks, added under its ``[dependencies]``; and every crate it then
+    names."""
+    stub = tomllib.loads(manifest).get("dependencies", {})
+    wanted = tomllib.loads(example).get("dependencies", {}) if example.strip() else {}
+    extra = {n: v for n, v in wanted.items() if n not in stub}
+    if extra:
+        lines = manifest.splitlines()
+        added = [f"{name} = {_toml_value(value)}" for name, value in extra.items()]
+        if "[dependencies]" in lines:
+            at = lines.index("[dependencies]") + 1
+            lines[at:at] = added
+        else:
+            lines += ["", "[dependencies]", *added]
+        manifest = "\n".join(lines) + "\n"
+    return manifest, [*stub, *extra]
+
+
+def _toml_value(value: object) -> str:
+    """A dependency's version or inline table, written back as TOML."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise ConvertError(f"a Cargo.toml value this script cannot write back: {value!r}")
 
 
 def _diff(repo: Path) -> str:

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from types import ModuleType
 
@@ -179,6 +180,58 @@ async def test_real_exercises_convert_and_check(tmp_path: Path) -> None:
         "go/exercises/practice/bowling/bowling_test.go",
         "go/exercises/practice/bowling/cases_test.go",
     ]
+    results = await check_tasks(
+        loaded.tasks, jobs=2, sandbox_config={"type": "local", "root": str(tmp_path)}
+    )
+    for found in results:
+        assert found.ok, (found.instance_id, found.problems)
+        assert (found.gold_verdict, found.no_patch_verdict) == ("resolved", "unresolved")
+
+
+def test_rust_manifests_get_the_reference_solutions_crates() -> None:
+    """The crates of ``.meta/Cargo-example.toml`` join the stub's ``Cargo.toml`` (under its own
+    ``[dependencies]``, not a later table), so that runs without network can build the
+    reference; a Rust record's install fetches what a base's ``Cargo.lock`` pins."""
+    merge = _script().with_example_dependencies
+    stub = '[package]\nname = "robot-name"\n\n[lints.clippy]\nnew_without_default = "allow"\n'
+    text, crates = merge(
+        stub, '[package]\nname = "robot-name"\n\n[dependencies]\nrand = "0.3.12"\n'
+    )
+    assert crates == ["rand"]
+    assert tomllib.loads(text)["dependencies"] == {"rand": "0.3.12"}
+    assert tomllib.loads(text)["lints"] == {"clippy": {"new_without_default": "allow"}}
+    stub = '[package]\nname = "grep"\n\n[dependencies]\nanyhow = "1.0"\n\n[lints]\n'
+    example = (
+        '[dependencies]\nanyhow = "2"\nthiserror = { version = "1.0", default-features = false }\n'
+    )
+    text, crates = merge(stub, example)
+    assert crates == ["anyhow", "thiserror"]
+    assert tomllib.loads(text)["dependencies"] == {
+        "anyhow": "1.0",  # the stub's own version stays
+        "thiserror": {"version": "1.0", "default-features": False},
+    }
+    assert merge(stub, "") == (stub, ["anyhow"])
+    assert merge('[package]\nname = "x"\n', "") == ('[package]\nname = "x"\n', [])
+    rust = _suite()["rust__digit-sum"]
+    assert any("cargo fetch --locked" in command for command in rust.install)
+
+
+async def test_rust_exercises_with_crates_convert_and_check(tmp_path: Path) -> None:
+    """Aider's Rust exercises that use crates (its fetched copy; the crates come from the
+    registry once, at conversion and at each sandbox's install): the reference resolves offline
+    in a local sandbox and the stub does not."""
+    _need("rust")
+    copy = require(POLYGLOT_REPO)[POLYGLOT_REPO]
+    out = tmp_path / "converted"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "polyglot_tasks.py"), str(copy), "--out",
+         str(out), "-l", "rust", "-e", "gigasecond", "-e", "robot-name"],
+        capture_output=True, text=True, timeout=900, env=_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 converted, 0 skipped" in done.stdout
+    loaded = load_tasks(out / "tasks.jsonl", "polyglot")
+    assert loaded.ok and len(loaded.tasks) == 2, loaded.errors
     results = await check_tasks(
         loaded.tasks, jobs=2, sandbox_config={"type": "local", "root": str(tmp_path)}
     )

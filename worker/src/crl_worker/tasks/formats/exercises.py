@@ -352,9 +352,17 @@ def convert_polyglot(record: Record, ref: RecordRef, options: ConvertOptions) ->
                 " reports them (scripts/polyglot_tasks.py writes them from a reference run)",
                 "FAIL_TO_PASS",
             )
+        install = list(POLYGLOT_INSTALL.get(language_name, ()))
+        if language_name == "rust":
+            # The crates a base's Cargo.lock pins (scripts/polyglot_tasks.py), fetched with the
+            # network into the sandbox's cargo home; the tests then build offline.
+            install.append(
+                f"cd {shlex.quote(exercise_dir)} && if [ -f Cargo.lock ]; then"
+                " CARGO_NET_OFFLINE=false cargo fetch --locked --quiet; fi"
+            )
         fields = {
             "language": language_name,
-            "install": list(POLYGLOT_INSTALL.get(language_name, ())),
+            "install": install,
             "test": polyglot_test_spec(language_name, exercise_dir, exercise, test_files_list),
             "env": dict(POLYGLOT_ENV[language_name]),
         }
