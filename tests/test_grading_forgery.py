@@ -47,6 +47,7 @@ from tests.fixtures.redteam import BACKENDS, attack_params, docker_attacks
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = ROOT / "examples" / "suites"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 PYTEST = "crl-mini__intervals-1"
 #: A unittest instance whose FAIL_TO_PASS tests compare with assertEqual/assertIs/assertIsNone.
@@ -56,7 +57,19 @@ UNITTEST_EQ = "crl-mini__iniconf-1"
 #: The pytest instance selecting its tests by id (``select: ids``, as QuixBugs, BugsInPy and the
 #: exercises do): the canaries join the ids on the command line.
 BY_IDS = f"{PYTEST} (select: ids)"
-PACKAGES = {PYTEST: "intervals", UNITTEST: "iniconf", UNITTEST_EQ: "iniconf", BY_IDS: "intervals"}
+#: The pytest instance whose test patch marks its FAIL_TO_PASS tests with a conditional
+#: ``skipif`` (tests/fixtures/skipif_intervals.diff), as real suites mark tests of optional
+#: dependencies.
+SKIPIF = f"{PYTEST} (conditional skips)"
+#: Variants of the local backend only (no image of their own on Docker).
+LOCAL_ONLY = (BY_IDS, SKIPIF)
+PACKAGES = {
+    PYTEST: "intervals",
+    UNITTEST: "iniconf",
+    UNITTEST_EQ: "iniconf",
+    BY_IDS: "intervals",
+    SKIPIF: "intervals",
+}
 
 
 @dataclass(frozen=True)
@@ -160,6 +173,13 @@ ATTACKS: tuple[Attack, ...] = (
         "test modules were looked for among the ids as paths)",
     ),
     Attack(
+        "skip-condition-flip",
+        SKIPIF,
+        forgery.skip_condition_flip(PACKAGES[SKIPIF]),
+        "package code makes the condition of the task's own skipif markers true, so the "
+        "FAIL_TO_PASS tests are skipped (a marked test's skip counted as a pass)",
+    ),
+    Attack(
         "leak-after-submitting",
         PYTEST,
         forgery.leak_after_submitting(PACKAGES[PYTEST]),
@@ -184,7 +204,7 @@ def _suite(name: str, task_type: str = "repair") -> dict[str, Task]:
 ON_DOCKER = ("xfail-call", "flip-reports-by-name", "forge-output", "dist-info-plugin")
 #: What Docker runs (all under CRL_REDTEAM_DOCKER=all but the select-by-id variant's attacks,
 #: whose task has no image of its own there).
-DOCKER = docker_attacks([a for a in ATTACKS if a.instance != BY_IDS], ON_DOCKER)
+DOCKER = docker_attacks([a for a in ATTACKS if a.instance not in LOCAL_ONLY], ON_DOCKER)
 
 
 @dataclass(frozen=True)
@@ -203,18 +223,20 @@ def backend(request: pytest.FixtureRequest) -> Backend:
     if request.param == "local":
         by_ids = tasks[PYTEST].test_spec.model_copy(update={"select": "ids"})
         tasks[BY_IDS] = tasks[PYTEST].model_copy(update={"test": by_ids})
+        marked = (FIXTURES / "skipif_intervals.diff").read_text()
+        tasks[SKIPIF] = tasks[PYTEST].model_copy(update={"test_patch": marked})
         return Backend({"type": "local"}, tasks, tuple(tasks))
     engine = request.getfixturevalue("docker_engine")
     builder = TaskImageBuilder(
         engine.client(), bases={"python": request.getfixturevalue("docker_base")}
     )
-    wanted = [tasks[i] for i in PACKAGES if i != BY_IDS]
+    wanted = [tasks[i] for i in PACKAGES if i not in LOCAL_ONLY]
     built = asyncio.run(builder.build_all(wanted, jobs=2))
     assert [r.error for r in built] == [None] * len(wanted)
     for task, result in zip(wanted, built, strict=True):
         tasks[task.instance_id] = task.model_copy(update={"image": result.image})
     config = {"type": "docker", "base_url": engine.host, "network": "none", "pull": "never"}
-    return Backend(config, tasks, tuple(i for i in PACKAGES if i != BY_IDS))
+    return Backend(config, tasks, tuple(i for i in PACKAGES if i not in LOCAL_ONLY))
 
 
 @pytest.fixture(scope="module")
@@ -343,6 +365,70 @@ def test_marks_allow_only_what_the_task_marks() -> None:
     assert expected == {
         "t.py::test_area_of_circle": frozenset({TestStatus.XFAIL, TestStatus.XPASS})
     }
+
+
+CONDITIONS = """\
+import os, sys, unittest
+import pytest
+
+pytestmark = [pytest.mark.skipif(not HAS_SCIPY, reason="scipy")]
+
+
+@pytest.mark.skip(reason="later")
+def test_skip(): ...
+@pytest.mark.skipif(True, reason="always")
+def test_skipif_true(): ...
+@pytest.mark.skipif(os.environ.get("X") == "1", reason="x")
+def test_skipif_env(): ...
+@pytest.mark.skipif("sys.platform == 'win32'")
+def test_skipif_string(): ...
+@pytest.mark.xfail(sys.platform == "win32", reason="w")
+def test_xfail_condition(): ...
+@pytest.mark.xfail(condition=True, reason="always")
+def test_xfail_true(): ...
+@pytest.mark.xfail(reason="later", strict=True)
+def test_xfail(): ...
+def test_importorskip():
+    pytest.importorskip("numpy")
+def test_skip_call(reader):
+    reader.skip(3)
+    skip = 2
+    if skip:
+        pytest.skip("no")
+
+
+class TestCase(unittest.TestCase):
+    @unittest.skip("later")
+    def test_unittest_skip(self): ...
+    @unittest.skipUnless(sys.platform == "linux", "linux")
+    def test_unittest_skip_unless(self): ...
+    @unittest.skipIf(False, "never")
+    def test_unittest_skip_if_false(self): ...
+    @unittest.expectedFailure
+    def test_unittest_expected(self): ...
+    def test_skip_test(self):
+        self.skipTest("no")
+"""
+
+
+def test_only_unconditional_marks_allow_a_skip_or_an_expected_failure() -> None:
+    """A condition is evaluated in the test process, after the candidate's code: it can make it
+    true (skip-condition-flip), so only a marker that applies whatever runs lets SKIPPED, XFAIL
+    or XPASS count; so do no names in a test's body (a variable ``skip``, ``reader.skip()``)."""
+    found = marks.marked_tests(CONDITIONS)
+    skip, xfail = frozenset({TestStatus.SKIPPED}), frozenset({TestStatus.XFAIL, TestStatus.XPASS})
+    assert found == {
+        (None, "test_skip"): skip,
+        (None, "test_skipif_true"): skip,
+        (None, "test_xfail_true"): xfail,
+        (None, "test_xfail"): xfail,
+        ("TestCase", "test_unittest_skip"): skip,
+        ("TestCase", "test_unittest_expected"): frozenset({TestStatus.XFAIL}),
+    }
+    # A module-wide marker with a constant condition applies to every test; a bare one too.
+    assert marks.marked_tests(
+        "import pytest\npytestmark = pytest.mark.xfail\ndef test_a(): ...\n"
+    ) == {(None, "test_a"): xfail}
 
 
 def test_the_runner_is_hardened_and_its_report_cross_checked() -> None:

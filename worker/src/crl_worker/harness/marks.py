@@ -1,14 +1,22 @@
-"""Which tests the task's own test files mark as skipped or expected to fail. Pure.
+"""Which tests the task's own test files mark as skipped or expected to fail, whatever runs. Pure.
 
 Grading counts a FAIL_TO_PASS test reported SKIPPED, XFAIL or XPASS as a pass only where the
 task itself says so (:func:`crl_worker.harness.grading.grade`'s ``expected``): code under test
 can call ``pytest.xfail()`` or ``pytest.skip()`` inside a running test, so such an outcome is no
-evidence of a fix unless the test was written to have it. A test is marked when its decorators,
-its class's decorators, the module's ``pytestmark`` or its own body name a marker:
+evidence of a fix unless the test was written to have it. A test is marked when a decorator of
+its own or of its class, or the module's ``pytestmark``, is a marker that applies **whatever the
+code under test does**:
 
-- ``xfail`` (pytest): XFAIL and XPASS count;
+- ``xfail`` (pytest) without a condition, or with a constant true one: XFAIL and XPASS count;
 - ``expectedFailure`` (unittest): XFAIL counts;
-- ``skip``, ``skipif``, ``skipIf``, ``skipUnless``, ``skipTest``, ``importorskip``: SKIPPED counts.
+- ``skip`` (pytest's and unittest's), ``skipif``/``skipIf`` with a constant true condition,
+  ``skipUnless`` with a constant false one: SKIPPED counts.
+
+A marker with a condition (``skipif(not HAS_SCIPY)``, ``xfail(sys.platform == ...)``), and a
+skip decided in the test's body (``skipTest``, ``importorskip``, ``pytest.skip`` under an
+``if``), do not count: the condition is evaluated in the test process, after the candidate's
+code has been imported, and that code can make it true (set the variable, flag the optional
+dependency missing, put ``None`` in ``sys.modules``) to skip the very tests that would fail.
 
 The files are read as the test patch leaves them (by the harness, before the candidate's code
 runs), so the candidate cannot add a marker.
@@ -24,7 +32,7 @@ from crl_worker.harness.result import TestStatus
 
 _XFAIL = frozenset({TestStatus.XFAIL, TestStatus.XPASS})
 _SKIP = frozenset({TestStatus.SKIPPED})
-#: Marker names and the statuses they make acceptable.
+#: Marker names and the statuses they make acceptable when they apply unconditionally.
 MARKERS: dict[str, frozenset[TestStatus]] = {
     "xfail": _XFAIL,
     "expectedFailure": frozenset({TestStatus.XFAIL}),
@@ -32,19 +40,43 @@ MARKERS: dict[str, frozenset[TestStatus]] = {
     "skipif": _SKIP,
     "skipIf": _SKIP,
     "skipUnless": _SKIP,
-    "skipTest": _SKIP,
-    "importorskip": _SKIP,
 }
 _UNITTEST_ID = re.compile(r"^(?P<name>[^\s()]+) \((?P<where>[\w.]+)\)$")
 
 
-def _names(nodes: Iterable[ast.AST]) -> frozenset[TestStatus]:
+def _constant(node: ast.expr | None) -> bool | None:
+    """A condition's truth when it is a literal (a string is an expression pytest evaluates)."""
+    if isinstance(node, ast.Constant) and not isinstance(node.value, str):
+        return bool(node.value)
+    return None
+
+
+def _unconditional(marker: ast.expr) -> frozenset[TestStatus]:
+    """What one decorator (or ``pytestmark`` entry) makes acceptable whatever runs."""
+    func = marker.func if isinstance(marker, ast.Call) else marker
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if not isinstance(name, str) or name not in MARKERS:
+        return frozenset()
+    if not isinstance(marker, ast.Call) or name in ("skip", "expectedFailure"):
+        # A bare marker, or skip(reason): no condition at all.
+        return MARKERS[name] if name in ("skip", "xfail", "expectedFailure") else frozenset()
+    keywords = {k.arg: k.value for k in marker.keywords if k.arg}
+    condition = marker.args[0] if marker.args else keywords.get("condition")
+    if name == "xfail":
+        applies = condition is None or _constant(condition) is True
+    elif name == "skipUnless":
+        applies = _constant(condition) is False
+    else:
+        applies = _constant(condition) is True
+    return MARKERS[name] if applies else frozenset()
+
+
+def _names(markers: Iterable[ast.expr]) -> frozenset[TestStatus]:
     found: set[TestStatus] = set()
-    for root in nodes:
-        for node in ast.walk(root):
-            word = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
-            if isinstance(word, str) and word in MARKERS:
-                found |= MARKERS[word]
+    for marker in markers:
+        entries = marker.elts if isinstance(marker, ast.List | ast.Tuple) else [marker]
+        for entry in entries:
+            found |= _unconditional(entry)
     return frozenset(found)
 
 
@@ -72,7 +104,7 @@ def marked_tests(source: str) -> dict[tuple[str | None, str], frozenset[TestStat
             if isinstance(node, ast.ClassDef):
                 visit(node.body, node.name, inherited | _names(node.decorator_list))
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                found = inherited | _names([*node.decorator_list, *node.body])
+                found = inherited | _names(node.decorator_list)
                 if found:
                     marks[(cls, node.name)] = found
 
