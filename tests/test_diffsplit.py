@@ -151,6 +151,14 @@ CASES = [
     ),
     ("an automatic mock", new_file("bob/__mocks__/fs.js"), ["bob/__mocks__/fs.js"], False),
     ("the solution", block("bob/bob.js"), ["bob/bob.js"], True),
+    # git's settings in the tree steer how the harness's checkouts and applies write files.
+    (
+        "attributes inside a package",
+        new_file("intervals/.gitattributes"),
+        ["intervals/.gitattributes"],
+        False,
+    ),
+    ("submodules", block(".gitmodules"), [".gitmodules"], False),
 ]
 
 

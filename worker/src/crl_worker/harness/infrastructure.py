@@ -90,6 +90,10 @@ INFRASTRUCTURE_NAMES = frozenset(
         "jest.config.mjs",
         "jest.config.ts",
         "jest.config.json",
+        # git's own settings in the tree: attributes steer how git writes the files the harness
+        # checks out and applies (line endings, encodings, ``ident``), even inside a package.
+        ".gitattributes",
+        ".gitmodules",
     }
 )
 #: Suffixes of files that run code at interpreter start (``.pth``) or hold compiled code.
