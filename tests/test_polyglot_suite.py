@@ -21,7 +21,7 @@ from crl_worker.harness.diffsplit import touched_files
 from crl_worker.harness.integrity import source_diff
 from crl_worker.rollout.results import AttemptResult
 from crl_worker.tasks import selection
-from crl_worker.tasks.loaders import load_records, load_tasks
+from crl_worker.tasks.loaders import LoadResult, load_records, load_tasks
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.records import rows_with_refs
 from tests.fixtures.fetched import require
@@ -52,6 +52,22 @@ def _env() -> dict[str, str]:
 def _script() -> ModuleType:
     """scripts/polyglot_tasks.py, imported."""
     return import_file("polyglot_tasks_script", ROOT / "scripts" / "polyglot_tasks.py")
+
+
+def _convert_two(tmp_path: Path, *selection: str) -> LoadResult:
+    """Two exercises of Aider's benchmark (its fetched copy) converted by the script, loaded."""
+    copy = require(POLYGLOT_REPO)[POLYGLOT_REPO]
+    out = tmp_path / "converted"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "polyglot_tasks.py"), str(copy), "--out",
+         str(out), *selection],
+        capture_output=True, text=True, timeout=900, env=_env(),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 converted, 0 skipped" in done.stdout
+    loaded = load_tasks(out / "tasks.jsonl", "polyglot")
+    assert loaded.ok and len(loaded.tasks) == 2, loaded.errors
+    return loaded
 
 
 def _need(*languages: str) -> None:
@@ -163,17 +179,7 @@ async def test_real_exercises_convert_and_check(tmp_path: Path) -> None:
     """Two exercises of Aider's benchmark (its fetched copy): converted by the script, then the
     reference resolves and the stub does not (Go's stub does not even compile)."""
     _need("go", "rust")
-    copy = require(POLYGLOT_REPO)[POLYGLOT_REPO]
-    out = tmp_path / "converted"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "polyglot_tasks.py"), str(copy), "--out",
-         str(out), "-l", "go", "-l", "rust", "-e", "bowling"],
-        capture_output=True, text=True, timeout=600, env=_env(),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 converted, 0 skipped" in done.stdout
-    loaded = load_tasks(out / "tasks.jsonl", "polyglot")
-    assert loaded.ok and len(loaded.tasks) == 2, loaded.errors
+    loaded = _convert_two(tmp_path, "-l", "go", "-l", "rust", "-e", "bowling")
     go = next(t for t in loaded.tasks if t.language == "go")
     assert "TestScore/all_strikes_is_a_perfect_game" in go.fail_to_pass
     assert touched_files(go.test_patch) == [
@@ -221,17 +227,7 @@ async def test_rust_exercises_with_crates_convert_and_check(tmp_path: Path) -> N
     registry once, at conversion and at each sandbox's install): the reference resolves offline
     in a local sandbox and the stub does not."""
     _need("rust")
-    copy = require(POLYGLOT_REPO)[POLYGLOT_REPO]
-    out = tmp_path / "converted"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "polyglot_tasks.py"), str(copy), "--out",
-         str(out), "-l", "rust", "-e", "gigasecond", "-e", "robot-name"],
-        capture_output=True, text=True, timeout=900, env=_env(),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "2 converted, 0 skipped" in done.stdout
-    loaded = load_tasks(out / "tasks.jsonl", "polyglot")
-    assert loaded.ok and len(loaded.tasks) == 2, loaded.errors
+    loaded = _convert_two(tmp_path, "-l", "rust", "-e", "gigasecond", "-e", "robot-name")
     results = await check_tasks(
         loaded.tasks, jobs=2, sandbox_config={"type": "local", "root": str(tmp_path)}
     )
