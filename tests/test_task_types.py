@@ -82,6 +82,14 @@ def test_credit_follows_the_hierarchy() -> None:
     assert credit("CWE-119", "CWE-787") == 0.5  # its child
     assert credit("CWE-787", "CWE-125") == 0.25  # a sibling under CWE-119
     assert credit("CWE-79", "CWE-787") == 0.0  # related only through a Pillar
+    # A Pillar answer is paid only when it is the label: the vaguest answer earns nothing
+    # for being above it (CWE-664 is CWE-400's parent; CWE-707 an ancestor of CWE-20).
+    assert credit("CWE-400", "CWE-664") == credit("CWE-20", "CWE-707") == 0.0
+    assert credit("CWE-664", "CWE-400") == 0.0
+    assert credit("CWE-664", "CWE-664") == 1.0
+    pillars = [w for w, e in hierarchy().items() if e.abstraction == "Pillar"]
+    assert len(pillars) == 10
+    assert all(credit(label, p) == 0.0 for p in pillars for label in hierarchy() if label != p)
     # SQL injection (under CWE-943) and XSS meet at CWE-74 (injection): three edges.
     assert credit("CWE-89", "CWE-79") == 0.125
 

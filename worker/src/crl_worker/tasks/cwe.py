@@ -9,7 +9,8 @@ Credit (:func:`credit`): the label itself scores 1; a weakness related to it alo
 scores ``0.5 ** d``, where ``d`` is the number of ``ChildOf`` edges between the two through
 their nearest common ancestor (a parent or a child 0.5, a sibling or a grandparent 0.25); a
 common ancestor that is a Pillar (the view's ten roots: everything shares one) relates nothing,
-so unrelated weaknesses score 0.
+so unrelated weaknesses score 0, and so does a Pillar given as the answer to any other label
+(a constant Pillar answer scored 0.5 on every weakness one edge below it, without reading code).
 """
 
 from __future__ import annotations
@@ -107,13 +108,17 @@ def ancestors(cwe: str) -> dict[str, int]:
 
 def distance(a: str, b: str) -> int | None:
     """Edges between ``a`` and ``b`` through their nearest common ancestor that is not a
-    Pillar; ``None`` when they share none."""
+    Pillar (0 for the same weakness); ``None`` when they share none. A Pillar is no common
+    ancestor even when it is ``a`` or ``b`` itself: the vaguest answer would otherwise be
+    related to every weakness below it."""
+    if a == b:
+        return 0
     table = hierarchy()
     up_a, up_b = ancestors(a), ancestors(b)
     best: int | None = None
     for common in up_a.keys() & up_b.keys():
         entry = table.get(common)
-        if entry is None or (entry.abstraction == "Pillar" and common not in (a, b)):
+        if entry is None or entry.abstraction == "Pillar":
             continue
         d = up_a[common] + up_b[common]
         best = d if best is None else min(best, d)
