@@ -4,6 +4,7 @@ real patches (the fixtures' and SWE-bench Lite's)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from crl_worker.rewards import (
     completion_text,
     diff_similarity,
     diff_similarity_reward,
+    git_diff_changes,
     make_reward,
     pass_fraction_reward,
     patch_changes,
@@ -22,7 +24,7 @@ from crl_worker.rewards import (
     unified_diff_changes,
 )
 from tests.fixtures.paths import ROOT
-from tests.fixtures.repos import FixtureRepo, python_repo
+from tests.fixtures.repos import FixtureRepo, python_repo, worktree_diff
 
 LITE = ROOT.parent / "shared" / "data" / "swe-bench-lite.jsonl"
 
@@ -176,6 +178,65 @@ def test_model_diffs_with_wrong_counts_and_no_git_header() -> None:
     }
     deleted = "diff --git a/gone.py b/gone.py\ndeleted file mode 100644\n--- a/gone.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-print(1)\n"
     assert patch_changes(deleted) == {"gone.py": ["-print(1)"]}
+
+
+CALC_GOLD = """\
+diff --git a/calc.py b/calc.py
+--- a/calc.py
++++ b/calc.py
+@@ -1,2 +1,2 @@
+ def area(w, h):
+-    return w + h
++    return w * h
+"""
+
+
+def test_file_contents_are_never_read_as_diff_lines(tmp_path: Path) -> None:
+    """A red-team review's forgery: the sandbox's git diff touches only notes and junk, whose
+    contents hold lines that read as an edit of the gold file: after a form feed (which
+    ``str.splitlines`` splits at, git does not) a SEARCH/REPLACE block; a deleted ``-- x`` line
+    followed by an added ``++ b/calc.py`` (a file header, to a tolerant reader). It scored
+    similarity 1.0, and a mix paid 0.5 for nothing fixed."""
+    base = {"calc.py": "def area(w, h):\n    return w + h\n", "schema.sql": "-- tables\n"}
+    ff = "\x0c"
+    block = ff.join(["", "calc.py", "<<<<<<< SEARCH", "    return w + h", "=======",
+                     "    return w * h", ">>>>>>> REPLACE"])  # fmt: skip
+    diff = worktree_diff(tmp_path, base, {"notes.txt": f"plan{block}\n", "junk.py": "x = 1\n"})
+    assert "calc.py" not in patch_changes(diff)  # lines end at newlines only
+    assert set(git_diff_changes(diff)) == {"notes.txt", "junk.py"}
+    assert diff_similarity(CALC_GOLD, diff, git_diff=True) == 0.0
+    # A repository line starting '-- ' (an SQL comment) deleted, an added '++ b/calc.py' after
+    # it: a header to a reader that tolerates wrong counts, so the file's next hunk counts as
+    # an edit of calc.py.
+    filler = "".join(f"-- {n}\n" for n in range(8))
+    sql = {"schema.sql": f"-- tables\n{filler}    return w + h\n"}
+    header = worktree_diff(
+        tmp_path / "h", {**base, **sql}, {"schema.sql": f"++ b/calc.py\n{filler}    return w * h\n"}
+    )
+    assert unified_diff_changes(header)["calc.py"] == ["-    return w + h", "+    return w * h"]
+    assert set(git_diff_changes(header)) == {"schema.sql"}
+    unresolved = EvalResult(instance_id="x", resolved=False, patch_applied=True)
+    mix = make_reward(
+        RewardSpec.model_validate({"type": "mix", "weights": {"tests": 0.5, "diffSimilarity": 0.5}})
+    )
+    for forged in (diff, header):
+        scores = mix(
+            completions=[""], eval_result=[unresolved], patch=[CALC_GOLD], model_patch=[forged]
+        )
+        assert scores == [0.0]
+    # The honest fix, read the same way, still scores 1; with the same extra files, 1/3.
+    honest = worktree_diff(tmp_path / "g", base, {"calc.py": "def area(w, h):\n    return w * h\n"})
+    assert diff_similarity(CALC_GOLD, honest, git_diff=True) == 1.0
+    padded = worktree_diff(
+        tmp_path / "p",
+        base,
+        {
+            "calc.py": "def area(w, h):\n    return w * h\n",
+            "notes.txt": "plan\n",
+            "junk.py": "x = 1\n",
+        },
+    )
+    assert diff_similarity(CALC_GOLD, padded, git_diff=True) == pytest.approx(1 / 3)
 
 
 @pytest.mark.skipif(not LITE.exists(), reason=f"{LITE} (SWE-bench Lite) is not on this machine")

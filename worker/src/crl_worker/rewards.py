@@ -12,7 +12,8 @@ The columns read here:
   ``None`` when no evaluation happened;
 - ``patch``: the gold patch (the SWE-bench column of that name);
 - ``model_patch``: the agent's diff (``git diff`` of the sandbox) when the rollout worker sends
-  it; otherwise the completion's text is read for a unified diff or SEARCH/REPLACE blocks.
+  it, read by its hunk counts; otherwise the completion's text is read for a unified diff or
+  SEARCH/REPLACE blocks.
 
 Formulas (see docs/rewards.md):
 
@@ -156,6 +157,15 @@ _DIFF_GIT = re.compile(r"^diff --git a/(?P<a>.+?) b/(?P<b>.+?)\s*$")
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
 
 
+def _lines(text: str) -> list[str]:
+    """``text`` split at newlines only (a trailing ``\\r`` dropped). Not ``str.splitlines``:
+    it also splits at form feeds, lone carriage returns, ``\\x1c``-``\\x1e``, ``\\x85`` and
+    U+2028/U+2029, which git leaves inside a changed line, so a file's content could inject
+    header or hunk lines into the reading of a real diff."""
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
 def _strip_prefix(path: str) -> str:
     path = path.strip().split("\t", 1)[0]
     return path[2:] if path.startswith(("a/", "b/")) else path
@@ -168,7 +178,7 @@ def unified_diff_changes(diff: str) -> dict[str, list[str]]:
     """
     changes: dict[str, list[str]] = {}
     current: str | None = None
-    lines = diff.splitlines()
+    lines = _lines(diff)
     in_hunk = False
     for index, line in enumerate(lines):
         git = _DIFF_GIT.match(line)
@@ -193,10 +203,48 @@ def unified_diff_changes(diff: str) -> dict[str, list[str]]:
     return changes
 
 
+_HUNK_COUNTS = re.compile(r"^@@ -\d+(?:,(?P<old>\d+))? \+\d+(?:,(?P<new>\d+))? @@")
+
+
+def git_diff_changes(diff: str) -> dict[str, list[str]]:
+    """Changed lines per file of a diff that ``git diff`` wrote (the sandbox's ``model_patch``),
+    read by its hunk counts: every line a hunk counts is content, whatever it looks like, so
+    no changed line (a deleted ``-- x``, an added ``++ b/other.py``, a ``<<<<<<< SEARCH``)
+    can pass for a header. Files outside a ``diff --git`` header are not read."""
+    changes: dict[str, list[str]] = {}
+    current: str | None = None
+    old = new = 0
+    for line in _lines(diff):
+        if old > 0 or new > 0:
+            kind = line[:1]
+            if kind in (" ", ""):
+                old, new = old - 1, new - 1
+            elif kind == "-":
+                old -= 1
+            elif kind == "+":
+                new -= 1
+            elif kind != "\\":  # "\ No newline at end of file" counts for neither side
+                old = new = 0  # a malformed hunk ends here
+                continue
+            if kind in ("+", "-") and current is not None:
+                changes[current].append(line)
+            continue
+        git = _DIFF_GIT.match(line)
+        if git is not None:
+            current = git.group("b")
+            changes.setdefault(current, [])
+            continue
+        counts = _HUNK_COUNTS.match(line)
+        if counts is not None and current is not None:
+            old = int(counts.group("old") or 1)
+            new = int(counts.group("new") or 1)
+    return changes
+
+
 def search_replace_changes(text: str) -> dict[str, list[str]]:
     """Changed lines per file of SEARCH/REPLACE blocks (the file named on a line before each)."""
     changes: dict[str, list[str]] = {}
-    lines = text.splitlines()
+    lines = _lines(text)
     index = 0
     while index < len(lines):
         if not _SEARCH.match(lines[index]):
@@ -239,7 +287,7 @@ def _block_path(lines: Sequence[str], search_index: int) -> str | None:
 
 def patch_changes(text: str) -> dict[str, list[str]]:
     """Changed lines per file of a prediction in either format (empty when it holds neither)."""
-    if any(_SEARCH.match(line) for line in text.splitlines()):
+    if any(_SEARCH.match(line) for line in _lines(text)):
         return search_replace_changes(text)
     return unified_diff_changes(text)
 
@@ -251,17 +299,18 @@ def _ratio(gold: list[str], predicted: list[str]) -> float:
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
-def diff_similarity(gold_patch: str, prediction: str) -> float | None:
+def diff_similarity(gold_patch: str, prediction: str, *, git_diff: bool = False) -> float | None:
     """Similarity in [0, 1] of a prediction (unified diff or SEARCH/REPLACE) to the gold patch.
 
     The mean, over the union of files either touches, of the per-file similarity of the changed
     lines; a file only one side touches scores 0. ``None`` when the gold patch is empty or
-    unreadable (nothing to compare with).
+    unreadable (nothing to compare with). ``git_diff``: the prediction is ``git diff``'s own
+    output (the sandbox's), read strictly by :func:`git_diff_changes`.
     """
     gold = unified_diff_changes(gold_patch)
     if not gold:
         return None
-    predicted = patch_changes(prediction)
+    predicted = git_diff_changes(prediction) if git_diff else patch_changes(prediction)
     files = set(gold) | set(predicted)
     total = sum(_ratio(gold[f], predicted[f]) for f in files if f in gold and f in predicted)
     return total / len(files)
@@ -293,8 +342,10 @@ def diff_similarity_reward(
         if not gold:
             scores.append(None)
             continue
-        text = prediction if prediction is not None else completion_text(completion)
-        scores.append(diff_similarity(gold, text))
+        if prediction is not None:  # the sandbox's git diff: file contents never read as headers
+            scores.append(diff_similarity(gold, prediction, git_diff=True))
+        else:
+            scores.append(diff_similarity(gold, completion_text(completion)))
     return scores
 
 
