@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from crl_worker.harness.evaluate import evaluate
+from crl_worker.harness.predictions import PredictionsError, load_predictions
 from crl_worker.sandbox.registry import create_sandbox
 
 from .fixtures.paths import run
@@ -115,3 +116,24 @@ def test_tasks_check_grades_a_candidate_through_the_integrity_path(tmp_path: Pat
     assert found["patch"] == "candidate" and found["gold"] == "unresolved", found
     assert "tests/conftest.py (test infrastructure)" in found["gold_runs"][0]["stripped"]
     assert any("candidate: not resolved" in p for p in found["problems"]), found["problems"]
+
+
+def test_a_predictions_file_holds_one_prediction_per_instance(tmp_path: Path) -> None:
+    """A solved instance repeated would count as several resolved predictions: refused, with
+    the instance named (exit 2, as any unreadable predictions file)."""
+    record = {"instance_id": PYTEST, "model_name_or_path": "m", "model_patch": ""}
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(f"{json.dumps(record)}\n{json.dumps(record)}\n")
+    with pytest.raises(
+        PredictionsError, match=f"more than one prediction of one model for {PYTEST} \\(m\\)"
+    ):
+        load_predictions(twice)
+    # Two models answering the same instance are two predictions.
+    other = {**record, "model_name_or_path": "n"}
+    once = tmp_path / "once.jsonl"
+    once.write_text(json.dumps(record) + "\n" + json.dumps(other) + "\n")
+    assert [p.model_name_or_path for p in load_predictions(once)] == ["m", "n"]
+    command = [sys.executable, "-m", "crl_cli", "tasks", "grade", str(TASKS), str(twice)]
+    done = run(command)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "more than one prediction" in done.stdout + done.stderr

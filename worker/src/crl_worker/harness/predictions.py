@@ -62,9 +62,22 @@ def load_predictions(path: Path) -> list[Prediction]:
             records = list(single.values()) if "instance_id" not in single else [single]
         else:
             records = [json.loads(line) for line in text.splitlines() if line.strip()]
-        return [Prediction.model_validate(r) for r in records]
+        predictions = [Prediction.model_validate(r) for r in records]
     except (ValueError, ValidationError) as exc:
         raise PredictionsError(f"{path}: not a predictions file: {exc}") from exc
+    seen: dict[tuple[str, str], int] = {}
+    for prediction in predictions:
+        key = (prediction.instance_id, prediction.model_name_or_path)
+        seen[key] = seen.get(key, 0) + 1
+    repeated = sorted(f"{i} ({m or 'no model name'})" for (i, m), n in seen.items() if n > 1)
+    if repeated:
+        # One answer per instance and model, as SWE-bench's harness takes: a solved instance
+        # repeated would count as several resolved predictions.
+        raise PredictionsError(
+            f"{path}: more than one prediction of one model for {', '.join(repeated[:5])}"
+            f"{' and others' if len(repeated) > 5 else ''}: one per instance and model"
+        )
+    return predictions
 
 
 class GradedPrediction(BaseModel):
