@@ -178,6 +178,20 @@ def test_cel_rules(extra: str, problem: str | None) -> None:
         assert [f.split(":")[0] for f in found] == [problem], found
 
 
+def test_classify_runs_are_scored_by_their_answers_credit() -> None:
+    # A diff-similarity or mix reward would pay a classify rollout for edits it is not asked for.
+    classify = RUN.replace("tasks: {path: t.jsonl}", "tasks: {path: t.jsonl, taskType: classify}")
+    assert _problems(classify) == []
+    assert _problems(classify + "  rollout: {reward: {type: tests, testsMode: fraction}}\n") == []
+    for reward in (
+        "{type: diff-similarity}",
+        "{type: mix, weights: {tests: 1, diffSimilarity: 1}}",
+    ):
+        found = _problems(classify + f"  rollout: {{reward: {reward}}}\n")
+        assert [f.split(":")[0] for f in found] == ["spec.rollout.reward.type"], found
+    assert _problems(RUN + "  rollout: {reward: {type: diff-similarity}}\n") == []
+
+
 def test_defaults_take_part_in_cel() -> None:
     # inference.gpus defaults to 1: TP 2 without gpus breaks the rule, as on the server.
     assert _problems(RUN + "  inference: {tensorParallelSize: 2}\n") == [

@@ -334,6 +334,13 @@ class TrainingRunSpec(ApiModel):
                 field_path=".generation",
             ),
             cel(
+                "self.tasks.taskType != 'classify' || self.rollout.reward.type == 'tests'",
+                "classify tasks are scored by their answer's credit along the CWE hierarchy"
+                " (rollout.reward.type 'tests'); a diff-similarity or mix reward would pay for"
+                " edits the task never asks for",
+                field_path=".rollout.reward.type",
+            ),
+            cel(
                 "self.algorithm.type != 'sft' || !has(self.curriculum)",
                 "curriculum orders the rollouts' tasks and means nothing for algorithm.type"
                 " 'sft'; leave it out",
