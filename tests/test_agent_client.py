@@ -199,11 +199,14 @@ async def test_connection_limit_is_back_pressure(server: ScriptedServer) -> None
 async def test_waiting_for_a_connection_does_not_count_as_request_time(
     server: ScriptedServer,
 ) -> None:
+    # Each answer takes 0.4 s against a 1.2 s limit (room for a loaded CI machine: with 0.3 s
+    # against 0.6 s one request was timed out at load 7); the last waits ~1.2 s for the one
+    # connection and ends ~1.6 s after it was asked, past the limit were waiting counted.
     for n in range(4):
-        server.script(f"q{n}", Step(content="ok", delay=0.3))
-    async with fast_client(server.url, max_connections=1, request_timeout=0.6) as client:
+        server.script(f"q{n}", Step(content="ok", delay=0.4))
+    async with fast_client(server.url, max_connections=1, request_timeout=1.2) as client:
         answers = await asyncio.gather(*(ask(client, f"q{n}") for n in range(4)))
-    # The last request waited ~0.9 s for the one connection, yet none timed out.
+    # The last request waited ~1.2 s for the one connection, yet none timed out.
     assert [a.retries for a in answers] == [0, 0, 0, 0]
     assert server.max_in_flight == 1
 
