@@ -154,7 +154,7 @@ _DIVIDER = re.compile(r"^={5,9}\s*$")
 _REPLACE = re.compile(r"^>{5,9} ?REPLACE\s*$")
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 _DIFF_GIT = re.compile(r"^diff --git a/(?P<a>.+?) b/(?P<b>.+?)\s*$")
-_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
+_HUNK = re.compile(r"^@@ -\d+(?:,(?P<old>\d+))? \+\d+(?:,(?P<new>\d+))? @@")
 
 
 def _lines(text: str) -> list[str]:
@@ -203,9 +203,6 @@ def unified_diff_changes(diff: str) -> dict[str, list[str]]:
     return changes
 
 
-_HUNK_COUNTS = re.compile(r"^@@ -\d+(?:,(?P<old>\d+))? \+\d+(?:,(?P<new>\d+))? @@")
-
-
 def git_diff_changes(diff: str) -> dict[str, list[str]]:
     """Changed lines per file of a diff that ``git diff`` wrote (the sandbox's ``model_patch``),
     read by its hunk counts: every line a hunk counts is content, whatever it looks like, so
@@ -234,7 +231,7 @@ def git_diff_changes(diff: str) -> dict[str, list[str]]:
             current = git.group("b")
             changes.setdefault(current, [])
             continue
-        counts = _HUNK_COUNTS.match(line)
+        counts = _HUNK.match(line)
         if counts is not None and current is not None:
             old = int(counts.group("old") or 1)
             new = int(counts.group("new") or 1)

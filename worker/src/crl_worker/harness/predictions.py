@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -65,10 +66,7 @@ def load_predictions(path: Path) -> list[Prediction]:
         predictions = [Prediction.model_validate(r) for r in records]
     except (ValueError, ValidationError) as exc:
         raise PredictionsError(f"{path}: not a predictions file: {exc}") from exc
-    seen: dict[tuple[str, str], int] = {}
-    for prediction in predictions:
-        key = (prediction.instance_id, prediction.model_name_or_path)
-        seen[key] = seen.get(key, 0) + 1
+    seen = Counter((p.instance_id, p.model_name_or_path) for p in predictions)
     repeated = sorted(f"{i} ({m or 'no model name'})" for (i, m), n in seen.items() if n > 1)
     if repeated:
         # One answer per instance and model, as SWE-bench's harness takes: a solved instance
