@@ -13,6 +13,7 @@ import json
 import os
 import pwd
 import shutil
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -413,3 +414,44 @@ async def test_a_sandbox_folder_under_dev_shm_keeps_the_allowlist_root(
         assert await isolation._probe_confinement(tuple(prefix), root=True) is None
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+async def test_a_missing_controller_leaves_the_others_enforced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A machine that offers only some controllers (the GPU machine's cgroup v2 lacked ``pids``
+    and ``cpu``) still gets the limits it can have: here the real memory hierarchy alone is shown
+    to :func:`limits.find` (a ``/proc/self`` whose mountinfo lists only it), so a memory hog is
+    killed in its cgroup, and one warning names the process limit as not enforced."""
+    mountinfo = Path("/proc/self/mountinfo").read_text().splitlines()
+    memory = [line for line in mountinfo if " - cgroup " in line and "memory" in line.split()[-1]]
+    if not memory or os.geteuid() != 0:
+        pytest.skip("no cgroup v1 memory hierarchy here, or not root (who may write it)")
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "mountinfo").write_text("\n".join(memory) + "\n")
+    (proc / "cgroup").write_text(Path("/proc/self/cgroup").read_text())
+    where = limits.find(proc=proc)
+    assert isinstance(where, limits.Hierarchy), where
+    assert set(where.parents) == {"memory"}
+    assert where.lacking == "cgroup v1 without the pids, cpu controllers mounted"
+    asked = limits.Limits(memory=64 << 20, pids=32)
+    assert where.unenforced(asked) == ["pids"]
+    monkeypatch.setattr(limits, "_found", where)
+    monkeypatch.setattr(limits, "_warned_unenforced", False)
+    with caplog.at_level("WARNING", logger=limits.__name__):
+        cgroup = limits.make_cgroup(asked, name="partial")
+    assert cgroup is not None and set(cgroup.folders) == {"memory"}
+    assert "partial runs without its pids limit (cgroup v1 without the pids" in caplog.text
+    try:
+        before = cgroup.usage()
+        hog = "import sys; chunks = [b'x' * (1 << 20) for _ in range(256)]; print('survived')"
+        proc_ = await asyncio.create_subprocess_exec(
+            *cgroup.enter_command(), sys.executable, "-c", hog, stdout=asyncio.subprocess.PIPE
+        )
+        out, _ = await proc_.communicate()
+        assert (proc_.returncode, out) == (-9, b"")
+        hit = limits.exceeded(cgroup, before)
+        assert hit is not None and "exceeded its memory limit (64 MiB)" in hit[0]
+    finally:
+        cgroup.remove()

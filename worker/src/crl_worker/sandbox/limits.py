@@ -15,9 +15,13 @@ under the worker's own cgroup, so the worker's limits still hold around it::
   the sandboxes first (what container runtimes do when nested); ``memory.max``,
   ``memory.swap.max`` 0, ``pids.max``, ``cpu.max``.
 
-A machine where neither works (no cgroup file system, no write access to the worker's cgroup:
-a worker that is not root on cgroup v1, or a v2 cgroup not delegated to its user) runs sandboxes
-without limits, with a warning naming the reason.
+A controller the worker's cgroup lacks on v2 is asked of the cgroups above it (root only: each
+ancestor from the mount's root down hands it on, where the kernel lets it; an ancestor holding
+processes of its own cannot, and is left as it is). The limits of the controllers the worker got
+are set and the others are not: one warning names what is not enforced and why. A machine where
+nothing works (no cgroup file system, no write access to the worker's cgroup: a worker that is
+not root on cgroup v1, or a v2 cgroup not delegated to its user) runs sandboxes without limits,
+with a warning naming the reason.
 
 The kernel enforces the limits: past ``memory`` its OOM killer ends a process of that sandbox
 only; past ``pids`` ``fork`` fails with ``EAGAIN``. :meth:`Cgroup.usage` reads the counters the
@@ -33,6 +37,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,7 +196,15 @@ class Hierarchy:
 
     version: int
     parents: dict[str, Path]
-    """The :data:`PARENT` folder of each controller."""
+    """The :data:`PARENT` folder of each controller the worker got (on v2 with none of them:
+    ``{"cgroup": folder}``, processes only)."""
+    lacking: str = ""
+    """Why the wanted controllers not in :attr:`parents` are missing ("" when none is)."""
+
+    def unenforced(self, limits: Limits) -> list[str]:
+        """The limits of ``limits`` this hierarchy cannot set (their controller is missing)."""
+        asked = {"memory": limits.memory, "pids": limits.pids, "cpu": limits.cpus}
+        return [c for c, value in asked.items() if value is not None and c not in self.parents]
 
     def make(self, name: str, limits: Limits) -> Cgroup:
         """A new cgroup ``name`` with ``limits`` written before any process enters it.
@@ -242,9 +255,9 @@ def _alive(pid: int) -> bool:
 def _write_limits(cgroup: Cgroup) -> None:
     limits, folders = cgroup.limits, cgroup.folders
     # The process limit first: nothing may fork without bound even for a moment.
-    if limits.pids is not None:
+    if limits.pids is not None and "pids" in folders:
         (folders["pids"] / "pids.max").write_text(str(limits.pids))
-    if limits.memory is not None:
+    if limits.memory is not None and "memory" in folders:
         memory = folders["memory"]
         if cgroup.version == 1:
             (memory / "memory.limit_in_bytes").write_text(str(limits.memory))
@@ -257,7 +270,7 @@ def _write_limits(cgroup: Cgroup) -> None:
             swap = memory / "memory.swap.max"
             if swap.exists():
                 swap.write_text("0")
-    if limits.cpus is not None:
+    if limits.cpus is not None and "cpu" in folders:
         quota = max(1000, int(limits.cpus * CPU_PERIOD))
         cpu = folders["cpu"]
         if cgroup.version == 1:
@@ -309,13 +322,12 @@ def find(
                     v1[controller] = Path(point, relative).resolve()
     if v1:
         missing = [c for c in wanted if c not in v1]
-        if missing:
-            return f"cgroup v1 without the {', '.join(missing)} controller mounted"
         try:
             parents = {c: _ensure(folder / PARENT) for c, folder in v1.items()}
         except OSError as exc:
             return f"cannot make cgroups under the worker's ({exc})"
-        return Hierarchy(1, parents)
+        lacking = f"cgroup v1 without {_names(missing)} mounted" if missing else ""
+        return Hierarchy(1, parents, lacking)
     unified = next(((p, r) for p, r, kind, _ in mounts if kind == "cgroup2"), None)
     if unified is None or own_v2 is None:
         return "no cgroup file system is mounted"
@@ -323,11 +335,45 @@ def find(
     if relative.startswith(".."):
         return f"the worker's cgroup {own_v2} is outside the mounted cgroup2 {unified[0]}"
     own = Path(unified[0], relative).resolve()
+    lacking = ""
+    got = tuple(c for c in wanted if c in _read(own / "cgroup.controllers").split())
+    if got != wanted:
+        got, lacking = _from_ancestors(Path(unified[0]), own, wanted)
     try:
-        # One folder for all (named "cgroup" when no controller is wanted: processes only).
-        return Hierarchy(2, dict.fromkeys(wanted or ("cgroup",), _delegate(own, wanted)))
+        parent = _delegate(own, got)
     except OSError as exc:
-        return f"cannot hand the {', '.join(wanted)} controllers down from {own} ({exc})"
+        return f"cannot hand {_names(got)} down from {own} ({exc})"
+    # One folder for all (named "cgroup" when no controller is had: processes only).
+    return Hierarchy(2, dict.fromkeys(got or ("cgroup",), parent), lacking)
+
+
+def _names(controllers: Sequence[str]) -> str:
+    """``the pids, cpu controllers``, ``the cpu controller``."""
+    return f"the {', '.join(controllers)} controller{'s' if len(controllers) > 1 else ''}"
+
+
+def _from_ancestors(top: Path, own: Path, wanted: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+    """On cgroup v2: the controllers of ``wanted`` that ``own`` can have once each cgroup from
+    ``top`` (the mount's root) down to ``own``'s parent hands them on, and why the others
+    cannot be had ("" when all can). Only root asks: an ancestor is not the worker's to change
+    otherwise, and one holding processes of its own refuses (``EBUSY``) and is left as it is."""
+    why = ""
+    if os.geteuid() == 0:
+        for relative in reversed(own.relative_to(top).parents):  # top first, own's parent last
+            folder = top / relative
+            has = _read(folder / "cgroup.controllers").split()
+            try:
+                _enable(folder, tuple(c for c in wanted if c in has))
+            except OSError as exc:
+                why = f"{folder} cannot hand them on: {exc.strerror or exc}"
+                break
+    available = _read(own / "cgroup.controllers").split()
+    got = tuple(c for c in wanted if c in available)
+    missing = [c for c in wanted if c not in got]
+    if not missing:
+        return got, ""
+    reason = why or ("only root asks the cgroups above for them" if os.geteuid() else "")
+    return got, f"{own} lacks {_names(missing)}" + (f" ({reason})" if reason else "")
 
 
 def _ensure(folder: Path) -> Path:
@@ -367,13 +413,14 @@ def _delegate(own: Path, wanted: tuple[str, ...]) -> Path:
 
 _found: Hierarchy | str | None = None
 _warned = False
+_warned_unenforced = False
 _made = 0
 
 
 def make_cgroup(limits: Limits, *, name: str = "sandbox") -> Cgroup | None:
     """A cgroup with ``limits`` for one sandbox, or None (with a warning, once) when this
     machine cannot make one, or when there are no limits."""
-    global _found, _warned, _made
+    global _found, _warned, _warned_unenforced, _made
     if not limits:
         return None
     if _found is None:
@@ -383,6 +430,16 @@ def make_cgroup(limits: Limits, *, name: str = "sandbox") -> Cgroup | None:
     reason: str
     if isinstance(_found, Hierarchy):
         reason = "no free cgroup name"
+        unenforced = _found.unenforced(limits)
+        if unenforced and not _warned_unenforced:
+            _warned_unenforced = True
+            logger.warning(
+                "%s runs without its %s limit%s (%s): the other limits hold; see docs/sandboxes.md",
+                name,
+                ", ".join(unenforced),
+                "s" if len(unenforced) > 1 else "",
+                _found.lacking,
+            )
         for _ in range(20):  # names of a dead worker with the same pid may still be there
             _made += 1
             try:
