@@ -70,6 +70,7 @@ class Sampler:
     def report(self, path: Path) -> None:
         """Stop and write the report."""
         self._stop.set()
+        self._thread.join()  # its last sample may still be counting
         lines = [f"sampled every {INTERVAL * 1000:.0f} ms"]
         for group, n in self.samples.most_common():
             lines.append(f"\n=== thread group {group!r}: {n} samples ===")

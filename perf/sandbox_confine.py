@@ -40,8 +40,8 @@ from crl_worker.tasks.model import Task, TestSpec, Timeouts
 logger = logging.getLogger("perf.sandbox_confine")
 
 
-def _repo(path: Path) -> str:
-    """A small Python repository with one commit; returns the commit."""
+def small_repo(path: Path) -> str:
+    """A small Python repository with one commit at ``path``; returns the commit."""
     path.mkdir(parents=True)
     (path / "pkg").mkdir()
     (path / "pkg" / "__init__.py").write_text("def add(a, b):\n    return a + b\n")
@@ -138,7 +138,7 @@ async def main(rounds: int, setups: list[str]) -> None:
     """Measure the three set-ups and print the table."""
     with tempfile.TemporaryDirectory(prefix="crl-perf-confine-") as folder:
         repo = Path(folder) / "repo"
-        base = _repo(repo)
+        base = small_repo(repo)
         task = Task(
             instance_id="perf__confine-1",
             repo="perf/confine",
