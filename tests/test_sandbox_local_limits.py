@@ -455,3 +455,47 @@ async def test_a_missing_controller_leaves_the_others_enforced(
         assert hit is not None and "exceeded its memory limit (64 MiB)" in hit[0]
     finally:
         cgroup.remove()
+
+
+#: Python run in a sandbox: makes (``make``) or looks for (``find``) a System V shared memory
+#: segment, semaphore set and message queue under one key, and tries to add a key to the user's
+#: kernel keyring; prints what the kernel said.
+KERNEL_OBJECTS = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+key, make = 0x5EED0C1, sys.argv[1] == "make"
+flags = 0o1666 if make else 0
+found = [libc.shmget(key, 4096, flags) >= 0, libc.semget(key, 1, flags) >= 0,
+         libc.msgget(key, flags) >= 0]
+add_key = {"x86_64": 248, "aarch64": 217}[os.uname().machine]
+added = libc.syscall(add_key, b"user", b"crl-canary", b"x", 1, -4)  # the user keyring
+print("ipc", found, "keyring", added, os.strerror(ctypes.get_errno()) if added < 0 else "")
+"""
+
+
+async def test_kernel_objects_do_not_outlive_or_cross_sandboxes(
+    pair: tuple[LocalSandbox, LocalSandbox],
+) -> None:
+    """Kernel objects outlive the processes that make them: System V IPC objects (one set per IPC
+    namespace) and a user's keyring (one per user, whatever the namespaces). A grading with the
+    hidden tests on disk could leave them there for the next sandbox's agent (issue 30's red
+    team forged implement and repair tasks so). Each sandbox has an IPC namespace of its own,
+    and the keyring calls fail, in its shell and in the scripts that join it (the harness)."""
+    first, second = pair
+    script = f"python -c '{KERNEL_OBJECTS}'"
+    made = await first.run(f"{script} make", timeout=30)
+    assert made.output.startswith("ipc [True, True, True] keyring -1 Operation not permitted"), made
+    # The objects exist where they were made, and nowhere else.
+    assert "ipc [True, True, True]" in (await first.run(f"{script} find")).output
+    seen = await second.run(f"{script} find", timeout=30)
+    assert seen.output.startswith("ipc [False, False, False] keyring -1 Operation not"), seen
+    assert first.transport.join or os.geteuid() != 0  # a root worker's scripts join the shell
+    if first.transport.join:
+        code, out, _ = await first.transport.run_script(
+            f"{script} find; readlink /proc/self/ns/ipc", first.workdir, timeout=30
+        )
+        shell_ns = (await first.run("readlink /proc/self/ns/ipc")).output
+        assert code == 0 and out.decode().startswith("ipc [True, True, True] keyring -1"), out
+        assert out.decode().splitlines()[-1] == shell_ns.strip()
+    host = os.readlink("/proc/self/ns/ipc")
+    assert (await second.run("readlink /proc/self/ns/ipc")).output.strip() != host

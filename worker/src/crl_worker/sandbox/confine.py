@@ -33,7 +33,14 @@ It changes only the new mount namespace (the worker and the host see nothing of 
    once the task is installed): ``lo`` is brought up, so tests that serve on ``127.0.0.1`` still
    work; nothing else is there to reach.
 7. **Capabilities**: the bounding set loses those that would undo this (mount and unmount,
-   ``open_by_handle_at``, ptrace, raw I/O, modules, device nodes...), then ``exec`` of the command.
+   ``open_by_handle_at``, ptrace, raw I/O, modules, device nodes...).
+8. **No kernel keyrings**: a seccomp filter makes ``add_key``, ``request_key`` and ``keyctl``
+   fail with ``EPERM`` (as Docker's default profile does): a user's keyring is one per user
+   across every sandbox that runs as it and outlives them, a channel from one grading to the next
+   (issue 30). Then ``exec`` of the command.
+
+``confine.py --no-keyrings -- COMMAND...`` applies step 8 alone (scripts that join a confined
+shell's namespaces start through it).
 
 Any failure exits with status 125 and a message on standard error before the shell starts: a
 sandbox is never started half-confined.
@@ -71,6 +78,16 @@ SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
 
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+#: The keyring system calls (add_key, request_key, keyctl) by seccomp's audit architecture,
+#: with the mask that folds x32's numbers onto x86-64's, per machine: its own table and the
+#: 32-bit one it also runs.
+KEYRING_CALLS = {
+    "x86_64": [(0xC000003E, 0xBFFFFFFF, (248, 249, 250)), (0x40000003, 0xFFFFFFFF, (286, 287, 288))],
+    "aarch64": [(0xC00000B7, 0xFFFFFFFF, (217, 218, 219)), (0x40000028, 0xFFFFFFFF, (309, 310, 311))],
+}  # fmt: skip
+
 #: pivot_root(2) by machine (no C library wraps it).
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 #: The device nodes an allowlist root's ``/dev`` shows (bound from the host's).
@@ -93,6 +110,23 @@ DROPPED_CAP_NAMES = (
     "sys_boot", "sys_time", "net_admin", "syslog", "mac_admin", "mac_override",
     "audit_control", "audit_write", "bpf", "perfmon", "linux_immutable", "sys_chroot",
 )  # fmt: skip
+
+
+class SockFilter(ctypes.Structure):
+    """``struct sock_filter``: one classic BPF instruction."""
+
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
+
+
+class SockFprog(ctypes.Structure):
+    """``struct sock_fprog``: a BPF program."""
+
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
 
 
 class MountAttr(ctypes.Structure):
@@ -353,13 +387,51 @@ def confine(plan: dict[str, Any]) -> None:
                 raise OSError(code, f"drop capability {cap}: {os.strerror(code)}")
 
 
+def keyring_filter(machine: str) -> list[tuple[int, int, int, int]]:
+    """The seccomp program (classic BPF: code, jt, jf, k) that fails the keyring calls with
+    ``EPERM`` and allows everything else; empty for a machine :data:`KEYRING_CALLS` lacks."""
+    ld_arch, ld_nr, and_k = (0x20, 0, 0, 4), (0x20, 0, 0, 0), 0x54  # BPF_LD|W|ABS, ALU|AND|K
+    jeq, ret = 0x15, 0x06  # BPF_JMP|JEQ|K, BPF_RET|K
+    allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM  # SECCOMP_RET_ALLOW, RET_ERRNO
+    tables = KEYRING_CALLS.get(machine, [])
+    if not tables:
+        return []
+    block = 7  # per architecture: jeq arch, load, and, three jeq, ret allow
+    deny_at = 1 + block * len(tables) + 1
+    program = [ld_arch]
+    for arch, mask, calls in tables:
+        program.append((jeq, 0, block - 1, arch))
+        program += [ld_nr, (and_k, 0, 0, mask)]
+        for call in calls:
+            program.append((jeq, deny_at - len(program) - 1, 0, call))
+        program.append((ret, 0, 0, allow))
+    program += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    return program
+
+
+def deny_keyrings() -> None:
+    """Install :func:`keyring_filter` for this process and what it executes (needs
+    ``CAP_SYS_ADMIN`` in its user namespace, or ``no_new_privs``)."""
+    program = keyring_filter(os.uname().machine)
+    if not program:
+        return
+    instructions = (SockFilter * len(program))(*(SockFilter(*i) for i in program))
+    fprog = SockFprog(len(program), instructions)
+    mode = ctypes.c_ulong(SECCOMP_MODE_FILTER)
+    result = _libc.prctl(PR_SET_SECCOMP, mode, ctypes.byref(fprog), 0, 0)
+    _check(result, "seccomp filter for the keyring calls")
+
+
 def main(argv: list[str]) -> int:
-    """``confine.py PLAN -- COMMAND...``: confine, then exec the command (125 on failure)."""
+    """``confine.py PLAN -- COMMAND...``: confine, then exec the command (125 on failure);
+    ``confine.py --no-keyrings -- COMMAND...``: only the keyring filter (step 8)."""
     if len(argv) < 4 or argv[2] != "--":
-        sys.stderr.write("usage: confine.py PLAN_JSON -- COMMAND [ARGS...]\n")
+        sys.stderr.write("usage: confine.py PLAN_JSON|--no-keyrings -- COMMAND [ARGS...]\n")
         return 125
     try:
-        confine(json.loads(argv[1]))
+        if argv[1] != "--no-keyrings":
+            confine(json.loads(argv[1]))
+        deny_keyrings()
         os.execvp(argv[3], argv[3:])
     except (OSError, ValueError, KeyError) as exc:
         sys.stderr.write(f"crl sandbox confinement failed: {exc}\n")

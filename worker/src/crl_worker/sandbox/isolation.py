@@ -2,7 +2,7 @@
 
 The local backend starts its shell through ``unshare`` (util-linux)::
 
-    setpriv --pdeathsig KILL -- unshare --pid --fork --kill-child --mount-proc [--user ...] -- bash ...
+    setpriv --pdeathsig KILL -- unshare --pid --ipc --uts --fork --kill-child --mount-proc [--user ...] -- bash ...
 
 - ``--pid --fork``: the shell is process 1 of a new PID namespace. When it dies the kernel
   SIGKILLs every other process of the namespace, whatever it did to get away (``setsid``, a double
@@ -12,6 +12,11 @@ The local backend starts its shell through ``unshare`` (util-linux)::
   among them (``/proc/$PPID`` does not exist: the shell's parent is outside the namespace).
 - ``--kill-child`` and ``setpriv --pdeathsig KILL``: when the worker dies, even by SIGKILL,
   ``unshare`` gets SIGKILL and passes it to the shell, and with it to the namespace.
+- ``--ipc --uts``: System V shared memory, semaphores and message queues, POSIX message
+  queues and the host name of its own: such objects outlive the processes that made them, so in
+  the host's namespaces one sandbox (a grading with the hidden tests in it) could leave them for
+  the next (issue 30). The kernel keyrings, which no namespace separates for a root worker, are
+  closed by the confinement's seccomp filter (:mod:`crl_worker.sandbox.confine`, step 8).
 - ``--user --map-current-user`` (only when the worker is not root): unprivileged users may make
   the other namespaces inside a user namespace; the user keeps its own id inside.
 
@@ -71,7 +76,7 @@ def namespace_candidates() -> list[list[str]]:
         return []
     setpriv = shutil.which("setpriv", path=system)
     front = [setpriv, "--pdeathsig", "KILL", "--"] if setpriv is not None else []
-    base = [*front, unshare, "--pid", "--fork", "--kill-child", "--mount-proc"]
+    base = [*front, unshare, "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc"]
     if os.geteuid() == 0:
         return [[*base, "--"]]
     return [
@@ -443,6 +448,14 @@ async def can_go_offline(prefix: list[str], mode: Isolation, *, name: str = "san
             reason,
         )
     return False
+
+
+def keyring_filter_command() -> list[str]:
+    """What a script joining a confined shell's namespaces starts through, before ``nsenter``:
+    the confinement's keyring filter alone (:mod:`crl_worker.sandbox.confine`, step 8), which
+    ``nsenter`` and the script inherit."""
+    script = Path(__file__).with_name("confine.py")
+    return [sys.executable, "-I", "-S", str(script), "--no-keyrings", "--"]
 
 
 def join_command(identity: tuple[int, int] | None = None) -> list[str]:

@@ -311,6 +311,7 @@ class LocalSandbox(LimitedSandbox):
         await super().open_session()
         if self.confined and isolation.can_join(self._namespaces):
             self.transport.join = isolation.join_command(self.identity if self._handed else None)
+            self.transport.join_front = isolation.keyring_filter_command()
             self.transport.join_network = self.offline
 
     async def end_session(self) -> None:

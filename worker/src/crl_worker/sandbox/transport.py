@@ -205,6 +205,9 @@ class LocalTransport:
         """When set (the local backend sets it while a confined session is open), scripts join
         the shell's mount and PID namespaces with ``nsenter`` and run behind this command (it
         drops the capabilities the shell lacks) instead of making namespaces of their own."""
+        self.join_front: list[str] = []
+        """What such a script starts through before ``nsenter`` (the local backend's keyring
+        filter: what it installs, ``nsenter`` and the script inherit)."""
         self.join_network = False
         """Scripts that join the shell's namespaces join its network namespace too (the local
         backend's sandboxes without network)."""
@@ -340,8 +343,11 @@ class LocalTransport:
             # of two execs instead of new namespaces and a confinement of their own.
             # The shell's root and working directory (nsenter resolves a --wd path before it
             # enters them: a folder the sandbox's user cannot walk to), then into ``workdir``.
-            spaces = ["-m", "-p", *(["-n"] if self.join_network else [])]
-            prefix = [NSENTER, "-t", str(found[0]), *spaces, "-r", "-w", *self.join, *_CD, workdir]
+            spaces = ["-m", "-p", "-i", "-u", *(["-n"] if self.join_network else [])]
+            prefix = [
+                *self.join_front, NSENTER, "-t", str(found[0]), *spaces, "-r", "-w",
+                *self.join, *_CD, workdir,
+            ]  # fmt: skip
         return await run_captured(
             # Through the prefix too: what git runs from the repository's configuration sees no
             # other process (and dies with the script, or with the shell it joined).
