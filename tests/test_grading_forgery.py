@@ -31,7 +31,7 @@ from crl_worker import rewards
 from crl_worker.agent.episode import run_episode
 from crl_worker.agent.gold import GoldPolicy
 from crl_worker.agent.trajectory import Trajectory
-from crl_worker.api.common import AgentSpec, TaskSource
+from crl_worker.api.common import AgentSpec
 from crl_worker.harness import marks, mutants, runner
 from crl_worker.harness.canary import Canary, canary_files, restore_ids, with_canary
 from crl_worker.harness.result import EvalResult, TestStatus
@@ -40,13 +40,11 @@ from crl_worker.sandbox.images import TaskImageBuilder
 from crl_worker.sandbox.registry import create_sandbox
 from crl_worker.tasks import selection
 from crl_worker.tasks.model import Task
-from crl_worker.tasks.sources import load_source
 from tests.fixtures import forgery
+from tests.fixtures.episodes import suite_tasks
 from tests.fixtures.forgery import ScriptedPolicy, append_to_package
 from tests.fixtures.redteam import BACKENDS, attack_params, docker_attacks
 
-ROOT = Path(__file__).resolve().parents[1]
-SUITES = ROOT / "examples" / "suites"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 PYTEST = "crl-mini__intervals-1"
@@ -190,14 +188,6 @@ ATTACKS: tuple[Attack, ...] = (
 )
 
 
-def _suite(name: str, task_type: str = "repair") -> dict[str, Task]:
-    path = SUITES / name / "tasks.jsonl"
-    source = TaskSource(format="task", path=str(path), task_type=task_type)
-    loaded = load_source(source, base_dir=ROOT)
-    assert loaded.ok, loaded.errors
-    return {task.instance_id: task for task in loaded.tasks}
-
-
 #: The forgeries Docker repeats: those that reach past the package into the process (its output
 #: descriptors, its plugins on ``sys.path``) and one of each kind of runner; the rest are package
 #: code that meets the same harness on every backend.
@@ -219,7 +209,7 @@ class Backend:
 @pytest.fixture(scope="module", params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Backend:
     """One backend with the suites' tasks ready for it."""
-    tasks = {**_suite("mini"), **_suite("implement", "implement")}
+    tasks = {**suite_tasks("mini"), **suite_tasks("implement", "implement")}
     if request.param == "local":
         by_ids = tasks[PYTEST].test_spec.model_copy(update={"select": "ids"})
         tasks[BY_IDS] = tasks[PYTEST].model_copy(update={"test": by_ids})
@@ -501,7 +491,7 @@ def test_a_selection_by_ids_gets_canaries_and_does_not_order_them_last() -> None
     # Ids name their module by path (pytest) or dotted (unittest): the test modules the run
     # executes are found either way; and the command line lists the ids by name, so that the
     # code under test cannot read which are canaries from where they stand.
-    tasks = _suite("mini")
+    tasks = suite_tasks("mini")
     for instance, module in ((PYTEST, "tests/test_ops.py"), ("crl-mini__lrukit-1", None)):
         task = tasks[instance]
         spec = task.test_spec.model_copy(update={"select": "ids"})

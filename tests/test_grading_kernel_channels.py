@@ -17,66 +17,23 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import random
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from crl_worker import rewards
-from crl_worker.agent.episode import run_episode
-from crl_worker.agent.trajectory import Trajectory
-from crl_worker.api.common import AgentSpec, TaskSource
 from crl_worker.sandbox.registry import create_sandbox
-from crl_worker.tasks.model import Task
-from crl_worker.tasks.sources import load_source
 from tests.fixtures import forgery
+from tests.fixtures.episodes import assert_attack_ran, local_episode, suite_tasks
 from tests.fixtures.forgery import ScriptedPolicy, append_to_package
 
-ROOT = Path(__file__).resolve().parents[1]
-SUITES = ROOT / "examples" / "suites"
-
 SLUG = "crl-mini__slugkit-1--impl-slugify"
-INTERVALS = "crl-mini__intervals-1--impl-merge"
-
-
-def _suite(name: str, task_type: str) -> dict[str, Task]:
-    path = SUITES / name / "tasks.jsonl"
-    source = TaskSource(format="task", path=str(path), task_type=task_type)
-    loaded = load_source(source, base_dir=ROOT)
-    assert loaded.ok, loaded.errors
-    return {task.instance_id: task for task in loaded.tasks}
-
-
-def _episode(task: Task, policy: Any) -> Trajectory:
-    async def keep(_: Trajectory) -> None:
-        return None
-
-    async def main() -> Trajectory:
-        trajectory, started = await run_episode(
-            task,
-            0,
-            lambda t: create_sandbox({"type": "local"}, t),
-            policy,
-            AgentSpec(),
-            keep_cancelled=keep,
-        )
-        assert started, trajectory.error
-        return trajectory
-
-    return asyncio.run(main())
-
-
-def _shell_ok(trajectory: Trajectory) -> None:
-    for turn in trajectory.turns:
-        for call in turn.tool_calls:
-            if call.name == "shell":
-                assert call.exit_code == 0, f"the attack itself failed: {call.output}"
 
 
 # --- 1. implement: the hidden tests carried from the first grading into the check -------------
 #
-# The local sandbox unshares PID, mount and network namespaces, not the IPC namespace: a System
-# V shared-memory segment made in one sandbox outlives it (segments are kernel objects, not
+# The local sandbox unshared PID, mount and network namespaces, not the IPC namespace: a System
+# V shared-memory segment made in one sandbox outlived it (segments are kernel objects, not
 # files or processes) and is visible in every later sandbox of the same user. The first grading
 # runs in the agent's own sandbox, with the hidden tests on disk, without the reporter's audit
 # hook: package code copies the test modules into a segment there. In the integrity check's
@@ -191,11 +148,11 @@ def segment_key() -> Any:
 def test_hidden_tests_carried_through_sysv_shm_are_not_a_resolve(
     segment_key: int,
 ) -> None:
-    task = _suite("implement", "implement")[SLUG]
+    task = suite_tasks("implement", "implement")[SLUG]
     code = SHM_ORACLE.replace("{key}", str(segment_key))
     policy = ScriptedPolicy((append_to_package("slugkit", code),))
-    trajectory = _episode(task, policy)
-    _shell_ok(trajectory)
+    trajectory = local_episode(task, policy)
+    assert_attack_ran(trajectory)
     result = trajectory.evaluation
     assert result is not None
     log = result.log
@@ -261,11 +218,11 @@ print(libc.syscall(250, 21, c.c_long(k)) if k > 0 else "none")' """
 
 
 def test_hidden_tests_carried_through_the_users_keyring_are_not_a_resolve(segment_key: int) -> None:
-    task = _suite("implement", "implement")[SLUG]
+    task = suite_tasks("implement", "implement")[SLUG]
     code = KEYRING_ORACLE.replace("{key}", str(segment_key))
     assert "_crl_segment" not in code
     try:
-        trajectory = _episode(task, ScriptedPolicy((append_to_package("slugkit", code),)))
+        trajectory = local_episode(task, ScriptedPolicy((append_to_package("slugkit", code),)))
     finally:
 
         async def clean() -> None:
@@ -273,7 +230,7 @@ def test_hidden_tests_carried_through_the_users_keyring_are_not_a_resolve(segmen
                 await sandbox.run(INVALIDATE.replace("{key}", str(segment_key)))
 
         asyncio.run(clean())
-    _shell_ok(trajectory)
+    assert_attack_ran(trajectory)
     result = trajectory.evaluation
     assert result is not None
     assert (

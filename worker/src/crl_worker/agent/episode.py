@@ -222,6 +222,7 @@ async def run_episode(
     keep_cancelled: KeepCancelled,
     integrity: bool | None = None,
     spares: PristineSpares | None = None,
+    confirm_partial: bool = False,
 ) -> tuple[Trajectory, bool]:
     """A whole episode: start a sandbox, :func:`agent_then_evaluate` in it, close it (to the end,
     even when cancelled). Returns the trajectory and whether the sandbox started; a sandbox that
@@ -233,6 +234,9 @@ async def run_episode(
     agent's is closed, so an episode never holds two; with ``spares``
     (:class:`~crl_worker.agent.pristine.PristineSpares`), one starts beside the agent's for the
     check instead, so that a resolved episode does not wait for its start.
+
+    ``confirm_partial`` (a reward paying the share of passing tests): an unresolved verdict that
+    some listed test passed is checked too (:func:`~crl_worker.harness.integrity.needs_confirmation`).
 
     ``agent.tries: 2`` (:class:`~crl_worker.agent.tries.SecondTry`): the first try is graded
     in fresh sandboxes (the integrity check included) while the agent's stays open; an
@@ -254,7 +258,9 @@ async def run_episode(
             logger.warning("%s: the sandbox did not start: %s", label, exc)
             error = f"the sandbox did not start: {exc}"
             return failed_trajectory(task, attempt, policy.model, started_at, t0, error), False
-        second_try = _second_try(task, sandbox, sandbox_factory, agent, label, integrity, spares)
+        second_try = _second_try(
+            task, sandbox, sandbox_factory, agent, label, integrity, spares, confirm_partial
+        )
         trajectory = await agent_then_evaluate(
             task,
             attempt,
@@ -271,7 +277,7 @@ async def run_episode(
             and not graded  # the first try's grading, the integrity check included, is final
             and task.task_type != "classify"  # nothing ran in the sandbox to tamper with
             and trajectory.evaluation
-            and needs_confirmation(trajectory.evaluation)
+            and needs_confirmation(trajectory.evaluation, partial=confirm_partial)
         ):
             # The diff the agent submitted (taken when its loop ended), never one taken now:
             # the evaluation has since run the hidden tests in this sandbox, with whatever the
@@ -309,6 +315,7 @@ def _second_try(
     label: str,
     integrity: bool,
     spares: PristineSpares | None,
+    confirm_partial: bool = False,
 ) -> SecondTry | None:
     """The episode's :class:`~crl_worker.agent.tries.SecondTry` (``agent.tries: 2``), or
     ``None``."""
@@ -327,6 +334,7 @@ def _second_try(
         agent_seconds=budget - min(task.timeouts.test, EVALUATION_SHARE * budget),
         confirm=check if integrity else None,
         close=close_sandbox,
+        confirm_partial=confirm_partial,
     )
 
 

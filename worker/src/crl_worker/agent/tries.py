@@ -151,6 +151,7 @@ class SecondTry:
         agent_seconds: float,
         confirm: Confirm | None,
         close: Close,
+        confirm_partial: bool = False,
     ) -> None:
         self.task = task
         self.sandbox = sandbox
@@ -160,6 +161,8 @@ class SecondTry:
         self.agent_seconds = agent_seconds
         #: The integrity check (``None``: turned off).
         self.confirm = confirm
+        #: Unresolved verdicts with passing tests are checked too (a fraction reward).
+        self.confirm_partial = confirm_partial
         self.close = close
         #: Workdir of the sandbox that graded the first try (written as the agent's in output).
         self.graded_in = ""
@@ -211,7 +214,7 @@ class SecondTry:
             if fresh is not None:
                 await self.close(fresh, f"{self.label} (first try)")
         final = plain
-        if self.confirm is not None and needs_confirmation(plain):
+        if self.confirm is not None and needs_confirmation(plain, partial=self.confirm_partial):
             final = await self.confirm(plain, diff)
         return plain, final
 

@@ -182,13 +182,21 @@ def runner_files(task: Task, tree: Tree) -> list[str]:
     return [w for w in dict.fromkeys(named) if w in tree.files]
 
 
-def needs_confirmation(result: EvalResult) -> bool:
+def needs_confirmation(result: EvalResult, *, partial: bool = False) -> bool:
     """Whether ``result`` (graded in the agent's sandbox) must be graded again in a fresh one:
     it is resolved, or it has no verdict (an infrastructure or environment error: the agent may
     have caused it, e.g. a git filter that makes the test patch fail to apply, a runner deleted
-    outside the repository). Not when nothing was selected to run: that is the task's own."""
+    outside the repository). Not when nothing was selected to run: that is the task's own.
+
+    With ``partial`` (a reward that pays the share of passing tests: ``testsMode: fraction``),
+    also an unresolved result that any listed test passed: its share is forged as easily as a
+    resolved verdict (every failure but one reported passing), so it counts only as the fresh
+    sandbox grades it."""
     nothing_selected = result.environment_error is not None and not result.test_command
-    return result.resolved or (result.infrastructure_error is not None and not nothing_selected)
+    if result.resolved or (result.infrastructure_error is not None and not nothing_selected):
+        return True
+    passed_some = result.fail_to_pass_fraction > 0 or result.pass_to_pass_fraction > 0
+    return partial and result.tampered is None and result.patch_applied and passed_some
 
 
 def confirmation_enabled() -> bool:

@@ -131,7 +131,15 @@ class RolloutRunner:
         self.in_flight += 1
         try:
             trajectory, _ = await run_episode(
-                task, attempt, self.sandbox_factory, policy, self.agent, keep_cancelled=keep
+                task,
+                attempt,
+                self.sandbox_factory,
+                policy,
+                self.agent,
+                keep_cancelled=keep,
+                # A share of passing tests is paid: it is checked as a resolved verdict is.
+                confirm_partial=self.reward_spec.type != "diff-similarity"
+                and self.reward_spec.tests_mode == "fraction",
             )
         finally:
             self.in_flight -= 1
