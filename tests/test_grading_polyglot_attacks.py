@@ -11,13 +11,14 @@ integrity check, where it must be unresolved with reward 0.
 from __future__ import annotations
 
 import random
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from crl_worker import rewards
-from crl_worker.harness import mutants_jest, mutants_native
+from crl_worker.harness import expectations, mutants_jest, mutants_native
 from crl_worker.harness.canary import derive_canary, restore_ids, with_canary
 from crl_worker.harness.evaluate import evaluate
 from crl_worker.harness.integrity import grade_candidate
@@ -31,7 +32,7 @@ from tests.fixtures import polyglot_forgery as forgery
 pytestmark = pytest.mark.go
 
 SUITE = Path(__file__).resolve().parents[1] / "examples" / "suites" / "polyglot"
-TOOLS = {"go": "go", "rust": "cargo", "javascript": "npm"}
+TOOLS = {"go": "go", "rust": "cargo", "javascript": "npm", "cpp": "cmake"}
 
 
 def _task(instance_id: str) -> Task:
@@ -93,9 +94,49 @@ def test_canaries_copy_rename_and_map_back() -> None:
     assert canary is not None and canary.text is not None
     assert all(i.startswith("digit-sum.global#") for i in canary.ids)
     assert {old for _, old in canary.renamed} == set(cpp.fail_to_pass)
-    # One-line TEST_CASEs, one-line copies: the body in a block, then the failing REQUIRE.
-    copies = [line for line in canary.text.splitlines() if line.count("REQUIRE") == 2]
-    assert len(copies) == 4 and all(line.endswith("); }") for line in copies)
+    # One-line TEST_CASEs, one-line copies expecting another value (no appended comparison).
+    names = {i.removeprefix("digit-sum.global#") for i in canary.ids}
+    copies = [
+        line for line in canary.text.splitlines() if line.split('"')[1:2] in [[n] for n in names]
+    ]
+    expected = {"0": "1", "1907": "16", "999999999999LL": "107"}
+    assert len(copies) == 4 and all(line.count("REQUIRE") == 1 for line in copies)
+    for line in copies:
+        call = line.split("digit_sum::sum(")[1].split(")")[0]
+        assert line.endswith(f"== {expected[call]}); }}"), line
+
+
+def test_rust_and_cpp_copies_expect_another_value() -> None:
+    """The expectation of a copy's last assertion changes where one side is literals (or a name
+    bound to literals once): a correct answer fails the copy, an answer equal to anything passes
+    it. Assertions the test may not reach, sides with a call or a name used elsewhere, and
+    literals whose change could break the build are left alone."""
+    rng = random.Random(0)
+    change = expectations.changed_expectation
+    assert change("    assert_eq!(digit_sum(1907), Some(17));", "rust", rng) == (
+        "    assert_eq!(digit_sum(1907), Some(16));"
+    )
+    bound = '    let input = "Portable";\n    let expected = "PNG";\n    assert_eq!(f(input), expected);'
+    assert change(bound, "rust", rng) == bound.replace('"PNG"', '"PNGq"')
+    several = '    let expected = vec![\n        "a",\n    ];\n    assert_eq!(expected, f(1));'
+    assert change(several, "rust", rng) == several.replace('"a"', '"aq"')
+    cpp = "    vector<unsigned int> expected{5};\n    REQUIRE(expected == convert(2, in, 10));"
+    assert change(cpp, "cpp", rng) == cpp.replace("{5}", "{4}")
+    assert change('REQUIRE(bob::hey("Hi") == "Whatever.");', "cpp", rng) == (
+        'REQUIRE(bob::hey("Hi") == "Whatever.q");'
+    )
+    for body, language in [
+        ("    for x in xs {\n        assert_eq!(f(x), 3);\n    }", "rust"),  # maybe not reached
+        ("    let expected = 3;\n    assert_eq!(f(expected), expected);", "rust"),  # an input too
+        ("    assert_eq!(f(1), g(2));", "rust"),  # no literal side
+        ("    assert_eq!(f(1), vec![0; 0]);", "rust"),  # a repeat: the value may not change
+        ("    assert_eq!(f(1), 0x10);", "rust"),  # hexadecimal
+        ("    assert_eq!(f(1), None);", "rust"),  # nothing to change
+        ('    assert_eq!(f(1), r"raw");', "rust"),
+        ('    SECTION("x") { REQUIRE(f() == 1); }', "cpp"),
+        ("    REQUIRE(f() == 1 || g() == 2);", "cpp"),
+    ]:
+        assert change(body, language, rng) is None, body
 
 
 def test_jest_canaries_change_the_last_expectation() -> None:
@@ -217,6 +258,8 @@ ATTACKS: dict[str, list[tuple[str, bool | None]]] = {
         ("RUST_READ_TESTS", False),
         ("RUST_KNOWN_NAMES", True),
         ("RUST_INCLUDE", False),
+        # An answer equal to anything passes the copies whose expectation changed.
+        ("RUST_ALWAYS_EQUAL", True),
     ],
     "javascript__digit-sum": [
         ("JS_NEUTER_EXPECT", True),
@@ -248,3 +291,51 @@ async def test_forged_results_earn_nothing(instance_id: str, tmp_path: Path) -> 
                 assert rewards.tests_score(graded, "fraction") == 0.0, attack
             else:
                 assert graded.fail_to_pass_fraction <= 0.25, attack
+
+
+async def test_an_answer_equal_to_anything_earns_nothing_in_cpp(tmp_path: Path) -> None:
+    """C++ (red team redteam7): the header declares the function to return a type whose
+    ``operator==`` always says yes. It resolves where nothing checks the run; through the
+    integrity check the copies expecting another value pass too: tampered, reward 0."""
+    task = _task("cpp__digit-sum")
+    _need(task.language)
+    folder = SUITE / "src" / "cpp" / "exercises" / "practice" / "digit-sum"
+    patch = "".join(
+        forgery.solution_patch(
+            task, (folder / name).read_text(), text, f"{folder.relative_to(SUITE / 'src')}/{name}"
+        )
+        for name, text in (
+            ("digit_sum.h", forgery.CPP_ALWAYS_EQUAL_HEADER),
+            ("digit_sum.cpp", forgery.CPP_ALWAYS_EQUAL_SOURCE),
+        )
+    )
+    async with create_sandbox({"type": "local", "root": str(tmp_path)}, task) as sandbox:
+        plain = await evaluate(sandbox, task, model_patch=patch)
+        assert plain.resolved, plain.log[-3000:]
+        await sandbox.reset()
+        graded = await grade_candidate(sandbox, task, patch)
+    assert graded.infrastructure_error is None, graded.infrastructure_error
+    assert not graded.resolved and graded.tampered is not None, graded.log[-3000:]
+    assert rewards.tests_score(graded, "fraction") == 0.0
+
+
+def test_rust_names_drawn_for_copies_and_renamed_tests_compile() -> None:
+    """Names are drawn from the file's own words, digits included (Exercism's ocr-numbers has
+    ``recognizes_0`` to ``recognizes_9``): a Rust function may not start with a digit, and a
+    name that did (``5_only_garbled_numbers_with_question_mark``, in 121 of 300 draws before)
+    made the file fail to compile, a correct answer graded as a build failure."""
+    names = [
+        "input_with_lines_not_multiple_of_four_is_error",
+        *(f"recognizes_{n}" for n in (*range(10), 110101100)),
+        "replaces_only_garbled_numbers_with_question_mark",
+        "recognizes_string_of_decimal_numbers",
+    ]
+    text = "use ocr::convert;\n" + "".join(
+        f'\n#[test]\nfn {name}() {{\n    assert_eq!(convert("{i}"), Ok("{i}".to_string()));\n}}\n'
+        for i, name in enumerate(names)
+    )
+    for seed in range(60):  # about 40 % of the draws failed before: all 60 pass by chance never
+        derived = mutants_native.derive(text, "rust", names, random.Random(seed), 4)
+        assert derived is not None
+        drawn = re.findall(r"^fn (\w+)\(", derived.text, re.MULTILINE)
+        assert all(re.fullmatch(r"[a-z_][a-z0-9_]*", n) for n in drawn), (seed, drawn)

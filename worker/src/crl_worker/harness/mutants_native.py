@@ -13,12 +13,16 @@ anew:
   ``return`` or ``t.Fatal`` ends only the body; Rust and C++: in a block), then one failing
   comparison of two different numbers (Go: a silent ``t.FailNow`` when they differ, so a
   failing copy prints what the test it copies prints; Rust: ``assert_eq!``; C++:
-  ``REQUIRE``, which a wrong answer's failing body never reaches). This is the weaker fallback
-  of the Python canaries (no literal expectation of the body is changed: Exercism's Go tests
-  keep their expectations in case tables, often in another file, where a change cannot be made
-  safely): code that reads the test file could spare the copies that end in such a comparison,
-  which is why the harness runs the test binary with the test sources removed
-  (:mod:`crl_worker.harness.native`);
+  ``REQUIRE``, which a wrong answer's failing body never reaches). In Rust and C++ a copy
+  whose last assertion compares with literals expects another value instead
+  (:mod:`crl_worker.harness.expectations`), with no appended comparison, and such tests are
+  copied first: an answer that compares equal to anything (a forged ``PartialEq`` or
+  ``operator==``) passes that copy and is caught, where it fails an appended comparison as a
+  correct answer does. Go keeps the appended comparison only (the weaker fallback of the
+  Python canaries: Exercism's Go tests keep their expectations in case tables, often in another
+  file, where a change cannot be made safely; Go has no operator to forge). Code that reads
+  the test file could spare the copies, which is why the harness runs the test binary with the
+  test sources removed (:mod:`crl_worker.harness.native`);
 - **named in the task's style**: :func:`crl_worker.harness.names.canary_name` over the file's
   own test names; every real top-level test whose name appears nowhere else in the hidden files
   or the command is renamed the same way, so neither the names nor a list of the exercise's
@@ -37,6 +41,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from crl_worker.harness.expectations import changed_expectation
 from crl_worker.harness.mutants import Derived
 from crl_worker.harness.names import canary_name
 
@@ -174,15 +179,34 @@ def _draw(copied: str, names: list[str], taken: set[str], rng: random.Random, ex
 
         scope = [snake(n) for n in names]
         seen = {snake(n) for n in taken}
-        new = canary_name(snake(copied), scope, (), seen, rng, extra).removeprefix("test_")
+        for _ in range(50):
+            new = canary_name(snake(copied), scope, (), seen, rng, extra).removeprefix("test_")
+            # A Rust function's name cannot start with a digit (``5_only_garbled``: the file
+            # would not compile, a correct answer graded as a build failure).
+            if not new[:1].isdigit():
+                break
+            seen.add("test_" + new)
         new = new.replace("_", " ") if spaced else new
     taken.add(new)
     return new
 
 
+def _changeable(test: NativeTest, language: str) -> bool:
+    """Whether a copy of ``test`` can have its expectation changed (:mod:`.expectations`)."""
+    return changed_expectation("\n".join(test.body), language, random.Random(0)) is not None
+
+
 def _canary(test: NativeTest, lines: list[str], name: str, language: str,
             rng: random.Random) -> list[str]:  # fmt: skip
-    """The copy of ``test`` named ``name`` with a failing comparison after its body."""
+    """The copy of ``test`` named ``name``: its last assertion expecting another value where
+    it can (Rust, C++), else a failing comparison after its body."""
+    changed = changed_expectation("\n".join(test.body), language, rng)
+    if changed is not None and language == "cpp" and test.start == test.end:
+        return [f'TEST_CASE("{name}"{test.param}) {{ {changed} }}']
+    if changed is not None and language == "cpp":
+        return [f'TEST_CASE("{name}"{test.param}) {{', *changed.split("\n"), "}"]
+    if changed is not None:
+        return [*lines[test.start : test.signature], f"fn {name}() {{", *changed.split("\n"), "}"]
     a = rng.randrange(2, 1000)
     b = a + rng.randrange(1, 1000)
     if language == "go":
@@ -247,8 +271,10 @@ def derive(
     tests = tests_of(text, language)
     listed = {i.removeprefix(prefix) for i in fail_to_pass}
     pool = [t for t in tests if copyable(t, lines, language)]
-    # Copies of FAIL_TO_PASS tests first (a copy of a passing test would pass unless forged).
+    # Copies of FAIL_TO_PASS tests first (a copy of a passing test would pass unless forged),
+    # of those whose expectation can change first (they catch an answer equal to anything).
     pool = [t for t in pool if t.name in listed] or pool
+    pool = [t for t in pool if _changeable(t, language)] or pool
     if not pool:
         return None
     names = [t.name for t in tests]
