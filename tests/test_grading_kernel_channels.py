@@ -45,8 +45,21 @@ SLUG = "crl-mini__slugkit-1--impl-slugify"
 
 #: Package code: the hidden test modules, from the segment when it exists, else from disk (and
 #: then stored in the segment). ``{key}`` is the segment's key.
-SHM_SOURCES = """
-import ctypes as _ct, glob as _glob, json as _json
+#: Package code: the test modules as the disk holds them.
+DISK = """
+import glob as _glob
+def _crl_disk():
+    sources = []
+    for path in sorted(_glob.glob("tests/test_*.py")):
+        with open(path) as handle:
+            sources.append(handle.read())
+    return sources
+"""
+
+SHM_SOURCES = (
+    DISK
+    + """
+import ctypes as _ct, json as _json
 _CRL_KEY, _CRL_SIZE = {key}, 1 << 20
 def _crl_segment(create):
     libc = _ct.CDLL(None, use_errno=True)
@@ -63,10 +76,7 @@ def _crl_sources():
         size = int.from_bytes(_ct.string_at(addr, 8), "little")
         if size:
             return _json.loads(_ct.string_at(addr + 8, size).decode())
-    sources = []
-    for path in sorted(_glob.glob("tests/test_*.py")):
-        with open(path) as handle:
-            sources.append(handle.read())
+    sources = _crl_disk()
     if sources:
         data = _json.dumps(sources).encode()
         addr = _crl_segment(True)
@@ -75,6 +85,7 @@ def _crl_sources():
             _ct.memmove(addr, len(data).to_bytes(8, "little"), 8)
     return sources
 """
+)
 
 #: A table oracle over those sources (forgery.ORACLE_PARSE's, with keys that do not depend on
 #: the hash seed: a set's repr does). A call not in the table raises ValueError (what the
@@ -183,8 +194,10 @@ print("\\n".join(json.loads(c.string_at(addr + 8, size).decode())))
 CRL_EOF"""
 
 
-KEYRING_SOURCES = """
-import ctypes as _ct, glob as _glob, json as _json
+KEYRING_SOURCES = (
+    DISK
+    + """
+import ctypes as _ct, json as _json
 _CRL_NAME = b"crl-{key}"
 def _crl_libc():
     libc = _ct.CDLL(None, use_errno=True)
@@ -198,15 +211,13 @@ def _crl_sources():
         size = libc.syscall(250, 11, _ct.c_long(key), buf, 1 << 15)  # KEYCTL_READ
         if size > 0:
             return _json.loads(buf.raw[:size].decode())
-    sources = []
-    for path in sorted(_glob.glob("tests/test_*.py")):
-        with open(path) as handle:
-            sources.append(handle.read())
+    sources = _crl_disk()
     if sources:
         data = _json.dumps(sources).encode()
         libc.syscall(248, b"user", _CRL_NAME, data, len(data), _ct.c_int(-4))  # add_key
     return sources
 """
+)
 
 KEYRING_ORACLE = KEYRING_SOURCES + SHM_ORACLE[len(SHM_SOURCES) :]
 
