@@ -94,9 +94,10 @@ def _sides(text: str, masked: str, macro: str) -> list[tuple[int, int]] | None:
         if "<" in masked:  # a turbofish's comma would split the arguments wrongly
             return None
         commas = _top_level(masked, ",")
-        ends = [*commas, len(text)]
-        spans = [(0, ends[0]), (ends[0] + 1, ends[1] if len(ends) > 1 else len(text))]
-        return spans if commas else None
+        if not commas:
+            return None
+        second_end = commas[1] if len(commas) > 1 else len(text)  # a message may follow
+        return [(0, commas[0]), (commas[0] + 1, second_end)]
     equals = _top_level(masked, "==")
     if len(equals) != 1 or _top_level(masked, "&&") or _top_level(masked, "||"):
         return None

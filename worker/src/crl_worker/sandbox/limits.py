@@ -88,7 +88,11 @@ class Limits:
     """CPU time per second of wall time, in CPUs (``1.5``: one and a half cores)."""
 
     def __bool__(self) -> bool:
-        return any(value is not None for value in (self.memory, self.pids, self.cpus))
+        return any(value is not None for value in self.by_controller().values())
+
+    def by_controller(self) -> dict[str, float | None]:
+        """Each limit under the name of the cgroup controller that enforces it."""
+        return {"memory": self.memory, "pids": self.pids, "cpu": self.cpus}
 
 
 @dataclass(frozen=True)
@@ -203,7 +207,7 @@ class Hierarchy:
 
     def unenforced(self, limits: Limits) -> list[str]:
         """The limits of ``limits`` this hierarchy cannot set (their controller is missing)."""
-        asked = {"memory": limits.memory, "pids": limits.pids, "cpu": limits.cpus}
+        asked = limits.by_controller()
         return [c for c, value in asked.items() if value is not None and c not in self.parents]
 
     def make(self, name: str, limits: Limits) -> Cgroup:
@@ -213,7 +217,7 @@ class Hierarchy:
         """
         # Only the hierarchies a limit needs: on v1 each one a process enters costs a migration
         # (tens of milliseconds on a busy machine).
-        needed = {"memory": limits.memory, "pids": limits.pids, "cpu": limits.cpus}
+        needed = limits.by_controller()
         folders = {
             controller: parent / name
             for controller, parent in self.parents.items()
