@@ -22,6 +22,7 @@ from crl_worker.harness import expectations, mutants_jest, mutants_native
 from crl_worker.harness.canary import derive_canary, restore_ids, with_canary
 from crl_worker.harness.evaluate import evaluate
 from crl_worker.harness.integrity import grade_candidate
+from crl_worker.harness.literals import text_vocabulary
 from crl_worker.harness.native import harden, hardened_run, settle, unexpected
 from crl_worker.harness.result import TestStatus
 from crl_worker.sandbox.registry import create_sandbox
@@ -195,6 +196,29 @@ def test_jest_canaries_change_the_last_expectation() -> None:
     spots = [mutants_jest.target(toks, t) for t in tests]
     literals = [toks[s.literal].text if s and s.literal else None for s in spots]
     assert literals == ["'y'", "3", None]
+
+
+def test_jest_copies_change_a_word_to_another_word_of_the_spec() -> None:
+    """A string expectation's copies change one word to another word of the spec, the
+    call's own input first: no copy reads as a typo of the original (a forgery that reads the
+    spec and keeps the value whose words are all real picked the original out of every group
+    when a copy changed one letter), and overlap with the input does not tell them apart."""
+    task = _task("javascript__word-tally")
+    spec = next(iter(_hidden(task).values()))
+    vocabulary = text_vocabulary(spec)
+    given = dict(re.findall(r"mostCommon\('([^']*)'\)\)\.toEqual\('(\w*)'\)", spec))
+    from_input = 0
+    for seed in range(20):
+        derived = mutants_jest.derive(spec, task.fail_to_pass, random.Random(seed), 4)
+        assert derived is not None
+        found = re.findall(r"mostCommon\('([^']*)'\)\)\.toEqual\('(\w*)'\)", derived.text)
+        copies = [(c, w) for c, w in found if given[c] != w]
+        assert len(found) == len(given) + 5 and len(copies) == 5, found
+        for call, want in copies:
+            # An empty expectation has no word: its copies get a letter.
+            assert want.lower() in vocabulary or not given[call], (call, want)
+            from_input += want.lower() in call.lower()
+    assert from_input > 50
 
 
 def test_unknown_passing_ids_and_the_package_result() -> None:

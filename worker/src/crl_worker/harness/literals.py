@@ -13,7 +13,7 @@ import random
 import re
 from collections import Counter
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: A word of a string literal's text: letters not after a backslash (an escape) or a letter.
 _TEXT_WORD = re.compile(rb"(?<![\\A-Za-z])[A-Za-z]{2,}(?![A-Za-z])")
@@ -41,6 +41,19 @@ def vocabulary(tree: ast.AST, skip: Collection[ast.AST] = ()) -> Counter[str]:
     return Counter({w: n for w, n in found.items() if len(w) > 1})
 
 
+#: A word of source text that no Python parser reads (Java, JavaScript): a run of lower-case
+#: letters, capitalized or not, or of capitals; camel case splits as :func:`vocabulary` does.
+_SOURCE_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+
+
+def text_vocabulary(text: str) -> Counter[str]:
+    """How often each word (lower case, two letters or more) occurs in ``text``: identifiers,
+    string literals and comments alike, the :func:`vocabulary` of a source in a language this
+    package does not parse (Java, JavaScript)."""
+    found = Counter(w.lower() for w in _SOURCE_WORD.findall(text))
+    return Counter({w: n for w, n in found.items() if len(w) > 1})
+
+
 @dataclass(frozen=True)
 class Words:
     """A module's words (:func:`vocabulary`): all of them, and those outside the tests the
@@ -48,6 +61,11 @@ class Words:
 
     all: Counter[str]
     old: Counter[str]
+    close: frozenset[str] = field(default=frozenset())
+    """Words of the expression an expectation is compared with (the call's own arguments, in
+    lower case): replacements drawn from them first, so that a changed expectation shares as
+    much with the call's input as the original does and overlap with the input, a forgery's
+    cheapest guess at which value is real, does not tell them apart."""
 
 
 def _cased(word: str, like: str) -> str:
@@ -65,7 +83,7 @@ def word_variants(
     for a new one where there are enough: every value of the group reads as words of the file,
     as new or as old as the original's, so a dictionary does not tell the original apart. A
     word that occurs elsewhere in the module is replaced first (its replacements do too)."""
-    spots: list[tuple[int, int, list[str]]] = []
+    spots: list[tuple[int, int, list[str], list[str]]] = []
     for match in _TEXT_WORD.finditer(text, *body):
         word = match.group().decode()
         if not (word.islower() or word.isupper() or word[1:].islower()):
@@ -77,16 +95,18 @@ def word_variants(
         ]
         alike = [w for w in near if (w in words.old) == (word.lower() in words.old)]
         options = sorted(_cased(w, word) for w in (alike if len(alike) >= count else near))
-        if len(options) >= min(count, 2):
-            spots.append((match.start(), match.end(), options))
+        close = sorted(_cased(w, word) for w in words.close if w != word.lower() and len(w) > 1)
+        if len(set(options) | set(close)) >= min(count, 2):
+            spots.append((match.start(), match.end(), options, close))
     if not spots:
         return []
     common = [s for s in spots if words.all[text[s[0] : s[1]].decode().lower()] > 1]
-    start, end, options = rng.choice(common or spots)
-    return [
-        text[:start] + w.encode() + text[end:]
-        for w in rng.sample(options, min(count, len(options)))
-    ]
+    shared = [s for s in spots if s[3] and text[s[0] : s[1]].decode().lower() in words.close]
+    start, end, options, close = rng.choice(shared or common or spots)
+    picked = rng.sample(close, min(count, len(close)))
+    rest = [w for w in options if w not in picked]
+    picked += rng.sample(rest, min(count - len(picked), len(rest)))
+    return [text[:start] + w.encode() + text[end:] for w in picked]
 
 
 def variants(

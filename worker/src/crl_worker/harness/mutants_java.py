@@ -26,9 +26,9 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from crl_worker.harness.literals import variants
+from crl_worker.harness.literals import Words, text_vocabulary, variants
 from crl_worker.harness.mutants import Derived, group_sizes
 from crl_worker.harness.names import canary_name
 
@@ -226,7 +226,18 @@ def expectations(text: str, code: str, method: _Method) -> list[tuple[int, int]]
     return found
 
 
-def _mutations(text: str, span: tuple[int, int], rng: random.Random, count: int) -> list[str]:
+def _close_words(text: str, code: str, span: tuple[int, int]) -> frozenset[str]:
+    """The words of the string literals in the rest of the ``assertEquals`` statement whose
+    expected value is at ``span`` (the compared call's input), else of all its code."""
+    end = code.find(";", span[1])
+    rest = text[span[1] : end if end >= 0 else len(text)]
+    quoted = " ".join(m[1:-1] for m in _STRING.findall(rest))
+    return frozenset(text_vocabulary(quoted or rest))
+
+
+def _mutations(
+    text: str, span: tuple[int, int], rng: random.Random, count: int, words: Words
+) -> list[str]:
     literal = text[span[0] : span[1]]
     kind = _literal_kind(literal)
     if kind is None:
@@ -234,7 +245,7 @@ def _mutations(text: str, span: tuple[int, int], rng: random.Random, count: int)
     sign = literal.startswith("-")
     body = literal[1:] if sign else literal
     found: list[str] = []
-    for new in variants(body.encode(), kind, rng, count):
+    for new in variants(body.encode(), kind, rng, count, words):
         changed = ("-" if sign else "") + new.decode()
         if changed == literal or changed in found or _literal_kind(changed) is None:
             continue
@@ -353,6 +364,14 @@ def derive(
             if i in by_id and _copyable(code, by_id[i]) and expectations(text, code, by_id[i])
         ]
 
+    # A changed word of a string is another word of the class (one the class had before the
+    # task for one it had), from the compared call's input first: see literals.Words.
+    before, at = [], 0
+    for method in methods:
+        if f"{fqn}#{method.name}" in set(fail_to_pass):
+            before.append(text[at : method.start])
+            at = method.end
+    vocabulary = Words(text_vocabulary(text), text_vocabulary("".join([*before, text[at:]])))
     plan: list[tuple[_Method, tuple[int, int], str]] = []
     for group, per_test in ((listed(fail_to_pass), None), (listed(pass_to_pass), 1)):
         if plan or not group:
@@ -362,7 +381,8 @@ def derive(
         sizes = group_sizes(count, len(group))
         for method, size in zip(group, sizes, strict=True):
             span = rng.choice(expectations(text, code, method))
-            for new in _mutations(text, span, rng, per_test or size):
+            words = replace(vocabulary, close=_close_words(text, code, span))
+            for new in _mutations(text, span, rng, per_test or size, words):
                 plan.append((method, span, new))
     if not plan:
         return None

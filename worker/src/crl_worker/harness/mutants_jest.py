@@ -13,7 +13,8 @@ every grading anew:
   unchanged but for one literal of the last top-level ``expect(...)`` statement's expected value
   (the first argument of ``toEqual``, ``toStrictEqual``, ``toBe``, ``toThrow``, ...; or, when
   that argument is a name used nowhere else in the body, the data literal a top-level ``const``
-  binds it to: ``const lyrics = [...]``): a digit, a letter of a string, ``true``/``false``.
+  binds it to: ``const lyrics = [...]``): a digit; in a string, one word swapped for another
+  word of the file, the test's own input strings first (else one letter); ``true``/``false``.
   An expression body (``() => expect(x).toBe(1)``) is that one statement. So the copy fails **through the same assertion
   machinery** the real test uses: a forger that neuters ``expect`` (or its matchers, or the
   report) makes the copies pass with the real tests, and is caught;
@@ -40,8 +41,9 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from crl_worker.harness.literals import Words, text_vocabulary, word_variants
 from crl_worker.harness.mutants import Derived, group_sizes
 from crl_worker.harness.names import canary_name
 
@@ -299,15 +301,22 @@ def _bound(toks: list[_Tok], test: JestTest, statements: list[tuple[int, int]],
     return []
 
 
-def _values(text: str, count: int, rng: random.Random) -> list[str]:
+def _values(text: str, count: int, rng: random.Random, words: Words | None = None) -> list[str]:
     """Up to ``count`` different replacements of literal ``text`` (a number, a string, a
-    boolean), each differing from it in one character."""
+    boolean), each differing from it in one character, or for a string with a word, in that
+    word: another word of the file (:func:`~crl_worker.harness.literals.word_variants`, given
+    its ``words``), so that no replacement reads as a typo of the original."""
     if text in ("true", "false"):
         return ["false" if text == "true" else "true"][:count]
     if text[:1] in "'\"`":
         body, quote = text[1:-1], text[0]
         if "\\" in body or "${" in body:
             return []
+        if words is not None:
+            data = text.encode()
+            by_word = word_variants(data, (1, len(data) - 1), words, rng, count)
+            if by_word:
+                return [v.decode() for v in by_word]
         spots = [i for i, c in enumerate(body) if c.isalnum() and c.isascii()]
         if not body:
             return [quote + c + quote for c in rng.sample("abcdefgh", count)]
@@ -361,9 +370,24 @@ def derive(
     # and passes the rest fails every test that can be copied.
     groups = with_literal[: max(count, len(with_literal))]
     sizes = group_sizes(max(count, len(groups)), len(groups))
+    # A changed word is another word of the file (one it had before the task for one it had),
+    # from the test's other strings (the call's input) first: see literals.Words.
+    before, at = [], 0
+    for test in tests:
+        if test.id in listed and toks[test.name].start >= at:
+            before.append(text[at : toks[test.name].start])
+            at = toks[test.close].end
+    vocabulary = Words(text_vocabulary(text), text_vocabulary("".join([*before, text[at:]])))
     for (test, spot), size in zip(groups, sizes, strict=True):
         assert spot.literal is not None
-        plan.extend((test, spot, v) for v in _values(toks[spot.literal].text, size, rng))
+        inputs = [
+            t.text[1:-1]
+            for t in toks[test.body[0] : test.body[1]]
+            if t.kind == "str" and t is not toks[spot.literal]
+        ]
+        close = frozenset(text_vocabulary(" ".join(inputs)))
+        values = _values(toks[spot.literal].text, size, rng, replace(vocabulary, close=close))
+        plan.extend((test, spot, v) for v in values)
     if not plan:
         rest = [(t, g) for t, g in planned if g is not None]
         plan = [(t, g, "") for t, g in rng.sample(rest, min(count, len(rest)))]
