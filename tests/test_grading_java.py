@@ -92,6 +92,35 @@ def test_copies_of_a_junit_test_change_one_literal_of_its_expectation() -> None:
     )
 
 
+def test_a_comment_above_the_copied_test_does_not_mark_it() -> None:
+    """A copy carries the comment lines right above the method it copies, and is never placed
+    between another method and its comment: the member under a comment is not the real test
+    (it was in two draws of three when copies had no comment)."""
+    doc = "    /** Long text is cut, the ellipsis within the width. */\n"
+    text = (TESTS / "StringsTest.java").read_text()
+    text = text.replace(
+        "    @Test\n    void abbreviateCutsLongText",
+        doc + "    @Test\n    void abbreviateCutsLongText",
+    )
+    text = text.replace(
+        "    @Test\n    void reversesWords",
+        "    // Words, not letters.\n    @Test\n    void reversesWords",
+    )
+    listed = [f"{CLASS}#abbreviateCutsLongText"]
+    for seed in range(40):
+        derived = mutants_java.derive("StringsTest.java", text, listed, [], random.Random(seed), 4)
+        assert derived is not None and len(derived.ids) == 4
+        # Every copy and the real test under the same comment, each comment over its method.
+        assert derived.text.count(doc) == 5, derived.text
+        for comment, body in (
+            (doc, 'Strings.abbreviate("Hello'),
+            ("// Words, not letters.\n", "reverseWords("),
+        ):
+            for at in [m.end() for m in re.finditer(re.escape(comment), derived.text)]:
+                member = derived.text[at : derived.text.index("}", at)]
+                assert member.lstrip().startswith("@Test") and body in member, derived.text
+
+
 def test_unsafe_junit_tests_are_not_copied() -> None:
     text = """\
 package p;

@@ -28,7 +28,7 @@ every grading anew:
   from the ``describe``'s own titles (words joined by spaces); every real test whose title is
   written once in the file and appears nowhere else (the command, the other hidden files) is
   renamed the same way, and the run's ids are mapped back to the task's;
-- **placed among the real tests**: each after a randomly drawn test of its ``describe``.
+- **placed among the real tests**: each before or after a randomly drawn test of its ``describe``.
 
 Where a test's last expectation has no literal to change (``toBeNull()``, ``toThrow()``), the
 copy toggles the matcher's ``.not`` instead (the weaker fallback: that copy's shape differs from
@@ -420,11 +420,18 @@ def derive(
         words = [w.lower() for w in re.findall(r"[A-Za-z][a-z0-9]+", body) if len(w) > 2]
         new = draw(test, sorted(set(words) - {"expect", "toequal", "tobe"}))
         copy = _copy(text, toks, test, spot, value, new)
+        # Before or after a test of its describe: the first test there may be a copy too.
         where = rng.choice(siblings[test.id])
-        at = toks[where.close].end
-        if where.close + 1 < len(toks) and toks[where.close + 1].text == ";":
-            at = toks[where.close + 1].end
-        edits.append((at, at, copy))
+        if rng.random() < 0.5:
+            at = toks[where.name].start
+            indent = text[text.rfind("\n", 0, at) + 1 : at]
+            edits.append((at, at, copy + "\n\n" + indent))
+        else:
+            at = toks[where.close].end
+            if where.close + 1 < len(toks) and toks[where.close + 1].text == ";":
+                at = toks[where.close + 1].end
+            indent = text[text.rfind("\n", 0, toks[where.name].start) + 1 : toks[where.name].start]
+            edits.append((at, at, "\n\n" + indent + copy))
         canaries.append(" > ".join([*test.ancestors, new]))
         sources.append(test.id)
     out = text
@@ -440,10 +447,8 @@ def derive(
 
 def _copy(text: str, toks: list[_Tok], test: JestTest, spot: _Target, value: str,
           title: str) -> str:  # fmt: skip
-    """The copy of ``test`` titled ``title``, its target changed (``value``, else ``.not``),
-    as text to insert after a test's ``);`` (a blank line, then the copy, indented alike)."""
-    line_start = text.rfind("\n", 0, toks[test.name].start) + 1
-    indent = text[line_start : toks[test.name].start]
+    """The copy of ``test`` titled ``title``, its target changed (``value``, else ``.not``):
+    the text from its ``test``/``it`` to its ``);``."""
     end = toks[test.close].end
     if test.close + 1 < len(toks) and toks[test.close + 1].text == ";":
         end = toks[test.close + 1].end
@@ -463,4 +468,4 @@ def _copy(text: str, toks: list[_Tok], test: JestTest, spot: _Target, value: str
     chunk = text[start:end]
     for a, b, new in sorted(pieces, reverse=True):
         chunk = chunk[: a - start] + new + chunk[b - start :]
-    return "\n\n" + indent + chunk
+    return chunk
