@@ -2,9 +2,10 @@
 the toy's resolve rate for the base model, after SFT on its own resolved attempts, and after
 SFT followed by a short GRPO run (docs/training.md#a-supervised-warm-start).
 
-    python perf/sft_toy.py [--attempts 64] [--sft-steps 12] [--sft-batch 4]
-                           [--sft-learning-rate 0.01] [--grpo-steps 4]
-                           [--grpo-generations 16] [--no-grpo-from-base] [--keep DIR] [--json]
+    python perf/sft_toy.py [--attempts 64] [--sft-steps 200] [--sft-batch 4]
+                           [--sft-learning-rate 0.05] [--max-turns N] [--no-dedup]
+                           [--grpo-steps 4] [--grpo-generations 16] [--no-grpo-from-base]
+                           [--keep DIR] [--json]
 
 Prints figures; asserts nothing. What it runs, each step with the project's own components:
 
@@ -15,10 +16,12 @@ Prints figures; asserts nothing. What it runs, each step with the project's own 
    base model in-process (:class:`~crl_worker.train.local_policy.TransformersPolicy`,
    temperature 1, attempt *i* sampled with seed *i*), into a results folder as ``crl bench``
    writes it. Its resolve rate is the base model's.
-2. **Export.** ``crl trajectories export``'s function, resolved attempts only.
+2. **Export.** ``crl trajectories export``'s function, resolved attempts only (``--max-turns``,
+   ``--no-dedup``: its filters).
 3. **SFT.** ``python -m crl_worker.train`` on a TrainingRun with ``algorithm.type: sft``
-   (``--sft-steps`` steps of ``--sft-batch`` sequences, about three passes over the toy's
-   resolved attempts; learning rate 0.01 as the toy example), one process.
+   (``--sft-steps`` steps of ``--sft-batch`` sequences at ``--sft-learning-rate``: by default
+   about fifty passes over the toy's resolved attempts, which is what it takes to move the
+   sampled actions, see perf/sft_toy.md), one process.
    Tokens per second: TRL's count of the tokens it fed the model (the untrained prompt and
    tool tokens included) over each step's wall time, the first step left out; the share of
    those tokens that carry the loss is printed beside it.
@@ -226,7 +229,9 @@ async def measure(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     log(f"benchmark of the base model ({args.attempts} attempts)")
     out["base"] = await bench(model, tasks, folder / "bench-base", args.attempts, args.parallelism)
     report = export_trajectories(
-        [folder / "bench-base"], folder / "sft-data", filters=ExportFilters(resolved_only=True)
+        [folder / "bench-base"],
+        folder / "sft-data",
+        filters=ExportFilters(resolved_only=True, max_turns=args.max_turns, dedup=args.dedup),
     )
     rows, share = loss_share(folder / "sft-data")
     out["export"] = {"rows": rows, "loss_token_share": round(share, 3)}
@@ -319,9 +324,15 @@ def main() -> int:
     """Parse the flags, measure, print."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--attempts", type=int, default=64, help="attempts per benchmark")
-    parser.add_argument("--sft-steps", type=int, default=12)
+    parser.add_argument("--sft-steps", type=int, default=200)
     parser.add_argument("--sft-batch", type=int, default=4, help="sequences per SFT step")
-    parser.add_argument("--sft-learning-rate", type=float, default=0.01)
+    parser.add_argument("--sft-learning-rate", type=float, default=0.05)
+    parser.add_argument(
+        "--max-turns", type=int, help="export only resolved attempts of at most this many turns"
+    )
+    parser.add_argument(
+        "--no-dedup", dest="dedup", action="store_false", help="keep identical trajectories"
+    )
     parser.add_argument("--grpo-steps", type=int, default=4, help="0: no GRPO runs")
     parser.add_argument("--grpo-generations", type=int, default=16, help="rollouts per step")
     parser.add_argument("--seed", type=int, default=0, help="the toy model's weight seed")

@@ -145,13 +145,13 @@ def test_an_sft_trainers_reports_become_the_status(tmp_path: Path) -> None:
     run = TrainingRun.model_validate(load("local-trainingrun-toy-sft.yaml"))
     kids = tuple(job_with(k, ready=1, active=1) if k["kind"] == "Job" else k for k in children(run))
     st = trainingrun_status(run, Observed(children=kids, pool=None, report=wire(sent[2])), None, T0)
-    assert (st["step"], st["totalSteps"], st["policyVersion"]) == (4, 8, 4)
+    assert (st["step"], st["totalSteps"], st["policyVersion"]) == (4, 200, 4)
     assert st["lastCheckpoint"]["path"] == "step-4"
     assert (tmp_path / "step-4").resolve() == (tmp_path / "checkpoint-4").resolve()
     assert st["metrics"]["tokensPerSecond"] > 0
     training = next(x for x in st["conditions"] if x["type"] == "Training")
     assert training["status"] == "True"
-    assert "step 4/8" in training["message"]
+    assert "step 4/200" in training["message"]
     TrainingRun.model_validate({**run.model_dump(by_alias=True), "status": st})
     assert json.loads((tmp_path / "status.json").read_text())["step"] == 8
 
