@@ -47,6 +47,7 @@ from .fixtures.incluster import (
     uninstall_operator,
     until,
 )
+from .fixtures.incluster_sft import sft_on_rollouts
 from .fixtures.node import RealNode
 from .fixtures.node_build import NodeError
 from .fixtures.operator_process import session_operator_paused
@@ -370,7 +371,8 @@ def test_a_toy_trainingrun_trains_in_the_cluster(
 
     Mid-run the trainer pod is deleted (SIGTERM: it checkpoints and exits; the Job starts
     another, which resumes from the volume) and then the operator's pod: the run finishes with
-    every step in metrics.jsonl exactly once, under the one trainer Job.
+    every step in metrics.jsonl exactly once, under the one trainer Job. Then the recipe's next
+    step on its rollouts: an SFT TrainingRun, a trainer Job alone (tests/fixtures/incluster_sft.py).
 
     Test-only: the trainer image. The real one (images/trainer.Dockerfile) is 6.5 GB with
     PyPI's torch, too big for the test machines' disk; this run's trainer image is the Debian
@@ -485,6 +487,9 @@ def test_a_toy_trainingrun_trains_in_the_cluster(
         records = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
         assert [r["step"] for r in records] == list(range(1, TOY_STEPS + 1)), records
         assert (output / f"step-{TOY_STEPS}").is_dir()
+        # The recipe's next step: SFT on this run's resolved rollouts, a trainer Job alone.
+        sft_on_rollouts(cluster, real_node, namespace, _toy_trainingrun(namespace, trainer_image),
+                        output)  # fmt: skip
     finally:
         cluster.kubectl("delete", "trun", "toy", "-n", namespace, "--timeout=120s",
                         check=False, timeout=150)  # fmt: skip
