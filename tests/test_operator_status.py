@@ -329,6 +329,9 @@ def test_trainingrun_finishes(
     assert got["Ready"] == ready
     assert got["Succeeded"][0] == succeeded
     assert got["Failed"][0] == failed
+    # Both give the Job's outcome: a failed run's Succeeded is not "InProgress".
+    outcome = "JobSucceeded" if succeeded == "True" else "JobFailed"
+    assert got["Succeeded"][1] == got["Failed"][1] == outcome, got
     assert st["completionTime"]
 
 

@@ -122,19 +122,15 @@ def _finished_as(js: JobState | None) -> tuple[bool, bool]:
 
 
 def _verdict(js: JobState | None) -> tuple[Cond, Cond]:
-    """Succeeded and Failed of a resource whose outcome is its Job's (trainer or runner)."""
+    """Succeeded and Failed of a resource whose outcome is its Job's (trainer or runner): both
+    give the Job's outcome as their reason once it has one (a failed run's ``Succeeded`` is
+    ``False`` because the Job failed, not because it is still in progress)."""
     succeeded, failed = _finished_as(js)
     message = js.message if js is not None else ""
+    reason = c.JOB_SUCCEEDED if succeeded else c.JOB_FAILED if failed else c.IN_PROGRESS
     return (
-        cond(
-            c.SUCCEEDED,
-            succeeded,
-            c.JOB_SUCCEEDED if succeeded else c.IN_PROGRESS,
-            message if succeeded else "",
-        ),
-        cond(
-            c.FAILED, failed, c.JOB_FAILED if failed else c.IN_PROGRESS, message if failed else ""
-        ),
+        cond(c.SUCCEEDED, succeeded, reason, message if succeeded or failed else ""),
+        cond(c.FAILED, failed, reason, message if succeeded or failed else ""),
     )
 
 
