@@ -13,6 +13,8 @@ from __future__ import annotations
 import random
 import re
 import shutil
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ import pytest
 from crl_worker import rewards
 from crl_worker.harness import mutants_java
 from crl_worker.harness.evaluate import evaluate
-from crl_worker.harness.literals import text_vocabulary
+from crl_worker.harness.literals import Words, text_vocabulary, word_variants
 from crl_worker.harness.result import TestStatus
 from crl_worker.sandbox.registry import create_sandbox
 from tests.fixtures.repos import STRINGKIT_FAIL_TO_PASS, STRINGKIT_PASS_TO_PASS, java_repo
@@ -90,6 +92,19 @@ def test_copies_of_a_junit_test_change_one_literal_of_its_expectation() -> None:
         mutants_java.derive("StringsTest.java", "class X {}", listed, [], random.Random(1), 4)
         is None
     )
+
+
+def test_a_word_of_the_input_replaces_only_a_word_as_old_as_itself() -> None:
+    """The call's input words come first, but only those the repository had before the task
+    when the original word was one (and new for new): otherwise a list of the repository's
+    words would tell the original apart from its copies."""
+    words = Words(Counter(hello=2, world=1, apple=1, pear=1), Counter(hello=1, pear=1))
+    for seed in range(20):
+        new_close = replace(words, close=frozenset({"world", "apple"}))
+        texts = word_variants(b'"Hello"', (1, 6), new_close, random.Random(seed), 1)
+        assert texts == [b'"Pear"'], texts  # the one old word; the input's are new
+        old_close = replace(words, close=frozenset({"pear"}))
+        assert word_variants(b'"Hello"', (1, 6), old_close, random.Random(seed), 1) == [b'"Pear"']
 
 
 def test_a_comment_above_the_copied_test_does_not_mark_it() -> None:

@@ -95,7 +95,13 @@ def word_variants(
         ]
         alike = [w for w in near if (w in words.old) == (word.lower() in words.old)]
         options = sorted(_cased(w, word) for w in (alike if len(alike) >= count else near))
-        close = sorted(_cased(w, word) for w in words.close if w != word.lower() and len(w) > 1)
+        # Of the input's words, those as old as the original (else a list of the words the
+        # repository had before the task would tell them apart).
+        close = sorted(
+            _cased(w, word)
+            for w in words.close
+            if w != word.lower() and len(w) > 1 and (w in words.old) == (word.lower() in words.old)
+        )
         if len(set(options) | set(close)) >= min(count, 2):
             spots.append((match.start(), match.end(), options, close))
     if not spots:
