@@ -13,6 +13,7 @@ the copied test and names drawn to its profile: up to 0.48 over chance).
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -248,3 +249,30 @@ def test_no_position_picks_the_real_test_out_of_its_copies(
         for instance, rows in per_module.items()
     }
     assert max(advantage.values()) <= MARGIN, advantage
+
+
+GREETINGS = '''\
+from pkg import shout, whisper
+
+
+def test_whisper():
+    assert whisper("quiet please") == "quiet please..."
+
+
+def test_shout():
+    """Loud: upper case and a bang."""
+    assert shout("hello world") == "HELLO!"
+'''
+
+
+def test_a_copys_word_comes_from_the_calls_input_first() -> None:
+    """Python copies change a word of a string expectation to another word of the module,
+    the test's own input strings first (not its docstring): a copy shares as much with the
+    call's input as the original does, so overlap with the input does not pick the original."""
+    ids = ["t.py::test_shout"]
+    for seed in range(20):
+        derived = mutants.derive("t.py", GREETINGS, "pytest", ids, [], random.Random(seed), 4)
+        assert derived is not None
+        values = set(re.findall(r'shout\("hello world"\) == "(\w+)!"', derived.text))
+        # The input's other word in every group; the docstring's words only after it.
+        assert len(values) == 5 and {"HELLO", "WORLD"} <= values, derived.text

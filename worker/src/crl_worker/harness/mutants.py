@@ -11,9 +11,16 @@ import ast
 import random
 import re
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from crl_worker.harness.literals import Words, doc_variants, short_description, variants, vocabulary
+from crl_worker.harness.literals import (
+    Words,
+    doc_variants,
+    short_description,
+    text_vocabulary,
+    variants,
+    vocabulary,
+)
 from crl_worker.harness.mutant_edits import Text, copy_test, def_name_at, moved_test, span
 from crl_worker.harness.names import body_words, canary_name
 from crl_worker.tasks.selection import django_label
@@ -488,6 +495,24 @@ def renamable(test: TestDef, text: str, keep: str = "") -> bool:
     return not any(_OWN_NAME_READERS.search(n) for n in used)
 
 
+def _input_words(test: TestDef, literal: ast.expr, words: Words | None) -> Words | None:
+    """``words`` with the words of the test's other strings (the calls' inputs; not its
+    docstring nor ``literal``) as the ones a changed word is drawn from first (see
+    :class:`~crl_worker.harness.literals.Words`)."""
+    if words is None:
+        return None
+    body = test.node.body
+    skip = set(ast.walk(literal))
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        skip.add(body[0].value)
+    strings = [
+        n.value
+        for n in ast.walk(test.node)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n not in skip
+    ]
+    return replace(words, close=frozenset(text_vocabulary(" ".join(strings))))
+
+
 def _plan(
     source: Text,
     f2p: list[TestDef],
@@ -516,9 +541,11 @@ def _plan(
         groups = with_literal[:count]
         sizes = group_sizes(count, len(groups))
         for test, size in zip(groups, sizes, strict=True):
-            literals = expectations(test)
+            literal = rng.choice(expectations(test))
             try:
-                start, end, texts = mutate_literal(source, rng.choice(literals), rng, size, words)
+                start, end, texts = mutate_literal(
+                    source, literal, rng, size, _input_words(test, literal, words)
+                )
             except ValueError:
                 continue
             plan.extend((test, (start, end, t)) for t in texts)
@@ -535,8 +562,11 @@ def _plan(
         if not literals:
             single.append((test, None))
             continue
+        literal = rng.choice(literals)
         try:
-            start, end, texts = mutate_literal(source, rng.choice(literals), rng, 1, words)
+            start, end, texts = mutate_literal(
+                source, literal, rng, 1, _input_words(test, literal, words)
+            )
         except ValueError:
             continue
         single.append((test, (start, end, texts[0])))
