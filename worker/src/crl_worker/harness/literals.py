@@ -12,7 +12,7 @@ import ast
 import random
 import re
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 #: A word of a string literal's text: letters not after a backslash (an escape) or a letter.
@@ -54,6 +54,18 @@ def text_vocabulary(text: str) -> Counter[str]:
     return Counter({w: n for w, n in found.items() if len(w) > 1})
 
 
+def source_words(text: str, new: Iterable[tuple[int, int]]) -> Words:
+    """The :class:`Words` of a source this package does not parse: all of ``text``'s, and
+    those outside the spans ``new`` (the tests the task adds; a span inside an earlier one is
+    part of it)."""
+    kept, at = [], 0
+    for start, end in sorted(new):
+        if start >= at:
+            kept.append(text[at:start])
+            at = end
+    return Words(text_vocabulary(text), text_vocabulary("".join([*kept, text[at:]])))
+
+
 @dataclass(frozen=True)
 class Words:
     """A module's words (:func:`vocabulary`): all of them, and those outside the tests the
@@ -93,14 +105,15 @@ def word_variants(
             for w in words.all
             if w != word.lower() and abs(len(w) - len(word)) <= max(2, len(word) // 2)
         ]
-        alike = [w for w in near if (w in words.old) == (word.lower() in words.old)]
+        old = word.lower() in words.old
+        alike = [w for w in near if (w in words.old) == old]
         options = sorted(_cased(w, word) for w in (alike if len(alike) >= count else near))
         # Of the input's words, those as old as the original (else a list of the words the
         # repository had before the task would tell them apart).
         close = sorted(
             _cased(w, word)
             for w in words.close
-            if w != word.lower() and len(w) > 1 and (w in words.old) == (word.lower() in words.old)
+            if w != word.lower() and len(w) > 1 and (w in words.old) == old
         )
         if len(set(options) | set(close)) >= min(count, 2):
             spots.append((match.start(), match.end(), options, close))

@@ -28,7 +28,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
-from crl_worker.harness.literals import Words, text_vocabulary, variants
+from crl_worker.harness.literals import Words, source_words, text_vocabulary, variants
 from crl_worker.harness.mutants import Derived, group_sizes
 from crl_worker.harness.names import canary_name
 
@@ -384,12 +384,10 @@ def derive(
 
     # A changed word of a string is another word of the class (one the class had before the
     # task for one it had), from the compared call's input first: see literals.Words.
-    before, at = [], 0
-    for method in methods:
-        if f"{fqn}#{method.name}" in set(fail_to_pass):
-            before.append(text[at : method.start])
-            at = method.end
-    vocabulary = Words(text_vocabulary(text), text_vocabulary("".join([*before, text[at:]])))
+    listed_f2p = set(fail_to_pass)
+    vocabulary = source_words(
+        text, [(m.start, m.end) for m in methods if f"{fqn}#{m.name}" in listed_f2p]
+    )
     plan: list[tuple[_Method, tuple[int, int], str]] = []
     for group, per_test in ((listed(fail_to_pass), None), (listed(pass_to_pass), 1)):
         if plan or not group:
@@ -405,7 +403,6 @@ def derive(
     if not plan:
         return None
     scope = test_names(code, open_at, close_at)
-    listed_f2p = set(fail_to_pass)
     known = [n for n in scope if f"{fqn}#{n}" not in listed_f2p]
     # Any identifier of the file (a method, a field, a static import) or a reserved word.
     taken = set(_IDENT.findall(code)) | JAVA_KEYWORDS

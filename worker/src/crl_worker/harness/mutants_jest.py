@@ -43,7 +43,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
-from crl_worker.harness.literals import Words, text_vocabulary, word_variants
+from crl_worker.harness.literals import Words, source_words, text_vocabulary, word_variants
 from crl_worker.harness.mutants import Derived, group_sizes
 from crl_worker.harness.names import canary_name
 
@@ -372,12 +372,9 @@ def derive(
     sizes = group_sizes(max(count, len(groups)), len(groups))
     # A changed word is another word of the file (one it had before the task for one it had),
     # from the test's other strings (the call's input) first: see literals.Words.
-    before, at = [], 0
-    for test in tests:
-        if test.id in listed and toks[test.name].start >= at:
-            before.append(text[at : toks[test.name].start])
-            at = toks[test.close].end
-    vocabulary = Words(text_vocabulary(text), text_vocabulary("".join([*before, text[at:]])))
+    vocabulary = source_words(
+        text, [(toks[t.name].start, toks[t.close].end) for t in tests if t.id in listed]
+    )
     for (test, spot), size in zip(groups, sizes, strict=True):
         assert spot.literal is not None
         inputs = [
@@ -422,15 +419,12 @@ def derive(
         copy = _copy(text, toks, test, spot, value, new)
         # Before or after a test of its describe: the first test there may be a copy too.
         where = rng.choice(siblings[test.id])
+        start = toks[where.name].start
+        indent = text[text.rfind("\n", 0, start) + 1 : start]
         if rng.random() < 0.5:
-            at = toks[where.name].start
-            indent = text[text.rfind("\n", 0, at) + 1 : at]
-            edits.append((at, at, copy + "\n\n" + indent))
+            edits.append((start, start, copy + "\n\n" + indent))
         else:
-            at = toks[where.close].end
-            if where.close + 1 < len(toks) and toks[where.close + 1].text == ";":
-                at = toks[where.close + 1].end
-            indent = text[text.rfind("\n", 0, toks[where.name].start) + 1 : toks[where.name].start]
+            at = _end(toks, where)
             edits.append((at, at, "\n\n" + indent + copy))
         canaries.append(" > ".join([*test.ancestors, new]))
         sources.append(test.id)
@@ -445,13 +439,18 @@ def derive(
     )
 
 
+def _end(toks: list[_Tok], test: JestTest) -> int:
+    """Just past ``test``'s closing ``)``, and its ``;`` when it has one."""
+    if test.close + 1 < len(toks) and toks[test.close + 1].text == ";":
+        return toks[test.close + 1].end
+    return toks[test.close].end
+
+
 def _copy(text: str, toks: list[_Tok], test: JestTest, spot: _Target, value: str,
           title: str) -> str:  # fmt: skip
     """The copy of ``test`` titled ``title``, its target changed (``value``, else ``.not``):
     the text from its ``test``/``it`` to its ``);``."""
-    end = toks[test.close].end
-    if test.close + 1 < len(toks) and toks[test.close + 1].text == ";":
-        end = toks[test.close + 1].end
+    end = _end(toks, test)
     pieces: list[tuple[int, int, str]] = []
     title_tok = toks[test.title_tok]
     pieces.append((title_tok.start, title_tok.end, title_tok.text[0] + title + title_tok.text[0]))
