@@ -225,6 +225,26 @@ def test_jest_copies_change_a_word_to_another_word_of_the_spec() -> None:
     assert from_input > 50 and 0 < first_is_copy < 20
 
 
+def test_a_comment_above_a_jest_test_goes_with_its_copies() -> None:
+    """A copy carries the comment lines right above the test it copies, and no copy is placed
+    between a test and its comment: the test under a comment is not the real one (with copies
+    that had none, it always was)."""
+    task = _task("javascript__word-tally")
+    spec = next(iter(_hidden(task).values()))
+    note = "  // Letters only; case folds.\n  /* Both kinds of comment. */\n"
+    spec = spec.replace("  xtest('case is ignored'", note + "  xtest('case is ignored'")
+    spec = spec.replace("  xit('ties go", "  // Alphabetical.\n  xit('ties go")
+    for seed in range(20):
+        derived = mutants_jest.derive(spec, task.fail_to_pass, random.Random(seed), 4)
+        assert derived is not None
+        copies = derived.sources.count("most common word > case is ignored")
+        assert derived.text.count(note) == 1 + copies, derived.text
+        for comment, call in ((note, "'Go go GO stop'"), ("// Alphabetical.\n", "'pear apple")):
+            for at in [m.end() for m in re.finditer(re.escape(comment), derived.text)]:
+                member = derived.text[at : derived.text.index("});", at)]
+                assert re.match(r"\s*x?(test|it)\(", member) and call in member, derived.text
+
+
 def test_unknown_passing_ids_and_the_package_result() -> None:
     """A passing id the harness neither planted nor lists is tampering (a failing one is not);
     a Go package's own result is that of its tests other than the canaries."""

@@ -80,6 +80,25 @@ class Words:
     cheapest guess at which value is real, does not tell them apart."""
 
 
+def comment_top(text: str, code: str, start: int) -> int:
+    """Where the member (a Java method, a Jest test) starting at ``start`` begins with the
+    comment lines right above it (a doc comment, ``//`` lines; no blank line between): what a
+    copy takes along and what is not split from the member a copy is placed before, so no
+    comment marks the real test. ``code`` is ``text`` with its comments blanked out."""
+    line = text.rfind("\n", 0, start) + 1
+    if text[line:start].strip():
+        return start
+    top = line
+    while top > 0:
+        above = text.rfind("\n", 0, top - 1) + 1
+        if code[above:top].strip() or not text[above:top].strip():
+            break
+        top = above
+    if top == line:
+        return start
+    return top + len(text[top:line]) - len(text[top:line].lstrip())
+
+
 def _cased(word: str, like: str) -> str:
     if like.isupper():
         return word.upper()

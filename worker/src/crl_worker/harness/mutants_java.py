@@ -28,7 +28,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
-from crl_worker.harness.literals import Words, source_words, text_vocabulary, variants
+from crl_worker.harness.literals import Words, comment_top, source_words, text_vocabulary, variants
 from crl_worker.harness.mutants import Derived, group_sizes
 from crl_worker.harness.names import canary_name
 
@@ -322,24 +322,6 @@ def renamable(text: str, code: str, cls: str, method: _Method, keep: str = "") -
     return _OWN_NAME_READERS.search(text) is None
 
 
-def _lead(text: str, code: str, start: int) -> int:
-    """Where the member starting at ``start`` begins with the comment lines right above it (a
-    Javadoc, ``//`` lines; no blank line between): what a copy takes along and what is not
-    split from the member a copy is placed before, so no comment marks the real test."""
-    line = text.rfind("\n", 0, start) + 1
-    if text[line:start].strip():
-        return start
-    top = line
-    while top > 0:
-        above = text.rfind("\n", 0, top - 1) + 1
-        if code[above:top].strip() or not text[above:top].strip():
-            break
-        top = above
-    if top == line:
-        return start
-    return top + len(text[top:line]) - len(text[top:line].lstrip())
-
-
 def _name_at(code: str, method: _Method) -> int:
     """Where ``method``'s name starts in its declaration."""
     m = re.compile(_word_re(method.name) + r"\s*\(").search(code, method.start, method.body_open)
@@ -416,13 +398,13 @@ def derive(
     ids: list[str] = []
     for method, (a, b), new in plan:
         name = canary_name(method.name, scope, known, taken, rng, body_words(code, method))
-        first = _lead(text, code, method.start)
+        first = comment_top(text, code, method.start)
         head = text[first : method.body_open]
         at = _name_at(code, method) - first
         head = head[:at] + name + head[at + len(method.name) :]
         body = text[method.body_open : a] + new + text[b : method.end]
         where = rng.choice(methods)
-        ahead = _lead(text, code, where.start)
+        ahead = comment_top(text, code, where.start)
         indent = text[text.rfind("\n", 0, ahead) + 1 : ahead]
         copy = head + body
         if rng.random() < 0.5:

@@ -28,7 +28,8 @@ every grading anew:
   from the ``describe``'s own titles (words joined by spaces); every real test whose title is
   written once in the file and appears nowhere else (the command, the other hidden files) is
   renamed the same way, and the run's ids are mapped back to the task's;
-- **placed among the real tests**: each before or after a randomly drawn test of its ``describe``.
+- **placed among the real tests**: each before or after a randomly drawn test of its ``describe``,
+  with the comment lines right above the test it copies, and never between a test and its comment.
 
 Where a test's last expectation has no literal to change (``toBeNull()``, ``toThrow()``), the
 copy toggles the matcher's ``.not`` instead (the weaker fallback: that copy's shape differs from
@@ -43,7 +44,13 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
-from crl_worker.harness.literals import Words, source_words, text_vocabulary, word_variants
+from crl_worker.harness.literals import (
+    Words,
+    comment_top,
+    source_words,
+    text_vocabulary,
+    word_variants,
+)
 from crl_worker.harness.mutants import Derived, group_sizes
 from crl_worker.harness.names import canary_name
 
@@ -360,6 +367,7 @@ def derive(
     copied. ``keep`` are the texts (the command, the other hidden files) where a renamed test's
     title must not appear."""
     toks, tests = tests_of(text)
+    code = _code(text, toks)
     listed = set(fail_to_pass)
     ids = [t.id for t in tests]
     planned = [(t, target(toks, t)) for t in tests if t.id in listed and ids.count(t.id) == 1]
@@ -416,10 +424,13 @@ def derive(
         body = text[toks[test.body[0]].start : toks[test.body[1]].end]
         words = [w.lower() for w in re.findall(r"[A-Za-z][a-z0-9]+", body) if len(w) > 2]
         new = draw(test, sorted(set(words) - {"expect", "toequal", "tobe"}))
-        copy = _copy(text, toks, test, spot, value, new)
+        # The comment lines right above the test go along, and a copy placed before a test
+        # goes above that test's comment: no comment tells the real test apart.
+        at = toks[test.name].start
+        copy = text[comment_top(text, code, at) : at] + _copy(text, toks, test, spot, value, new)
         # Before or after a test of its describe: the first test there may be a copy too.
         where = rng.choice(siblings[test.id])
-        start = toks[where.name].start
+        start = comment_top(text, code, toks[where.name].start)
         indent = text[text.rfind("\n", 0, start) + 1 : start]
         if rng.random() < 0.5:
             edits.append((start, start, copy + "\n\n" + indent))
@@ -437,6 +448,15 @@ def derive(
         sources=tuple(sources),
         renamed=tuple(renamed),
     )
+
+
+def _code(text: str, toks: list[_Tok]) -> str:
+    """``text`` with its comments blanked out: every character outside a token a space,
+    line breaks kept."""
+    out = [c if c == "\n" else " " for c in text]
+    for tok in toks:
+        out[tok.start : tok.end] = text[tok.start : tok.end]
+    return "".join(out)
 
 
 def _end(toks: list[_Tok], test: JestTest) -> int:
