@@ -223,7 +223,8 @@ class LocalSandbox(LimitedSandbox):
         if self.cgroup is not None:
             self.transport.enter = self.cgroup.enter_command()
 
-        await self.open_session()
+        if task.install:  # else the agent's session below is the first one
+            await self.open_session()
         for number, command in enumerate(task.install, 1):
             try:
                 result = await self.run(
@@ -397,7 +398,8 @@ class LocalSandbox(LimitedSandbox):
         # command with the worker's python), and they hold code, not secrets.
         plan.keep(sys.prefix)
         if self.interpreter is not None:
-            for binary in {Path(self.interpreter.path), Path(self.interpreter.path).resolve()}:
+            found = (self.interpreter.path, self.interpreter.command)
+            for binary in {*map(Path, found), *(Path(p).resolve() for p in found)}:
                 plan.keep(binary.parent.parent)
         uv = find_uv(host_path()) if self.config.use_uv else None
         if uv is not None:
@@ -497,10 +499,10 @@ class LocalSandbox(LimitedSandbox):
         attempts: list[list[str]] = []
         if uv is not None:
             # Seeded (pip) from uv's cache without asking the package index, else asked once.
-            seeded = ["--quiet", "--seed", "--python", interpreter.path, *extra, str(venv)]
+            seeded = ["--quiet", "--seed", "--python", interpreter.command, *extra, str(venv)]
             attempts += [[uv, "venv", "--offline", *seeded], [uv, "venv", *seeded]]
         module = "virtualenv" if interpreter.version < (3, 3, 0) else "venv"
-        attempts.append([interpreter.path, "-m", module, *extra, str(venv)])
+        attempts.append([interpreter.command, "-m", module, *extra, str(venv)])
         errors = []
         for argv in attempts:
             proc = await asyncio.create_subprocess_exec(
