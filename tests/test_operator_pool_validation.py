@@ -11,11 +11,17 @@ from prometheus_client import REGISTRY
 
 from crl_operator import conditions as c
 from crl_operator.builders import progress_name
+from crl_operator.crds import PRINTER_COLUMNS
 from crl_operator.events import TASKS_QUARANTINED, TASKS_VALIDATED, transition_events
 from crl_operator.metrics import forget_quarantined, record_quarantined
 from crl_operator.patches import status_patch
-from crl_operator.status import Observed, rolloutpool_status, trainingrun_status
-from crl_worker.api import RolloutPool
+from crl_operator.status import (
+    Observed,
+    benchmark_status,
+    rolloutpool_status,
+    trainingrun_status,
+)
+from crl_worker.api import Benchmark, RolloutPool
 from crl_worker.api.contract import Env
 from crl_worker.api.progress import PoolProgress
 
@@ -146,6 +152,16 @@ def test_a_validating_pool_is_not_ready_until_its_gateway_says_it_is_done() -> N
     assert _conds(trun)["SandboxesReady"] == ("False", c.VALIDATING)
     assert (trun["validation"]["validated"], trun["validation"]["quarantined"]) == (4, 3)
     assert status_patch("TrainingRun", None, trun)["validation"] == trun["validation"]
+
+    # So does a Benchmark, in its status and its QUARANTINED column, and after the cleanup
+    # took its pool away.
+    bench = Benchmark.model_validate(load("benchmark-swe-bench-verified-baseline.yaml"))
+    seen = benchmark_status(bench, Observed(pool={**rpool, "status": after}), None, T0)
+    assert (seen["validation"]["validated"], seen["validation"]["quarantined"]) == (10, 3)
+    assert status_patch("Benchmark", None, seen)["validation"] == seen["validation"]
+    assert benchmark_status(bench, Observed(), seen, T1)["validation"] == seen["validation"]
+    columns = {c["name"]: c["jsonPath"] for c in PRINTER_COLUMNS["Benchmark"]}
+    assert columns["Quarantined"] == ".status.validation.quarantined"
 
 
 def test_the_quarantine_gauge_follows_the_status() -> None:

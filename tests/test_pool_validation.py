@@ -149,6 +149,7 @@ def test_a_trainer_and_a_benchmark_on_a_validating_pool_use_only_its_served_task
         outcome, _ = setup.run()
         summary = outcome.summary
         assert (summary["total"], summary["resolved"], summary["errored"]) == (1, 1, 0)
+        assert summary["quarantined"] == 1
         listed = json.loads((tmp_path / "results" / QUARANTINE_FILE).read_text())
         assert listed["reasons"] == {"resolved without the fix": 1}
         assert listed["tasks"][0]["problems"] == [BROKEN_PROBLEM]

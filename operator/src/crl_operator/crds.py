@@ -56,6 +56,7 @@ PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
         {"name": "Admission", "type": "string", "jsonPath": ".status.queue.state"},
         {"name": "Queue", "type": "string", "jsonPath": ".status.queue.name", "priority": 1},
         {"name": "Resolve rate", "type": "number", "jsonPath": ".status.resolveRate"},
+        {"name": "Quarantined", "type": "integer", "jsonPath": ".status.validation.quarantined"},
         {"name": "Ready", "type": "string", "jsonPath": _ready("status"), "priority": 1},
         {"name": "Reason", "type": "string", "jsonPath": _ready("reason"), "priority": 1},
         _age(),

@@ -51,6 +51,7 @@ OWNED_KEYS: dict[str, frozenset[str]] = {
             "resultsPath",
             "children",
             "queue",
+            "validation",
         }
     ),
 }

@@ -540,6 +540,11 @@ def benchmark_status(
     }
     if bench.spec.pool_ref is not None and seen.pool is not None:
         out["children"]["rolloutPool"] = name_of(seen.pool)
+    validation = ((seen.pool or {}).get("status") or {}).get("validation")
+    if isinstance(validation, Mapping):
+        out["validation"] = dict(validation)
+    elif isinstance(prev.get("validation"), Mapping) and seen.pool is None:
+        out["validation"] = dict(prev["validation"])  # the pool went with the cleanup
     out.update(benchmark_results(seen.report, progress, prev))
     if seen.admission is not None:
         out["queue"] = seen.admission.status()

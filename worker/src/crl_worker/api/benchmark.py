@@ -19,7 +19,7 @@ from crl_worker.api.common import (
     SchedulingSpec,
     TaskSource,
 )
-from crl_worker.api.status import CommonStatus, QueueStatus
+from crl_worker.api.status import CommonStatus, QueueStatus, ValidationStatus
 
 
 class SuiteSpec(ApiModel):
@@ -233,3 +233,7 @@ class BenchmarkStatus(CommonStatus):
     """Objects created for the benchmark."""
     queue: QueueStatus | None = None
     """Kueue's admission of the whole run (with `scheduling.queueName`)."""
+    validation: ValidationStatus | None = None
+    """The task validation of the benchmark's RolloutPool (its `status.validation`), when the
+    pool validates: quarantined tasks are left out of the run and of `progress.total`, and
+    listed in the results folder's `quarantine.json`."""

@@ -156,6 +156,7 @@ class BenchmarkRunner:
         max_consecutive_errors: int | None = None,
         retries: int = 0,
         spares: bool = False,
+        quarantined: int = 0,
     ) -> None:
         ids = [t.instance_id for t in tasks]
         if len(set(ids)) != len(ids):
@@ -178,6 +179,8 @@ class BenchmarkRunner:
         self.baseline = baseline
         self.max_consecutive_errors = max_consecutive_errors
         self.retries = retries
+        #: Tasks left out because their validation quarantined them (``summary.json``).
+        self.quarantined = quarantined
         self._consecutive_errors = 0
         self._gave_up: str | None = None
         self._by_id = {t.instance_id: t for t in self.tasks}
@@ -368,6 +371,7 @@ class BenchmarkRunner:
             finished=finished,
             elapsed=elapsed,
             comparison=comparison,
+            quarantined=self.quarantined,
         )
 
     async def _after(self, result: AttemptResult) -> None:

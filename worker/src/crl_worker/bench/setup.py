@@ -256,6 +256,7 @@ def prepare_benchmark(
             baseline=_baseline(config, baseline),
             retries=retries,
             spares=spares,
+            quarantined=len(validation.quarantined) if validation is not None else 0,
             max_consecutive_errors=(
                 default_error_limit(parallelism) if max_errors is None else (max_errors or None)
             ),

@@ -164,8 +164,10 @@ def build_summary(
     finished: bool,
     elapsed: float | None = None,
     comparison: Mapping[str, Any] | None = None,
+    quarantined: int = 0,
 ) -> dict[str, Any]:
-    """``summary.json`` of a run from its attempts' results (latest result of each attempt)."""
+    """``summary.json`` of a run from its attempts' results (latest result of each attempt);
+    ``quarantined``: the tasks its validation left out (not in ``total``)."""
     ks = list(ks)
     errored = [r for r in records if r.infrastructure_failure]
     valid = [r for r in records if not r.infrastructure_failure]
@@ -182,6 +184,7 @@ def build_summary(
         "finished": finished,
         "updatedAt": now_rfc3339(),
         "total": total,
+        "quarantined": quarantined,
         "done": len(records),
         "instances": len({r.instance_id for r in records}),
         "resolved": resolved,
