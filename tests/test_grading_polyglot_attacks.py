@@ -100,11 +100,20 @@ def test_canaries_copy_rename_and_map_back() -> None:
     copies = [
         line for line in canary.text.splitlines() if line.split('"')[1:2] in [[n] for n in names]
     ]
-    expected = {"0": "1", "1907": "16", "999999999999LL": "107"}
+    real = {"0": "0", "1907": "17", "999999999999LL": "108"}
     assert len(copies) == 4 and all(line.count("REQUIRE") == 1 for line in copies)
+    by_call: dict[str, list[str]] = {}
     for line in copies:
         call = line.split("digit_sum::sum(")[1].split(")")[0]
-        assert line.endswith(f"== {expected[call]}); }}"), line
+        want = line.rsplit("== ", 1)[1].removesuffix("); }")
+        assert want.isdigit() and want != real[call], line
+        by_call.setdefault(call, []).append(want)
+    # The copies of one test expect different values, each one digit away from the original.
+    for call, wants in by_call.items():
+        assert len(set(wants)) == len(wants), wants
+        for want in wants:
+            differ = [a != b for a, b in zip(want, real[call], strict=True)]
+            assert sum(differ) == 1, (call, want)
 
 
 def test_rust_and_cpp_copies_expect_another_value() -> None:
@@ -113,19 +122,42 @@ def test_rust_and_cpp_copies_expect_another_value() -> None:
     it. Assertions the test may not reach, sides with a call or a name used elsewhere, and
     literals whose change could break the build are left alone."""
     rng = random.Random(0)
-    change = expectations.changed_expectation
-    assert change("    assert_eq!(digit_sum(1907), Some(17));", "rust", rng) == (
-        "    assert_eq!(digit_sum(1907), Some(16));"
+
+    def change(body: str, language: str, rng: random.Random) -> str | None:
+        return next(iter(expectations.changed_expectations(body, language, rng, 1)), None)
+
+    def values(body: str, pattern: str, count: int = 4) -> list[str]:
+        found = expectations.changed_expectations(body, "rust", rng, count)
+        return [m.group(1) for b in found if (m := re.search(pattern, b))]
+
+    # Every copy of a test changes the same spot, each to another value drawn at random: no
+    # rule (n - 1, an appended letter) leads from the copies to the original.
+    sums = values("    assert_eq!(digit_sum(1907), Some(17));", r"Some\((\d+)\)")
+    assert len(set(sums)) == 4 and "17" not in sums
+    assert (
+        len({next(i for i, (a, b) in enumerate(zip(v, "17", strict=True)) if a != b) for v in sums})
+        == 1
     )
+    drawn = {v for _ in range(20) for v in values("assert_eq!(f(1907), 17);", r"(\d+)\);")}
+    assert len(drawn) > 8 and all(len(v) == 2 and v[0] != "0" for v in drawn), drawn
     bound = '    let input = "Portable";\n    let expected = "PNG";\n    assert_eq!(f(input), expected);'
-    assert change(bound, "rust", rng) == bound.replace('"PNG"', '"PNGq"')
+    assert change(bound, "rust", rng) not in (None, bound)
     several = '    let expected = vec![\n        "a",\n    ];\n    assert_eq!(expected, f(1));'
-    assert change(several, "rust", rng) == several.replace('"a"', '"aq"')
+    changed = change(several, "rust", rng)
+    assert changed is not None and '"a"' not in changed and changed.count('"') == 2, changed
+    # An integer never leaves the width it fits: -128 and 255 stay an i8's and a u8's.
+    for body, low, high in [
+        ("assert_eq!(f(), -128);", -128, 127),
+        ("assert_eq!(f(), 255);", 0, 255),
+    ]:
+        for _ in range(20):
+            for new in values(body, r"(-?\d+)\);", 9):
+                assert low <= int(new) <= high and new.lstrip("-") == new.lstrip("-").lstrip("0")
     cpp = "    vector<unsigned int> expected{5};\n    REQUIRE(expected == convert(2, in, 10));"
-    assert change(cpp, "cpp", rng) == cpp.replace("{5}", "{4}")
-    assert change('REQUIRE(bob::hey("Hi") == "Whatever.");', "cpp", rng) == (
-        'REQUIRE(bob::hey("Hi") == "Whatever.q");'
-    )
+    changed = change(cpp, "cpp", rng)
+    assert changed is not None and re.search(r"\{[0-46-9]\}", changed), changed
+    changed = change('REQUIRE(bob::hey("Hi") == "Whatever.");', "cpp", rng)
+    assert changed is not None and "Whatever." not in changed, changed
     for body, language in [
         ("    for x in xs {\n        assert_eq!(f(x), 3);\n    }", "rust"),  # maybe not reached
         ("    let expected = 3;\n    assert_eq!(f(expected), expected);", "rust"),  # an input too

@@ -15,10 +15,13 @@ made of literals only (numbers, strings, ``Some``/``None``/``Ok``/``Err``, ``vec
 tuples, ``String::from``, ``.to_string()``, ``std::vector<...>{...}``, ``std::string``) and the
 other must not, or one side is a name bound to such literals on a line of its own before (Rust
 ``let expected = 800;``, C++ ``vector<int> expected{1};``) and used nowhere else, whose literals
-are then the expectation; one of that side's literals changes: an integer ``n`` to ``n - 1`` (``0`` to
-``1``: never out of its type's range), a decimal to one more, a string gains a letter. A value
-built from different literals is a different value, so the changed assertion fails for every
-answer that passes the real one. Anything else (a side with a call or a variable, a raw string,
+are then the expectation; one of that side's literals changes, drawn at random, and every copy
+of one test changes it at the same spot to another value, drawn at random too: a number's digit
+(an integer never past the width it fits: :data:`_BOUNDS`), a string's word to another word of
+the test file (else a character). No rule leads from the copies to the original (a fixed
+``n - 1`` or an appended letter did: the value the rule turns into all the others was the real
+one). A value built from different literals is a different value, so the changed assertion
+fails for every answer that passes the real one. Anything else (a side with a call or a variable, a raw string,
 a hexadecimal number only, several ``==``) gives ``None``: the copy keeps the appended
 comparison.
 """
@@ -27,6 +30,9 @@ from __future__ import annotations
 
 import random
 import re
+from dataclasses import replace
+
+from crl_worker.harness.literals import Words, text_vocabulary, variants
 
 _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 _CHAR = re.compile(r"'(?:[^'\\\n]|\\[^'\n]{1,10})'")
@@ -119,20 +125,80 @@ def _literal_only(side: str, language: str) -> bool:
     )
 
 
-def _changes(side: str) -> list[tuple[int, int, str]]:
-    """(start, end, replacement) for each literal of ``side`` that can be changed."""
-    found = [(m.start(), m.end(), m.group()[:-1] + 'q"') for m in _STRING.finditer(side)]
+#: The largest value of each integer width: a changed literal never passes the smallest of these
+#: that the original is within (200 stays within an u8's 255), so it fits whatever type the
+#: original had.
+_BOUNDS = (127, 255, 32767, 65535, 2**31 - 1, 2**32 - 1, 2**63 - 1, 2**64 - 1)
+#: The same for a negative literal's digits (``-128`` is an i8's least value).
+_NEGATIVE_BOUNDS = (128, 32768, 2**31, 2**63)
+
+
+def _spots(side: str) -> list[tuple[int, int, bool]]:
+    """(start, end, whether a string) of each literal of ``side`` that can be changed: strings,
+    decimal integers and decimals (their digits, not a type suffix); not hexadecimal, binary,
+    octal or exponent numbers."""
+    found = [(m.start(), m.end(), True) for m in _STRING.finditer(side)]
     for m in _NUMBER.finditer(_literals_masked(side)):
-        whole, fraction, suffix = m.group(1), m.group(2), m.group(3) or ""
+        suffix = m.group(3) or ""
         if suffix[:1] in ("x", "X", "b", "B", "o", "O", "e", "E"):
             continue  # hexadecimal, binary, octal, an exponent: left alone
-        if fraction is not None:
-            new = f"{int(whole) + 1}.{fraction}{suffix}"
-        else:
-            value = int(whole)
-            new = f"{value - 1 if value > 0 else 1}{suffix}"
-        found.append((m.start(), m.end(), new))
+        found.append((m.start(), m.end() - len(suffix), False))
     return found
+
+
+def _number_variants(text: str, rng: random.Random, count: int, negative: bool) -> list[str]:
+    """Up to ``count`` different numbers for the number ``text`` (decimal digits, maybe one
+    ``.``; ``negative`` when a minus sign comes before it), each with the same one digit changed
+    to another, drawn at random: the group has no rule that leads from the others to the
+    original (a fixed ``n - 1`` did). An integer stays within the width the original fits
+    (:data:`_BOUNDS`) and gets no leading zero."""
+    digits = [i for i, c in enumerate(text) if c.isdigit()]
+    integer = "." not in text
+    bounds = _NEGATIVE_BOUNDS if negative else _BOUNDS
+    bound = next((b for b in bounds if int(text) <= b), bounds[-1]) if integer else None
+    spots = []
+    for i in digits:
+        lead = i == 0 and len(digits) > 1 and integer
+        options = [text[:i] + d + text[i + 1 :] for d in "0123456789" if d != text[i]]
+        options = [o for o in options if not (lead and o[0] == "0")]
+        if bound is not None:
+            options = [o for o in options if int(o) <= bound]
+        if options:
+            spots.append(options)
+    if not spots:
+        return []
+    # The spot with the most choices of those that have enough, else the best there is.
+    enough = [o for o in spots if len(o) >= count]
+    options = rng.choice(enough) if enough else max(spots, key=len)
+    return rng.sample(options, min(count, len(options)))
+
+
+def _string_variants(text: str, rng: random.Random, count: int, words: Words | None) -> list[str]:
+    """Up to ``count`` different texts for the string literal ``text`` (quotes included), the
+    same one spot changed in each: a word of the file where there is one, else a character
+    (:func:`crl_worker.harness.literals.variants`)."""
+    found = variants(text.encode(), text[1:-1], rng, count, words)
+    return [v.decode() for v in found]
+
+
+def _changes(side: str, rng: random.Random, count: int, words: Words | None) -> list[str]:
+    """Up to ``count`` different versions of ``side`` (a literal-only expectation), one of its
+    literals drawn at random and changed at the same spot in each."""
+    spots = _spots(side)
+    rng.shuffle(spots)
+    best: list[str] = []
+    for start, end, string in spots:
+        literal = side[start:end]
+        if string:
+            new = _string_variants(literal, rng, count, words)
+        else:
+            negative = side[:start].rstrip().endswith("-")
+            new = _number_variants(literal, rng, count, negative)
+        if len(new) > len(best):
+            best = [side[:start] + n + side[end:] for n in new]
+        if len(best) >= count:
+            break
+    return best
 
 
 def _depth_zero(masked: str, position: int) -> bool:
@@ -141,9 +207,9 @@ def _depth_zero(masked: str, position: int) -> bool:
     return before.count("{") == before.count("}")
 
 
-def changed_expectation(body: str, language: str, rng: random.Random) -> str | None:
-    """``body`` (a Rust or C++ test's body) with one literal of its last assertion's expected
-    side changed (see the module docs), or None when it has no such assertion."""
+def expected_side(body: str, language: str) -> tuple[int, int] | None:
+    """The span of ``body`` (a Rust or C++ test's body) holding its last assertion's expected
+    side (see the module docs), or None when it has no such assertion."""
     if language not in _ASSERTS:
         return None
     masked = _literals_masked(body)
@@ -170,11 +236,26 @@ def changed_expectation(body: str, language: str, rng: random.Random) -> str | N
     if len(literal) + len(bound) != 1:
         return None
     start, end = (literal or bound)[0]
-    changes = _changes(body[start:end])
-    if not changes:
-        return None
-    at, until, new = rng.choice(changes)
-    return body[: start + at] + new + body[start + until :]
+    return (start, end) if _spots(body[start:end]) else None
+
+
+def changed_expectations(
+    body: str, language: str, rng: random.Random, count: int, words: Words | None = None
+) -> list[str]:
+    """Up to ``count`` different versions of ``body`` (a Rust or C++ test's body), each with
+    the same literal of its last assertion's expected side changed at the same spot to another
+    value drawn at random (a string's word to another of ``words``, the test file's); empty
+    when it has no such assertion."""
+    span = expected_side(body, language)
+    if span is None:
+        return []
+    start, end = span
+    if words is not None:
+        # A word of the call's input strings first, as the other copies do (literals.Words).
+        rest = body[:start] + body[end:]
+        inputs = " ".join(m.group()[1:-1] for m in _STRING.finditer(rest))
+        words = replace(words, close=frozenset(text_vocabulary(inputs)))
+    return [body[:start] + new + body[end:] for new in _changes(body[start:end], rng, count, words)]
 
 
 def _binding(

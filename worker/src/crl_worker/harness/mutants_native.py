@@ -41,7 +41,8 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from crl_worker.harness.expectations import changed_expectation
+from crl_worker.harness.expectations import changed_expectations, expected_side
+from crl_worker.harness.literals import Words, text_vocabulary
 from crl_worker.harness.mutants import Derived
 from crl_worker.harness.names import canary_name
 
@@ -193,14 +194,13 @@ def _draw(copied: str, names: list[str], taken: set[str], rng: random.Random, ex
 
 def _changeable(test: NativeTest, language: str) -> bool:
     """Whether a copy of ``test`` can have its expectation changed (:mod:`.expectations`)."""
-    return changed_expectation("\n".join(test.body), language, random.Random(0)) is not None
+    return expected_side("\n".join(test.body), language) is not None
 
 
-def _canary(test: NativeTest, lines: list[str], name: str, language: str,
-            rng: random.Random) -> list[str]:  # fmt: skip
-    """The copy of ``test`` named ``name``: its last assertion expecting another value where
-    it can (Rust, C++), else a failing comparison after its body."""
-    changed = changed_expectation("\n".join(test.body), language, rng)
+def _canary(test: NativeTest, lines: list[str], name: str, language: str, rng: random.Random,
+            changed: str | None) -> list[str]:  # fmt: skip
+    """The copy of ``test`` named ``name``: its body ``changed`` (its last assertion expecting
+    another value) where it can (Rust, C++), else a failing comparison after its body."""
     if changed is not None and language == "cpp" and test.start == test.end:
         return [f'TEST_CASE("{name}"{test.param}) {{ {changed} }}']
     if changed is not None and language == "cpp":
@@ -288,13 +288,22 @@ def derive(
     after: dict[int, list[list[str]]] = {}
     ids: list[str] = []
     sources: list[str] = []
-    for _ in range(count):
-        source = rng.choice(pool)
+    drawn = [rng.choice(pool) for _ in range(count)]
+    # The copies of one test all change the same literal at the same spot, each to another
+    # value (a word of the file for a word), so no copy stands out from the others.
+    words = Words(text_vocabulary(text), text_vocabulary(text))
+    changes: dict[str, list[str]] = {}
+    for source in dict.fromkeys(drawn):
+        body = "\n".join(source.body)
+        changes[source.name] = changed_expectations(body, language, rng, drawn.count(source), words)
+    for source in drawn:
         body = "\n".join(source.body)
         extra = sorted({w.lower() for w in _IDENT.findall(body) if len(w) > 2} - _COMMON)
         name = _draw(source.name, names, taken, rng, extra, language)
         where = rng.choice(tests)
-        after.setdefault(where.end, []).append(_canary(source, lines, name, language, rng))
+        left = changes[source.name]
+        changed = left.pop() if left else None
+        after.setdefault(where.end, []).append(_canary(source, lines, name, language, rng, changed))
         ids.append(prefix + name)
         sources.append(prefix + source.name)
     signatures = {t.signature: t for t in tests}
