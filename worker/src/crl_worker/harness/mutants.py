@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import random
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 from crl_worker.harness.literals import (
@@ -21,22 +21,17 @@ from crl_worker.harness.literals import (
     variants,
     vocabulary,
 )
-from crl_worker.harness.mutant_edits import Text, copy_test, def_name_at, moved_test, span
+from crl_worker.harness.mutant_edits import (
+    Text,
+    copy_test,
+    def_name_at,
+    equality_sides,
+    moved_test,
+    span,
+)
 from crl_worker.harness.names import body_words, canary_name
 from crl_worker.tasks.selection import django_label
 
-#: Methods whose first two arguments are compared for equality.
-EQUAL_ASSERTIONS = frozenset(
-    {
-        "assertEqual",
-        "assertEquals",
-        "assertListEqual",
-        "assertTupleEqual",
-        "assertDictEqual",
-        "assertSequenceEqual",
-        "assertMultiLineEqual",
-    }
-)
 #: Names that make a test's outcome other than pass or fail: such a test is not copied.
 _UNSAFE_NAMES = frozenset(
     {
@@ -186,21 +181,27 @@ def expectations(test: TestDef) -> list[ast.expr]:
     not a literal (a call into the package, a variable)."""
     found: list[ast.expr] = []
     for stmt in _straight(test.node.body):
-        pair: Sequence[ast.expr] = ()
-        if isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare):
-            compare = stmt.test
-            if len(compare.ops) == 1 and isinstance(compare.ops[0], ast.Eq):
-                pair = (compare.left, compare.comparators[0])
-        elif (
-            isinstance(stmt, ast.Expr)
-            and isinstance(stmt.value, ast.Call)
-            and isinstance(stmt.value.func, ast.Attribute)
-            and stmt.value.func.attr in EQUAL_ASSERTIONS
-            and len(stmt.value.args) >= 2
-        ):
-            pair = stmt.value.args[:2]
+        pair = equality_sides(stmt)
         if len(pair) == 2 and _literal(pair[0]) != _literal(pair[1]):
             found.append(pair[0] if _literal(pair[0]) else pair[1])
+    return found
+
+
+def last_equality(test: TestDef) -> ast.stmt | None:
+    """The last top-level equality assertion of ``test`` (:func:`_straight`) whose sides are
+    both not literals: what a copy without a literal to change compares with a new object
+    (:func:`crl_worker.harness.mutant_edits.unequal_check`); None when there is none. A side
+    naming ``ANY`` (``unittest.mock.ANY`` equals everything, honestly) rules a statement out."""
+    found = None
+    for stmt in _straight(test.node.body):
+        sides = equality_sides(stmt)
+        if (
+            len(sides) == 2
+            and not any(_literal(s) for s in sides)
+            and "ANY" not in {n.id if isinstance(n, ast.Name) else getattr(n, "attr", None)
+                              for s in sides for n in ast.walk(s)}
+        ):  # fmt: skip
+            found = stmt
     return found
 
 
@@ -411,7 +412,8 @@ def derive(
     for index, (test, literal) in enumerate(plan):
         scope = [t.node.name for t in tests if t.cls == test.cls]
         name = canary_name(test.node.name, scope, known, taken, rng, body_words(test.node))
-        place(test, copy_test(source, test, name, rng, literal, docs.get(index)))
+        equality = last_equality(test) if literal is None else None
+        place(test, copy_test(source, test, name, rng, literal, docs.get(index), equality))
         ids.append(test_id(path, test.cls, name, log_format))
         copied.append(test.id)
         if index in docs:
