@@ -31,9 +31,11 @@ every grading anew:
 - **placed among the real tests**: each before or after a randomly drawn test of its ``describe``,
   with the comment lines right above the test it copies, and never between a test and its comment.
 
-Where a test's last expectation has no literal to change (``toBeNull()``, ``toThrow()``), the
-copy toggles the matcher's ``.not`` instead (the weaker fallback: that copy's shape differs from
-the test it copies). Tests whose last expectation is not a top-level statement of the body, is
+Where a test's last expectation has no literal to change, an equality matcher's only argument
+(``toEqual(interval(-5, 3))``) becomes a new ``Symbol()``: a correct answer never equals it, a
+received value that matches everything (an ``asymmetricMatch`` that always says yes) does and is
+caught. Other matchers (``toBeNull()``, ``toThrow()``) get the matcher's ``.not`` toggled (the
+weaker fallback). Either way that copy's shape differs from the test it copies. Tests whose last expectation is not a top-level statement of the body, is
 an unawaited ``.resolves``/``.rejects``, or follows a ``return``, are not copied.
 """
 
@@ -63,6 +65,8 @@ _MATCHERS = frozenset(
     {"toEqual", "toStrictEqual", "toBe", "toThrow", "toThrowError", "toHaveLength",
      "toBeCloseTo", "toMatchObject"}
 )  # fmt: skip
+#: Equality matchers: a copy without a literal to change compares with a new ``Symbol()``.
+_EQUALITY = frozenset({"toEqual", "toStrictEqual"})
 _PUNCT = re.compile(r"=>|\.\.\.|[(){}\[\];,.]")
 _REGEX_BEFORE = frozenset("(,=:[!&|?{};+-*%<>~^")
 
@@ -228,6 +232,9 @@ class _Target:
     #: The matcher's name token (for the ``.not`` fallback).
     matcher: int
     negated: bool
+    #: Token range ``[start, end)`` of an equality matcher's only argument, when a copy
+    #: replaces it with a new ``Symbol()`` (no literal to change; see :func:`target`).
+    argument: tuple[int, int] | None = None
 
 
 def target(toks: list[_Tok], test: JestTest) -> _Target | None:
@@ -264,16 +271,18 @@ def target(toks: list[_Tok], test: JestTest) -> _Target | None:
                 matcher = k
     if matcher is None or (negated and toks[matcher - 2].text != "not"):
         return None
-    args, level = [], 0
+    args, level, stop = [], 0, end
     for k in range(matcher + 2, end):
         text = toks[k].text
         if toks[k].kind == "punct" and text in "({[":
             level += 1
         elif toks[k].kind == "punct" and text in ")}]":
             if level == 0:
+                stop = k
                 break
             level -= 1
         elif level == 0 and text == ",":
+            stop = k
             break  # the first argument only
         if toks[k].kind in ("num", "str") or text in ("true", "false"):
             args.append(k)
@@ -284,6 +293,18 @@ def target(toks: list[_Tok], test: JestTest) -> _Target | None:
     usable = [k for k in args if _values(toks[k].text, 1, random.Random(0)) and not asymmetric]
     if toks[matcher].text in _MATCHERS and not negated and usable:
         return _Target(usable[-1], matcher, negated)
+    if (
+        toks[matcher].text in _EQUALITY
+        and not negated
+        and not asymmetric
+        and matcher + 2 < stop < end
+        and toks[stop].text == ")"
+    ):
+        # Nothing to change: the received value is compared with a new Symbol(), which a
+        # correct answer never equals and a value that matches everything (an object with an
+        # ``asymmetricMatch``) does. With ``.not`` toggled instead, such a value failed the
+        # copy exactly as a correct answer does.
+        return _Target(None, matcher, negated, (matcher + 2, stop))
     return _Target(None, matcher, negated)
 
 
@@ -468,7 +489,8 @@ def _end(toks: list[_Tok], test: JestTest) -> int:
 
 def _copy(text: str, toks: list[_Tok], test: JestTest, spot: _Target, value: str,
           title: str) -> str:  # fmt: skip
-    """The copy of ``test`` titled ``title``, its target changed (``value``, else ``.not``):
+    """The copy of ``test`` titled ``title``, its target changed (``value``, else a new
+    ``Symbol()`` as an equality matcher's argument, else ``.not``):
     the text from its ``test``/``it`` to its ``);``."""
     end = _end(toks, test)
     pieces: list[tuple[int, int, str]] = []
@@ -477,6 +499,9 @@ def _copy(text: str, toks: list[_Tok], test: JestTest, spot: _Target, value: str
     if spot.literal is not None:
         tok = toks[spot.literal]
         pieces.append((tok.start, tok.end, value))
+    elif spot.argument is not None:
+        first, stop = spot.argument
+        pieces.append((toks[first].start, toks[stop - 1].end, "Symbol()"))
     elif spot.negated:
         # ``.not.toX(`` loses its ``.not``: from the ``.`` before ``not`` to the matcher's.
         pieces.append((toks[spot.matcher - 3].start, toks[spot.matcher - 1].start, ""))
