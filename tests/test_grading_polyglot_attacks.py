@@ -78,6 +78,9 @@ def test_canaries_copy_rename_and_map_back() -> None:
     assert sorted(in_file) == sorted([*canary.ids, *(new for new, _ in canary.renamed)])
     assert not {"TestDigitSum", "TestNegativeIsAnError"} & set(in_file)
     assert canary.text.count("t.FailNow()") == 4
+    # Every body runs one closure deep, the real tests' too: the call stack tells nothing.
+    in_run = mutants_native.tests_of(canary.text, "go")
+    assert len(in_run) == len(in_file) and all(t.body[0] == "\tfunc() {" for t in in_run)
     run_id = dict((old, new) for new, old in canary.renamed)["TestDigitSum"]
     assert f"{run_id}/zero" in with_canary(go, canary).fail_to_pass
     back = restore_ids(canary, {f"{run_id}/zero": TestStatus.PASSED})

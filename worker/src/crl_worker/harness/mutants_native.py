@@ -27,7 +27,9 @@ anew:
   own test names; every real top-level test whose name appears nowhere else in the hidden files
   or the command is renamed the same way, so neither the names nor a list of the exercise's
   published test names tell a canary from a real test;
-- **placed among the real tests**: each after a randomly drawn test of the file.
+- **placed among the real tests**: each after a randomly drawn test of the file; in Go every
+  real test's body runs in a closure as well, so that the call stack a copy's body sees (one
+  closure deeper than its test) is the real tests' too (redteam9 spared the copies by it).
 
 Tests that skip themselves (Go: ``Skip``; C++: ``SKIP``, ``SUCCEED``, a ``return``), expect a
 panic (Rust: ``should_panic``) or return a value (Rust: ``-> Result``) are not copied: the
@@ -307,12 +309,20 @@ def derive(
         ids.append(prefix + name)
         sources.append(prefix + source.name)
     signatures = {t.signature: t for t in tests}
+    # Go: every real test's body runs in a closure too, as a copy's does, so the call stack
+    # (a copy's body one closure deeper: ``TestX.func1``) does not tell them apart.
+    wrapped = {i for t in tests for i in range(t.signature + 1, t.end)} if language == "go" else ()
+    ends = {t.end for t in tests} if language == "go" else ()
     out: list[str] = []
     for i, line in enumerate(lines):
         at = signatures.get(i)
         if at is not None and at.name in renamed:
             line = _renamed(line, at.name, renamed[at.name], language)
-        out.append(line)
+        if i in ends:
+            out.append("\t}()")
+        out.append(f"\t{line}" if i in wrapped and line.strip() else line)
+        if at is not None and language == "go":
+            out.append("\tfunc() {")
         for planted in after.get(i, []):
             out.extend(["", *planted])
     return Derived(
