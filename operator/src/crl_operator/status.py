@@ -323,13 +323,17 @@ def trainingrun_status(
     }
     if run.spec.rollout.pool_ref is not None and seen.pool is not None:
         out["children"]["rolloutPool"] = name_of(seen.pool)
-    validation = ((seen.pool or {}).get("status") or {}).get("validation")
-    if isinstance(validation, Mapping):
-        out["validation"] = dict(validation)
+    out["validation"] = _pool_validation(seen)
     if seen.admission is not None:
         out["queue"] = seen.admission.status()
     out["completionTime"] = _completion_time(prev, js, now)
     return _drop_none(out)
+
+
+def _pool_validation(seen: Observed) -> dict[str, Any] | None:
+    """A copy of the observed RolloutPool's ``status.validation``, when it has one."""
+    validation = ((seen.pool or {}).get("status") or {}).get("validation")
+    return dict(validation) if isinstance(validation, Mapping) else None
 
 
 def _children(seen: Observed, refs: Mapping[str, tuple[str, str | None]]) -> dict[str, Any]:
@@ -540,10 +544,8 @@ def benchmark_status(
     }
     if bench.spec.pool_ref is not None and seen.pool is not None:
         out["children"]["rolloutPool"] = name_of(seen.pool)
-    validation = ((seen.pool or {}).get("status") or {}).get("validation")
-    if isinstance(validation, Mapping):
-        out["validation"] = dict(validation)
-    elif isinstance(prev.get("validation"), Mapping) and seen.pool is None:
+    out["validation"] = _pool_validation(seen)
+    if seen.pool is None and isinstance(prev.get("validation"), Mapping):
         out["validation"] = dict(prev["validation"])  # the pool went with the cleanup
     out.update(benchmark_results(seen.report, progress, prev))
     if seen.admission is not None:

@@ -21,18 +21,17 @@ of one test changes it at the same spot to another value, drawn at random too: a
 the test file (else a character). No rule leads from the copies to the original (a fixed
 ``n - 1`` or an appended letter did: the value the rule turns into all the others was the real
 one). A value built from different literals is a different value, so the changed assertion
-fails for every answer that passes the real one. Anything else (a side with a call or a variable, a raw string,
-a hexadecimal number only, several ``==``) gives ``None``: the copy keeps the appended
-comparison.
+fails for every answer that passes the real one. Anything else (a side with a call or a
+variable, a raw string, a hexadecimal number only, several ``==``) has no expected side
+(:func:`expected_side` gives ``None``): the copy keeps the appended comparison.
 """
 
 from __future__ import annotations
 
 import random
 import re
-from dataclasses import replace
 
-from crl_worker.harness.literals import Words, text_vocabulary, variants
+from crl_worker.harness.literals import Words, variants
 
 _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 _CHAR = re.compile(r"'(?:[^'\\\n]|\\[^'\n]{1,10})'")
@@ -253,8 +252,7 @@ def changed_expectations(
     if words is not None:
         # A word of the call's input strings first, as the other copies do (literals.Words).
         rest = body[:start] + body[end:]
-        inputs = " ".join(m.group()[1:-1] for m in _STRING.finditer(rest))
-        words = replace(words, close=frozenset(text_vocabulary(inputs)))
+        words = words.input_first(m.group()[1:-1] for m in _STRING.finditer(rest))
     return [body[:start] + new + body[end:] for new in _changes(body[start:end], rng, count, words)]
 
 

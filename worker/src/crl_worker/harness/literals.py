@@ -13,7 +13,7 @@ import random
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 #: A word of a string literal's text: letters not after a backslash (an escape) or a letter.
 _TEXT_WORD = re.compile(rb"(?<![\\A-Za-z])[A-Za-z]{2,}(?![A-Za-z])")
@@ -78,6 +78,11 @@ class Words:
     lower case): replacements drawn from them first, so that a changed expectation shares as
     much with the call's input as the original does and overlap with the input, a forgery's
     cheapest guess at which value is real, does not tell them apart."""
+
+    def input_first(self, inputs: Iterable[str]) -> Words:
+        """These words, with those of ``inputs`` (the compared call's input strings) as
+        :attr:`close`."""
+        return replace(self, close=frozenset(text_vocabulary(" ".join(inputs))))
 
 
 def comment_top(text: str, code: str, start: int) -> int:

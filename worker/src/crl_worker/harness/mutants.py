@@ -11,13 +11,12 @@ import ast
 import random
 import re
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from crl_worker.harness.literals import (
     Words,
     doc_variants,
     short_description,
-    text_vocabulary,
     variants,
     vocabulary,
 )
@@ -512,7 +511,7 @@ def _input_words(test: TestDef, literal: ast.expr, words: Words | None) -> Words
         for n in ast.walk(test.node)
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and n not in skip
     ]
-    return replace(words, close=frozenset(text_vocabulary(" ".join(strings))))
+    return words.input_first(strings)
 
 
 def _plan(

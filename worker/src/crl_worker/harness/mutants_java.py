@@ -26,9 +26,9 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from crl_worker.harness.literals import Words, comment_top, source_words, text_vocabulary, variants
+from crl_worker.harness.literals import Words, comment_top, source_words, variants
 from crl_worker.harness.mutants import Derived, group_sizes
 from crl_worker.harness.names import canary_name
 
@@ -226,13 +226,13 @@ def expectations(text: str, code: str, method: _Method) -> list[tuple[int, int]]
     return found
 
 
-def _close_words(text: str, code: str, span: tuple[int, int]) -> frozenset[str]:
-    """The words of the string literals in the rest of the ``assertEquals`` statement whose
-    expected value is at ``span`` (the compared call's input), else of all its code."""
+def _input_text(text: str, code: str, span: tuple[int, int]) -> str:
+    """The string literals in the rest of the ``assertEquals`` statement whose expected value
+    is at ``span`` (the compared call's input), else all its code."""
     end = code.find(";", span[1])
     rest = text[span[1] : end if end >= 0 else len(text)]
     quoted = " ".join(m[1:-1] for m in _STRING.findall(rest))
-    return frozenset(text_vocabulary(quoted or rest))
+    return quoted or rest
 
 
 def _mutations(
@@ -379,7 +379,7 @@ def derive(
         sizes = group_sizes(count, len(group))
         for method, size in zip(group, sizes, strict=True):
             span = rng.choice(expectations(text, code, method))
-            words = replace(vocabulary, close=_close_words(text, code, span))
+            words = vocabulary.input_first([_input_text(text, code, span)])
             for new in _mutations(text, span, rng, per_test or size, words):
                 plan.append((method, span, new))
     if not plan:

@@ -28,15 +28,17 @@ every grading anew:
   from the ``describe``'s own titles (words joined by spaces); every real test whose title is
   written once in the file and appears nowhere else (the command, the other hidden files) is
   renamed the same way, and the run's ids are mapped back to the task's;
-- **placed among the real tests**: each before or after a randomly drawn test of its ``describe``,
-  with the comment lines right above the test it copies, and never between a test and its comment.
+- **placed among the real tests**: each before or after a randomly drawn test of its
+  ``describe``, with the comment lines right above the test it copies, and never between a test
+  and its comment.
 
 Where a test's last expectation has no literal to change, an equality matcher's only argument
-(``toEqual(interval(-5, 3))``) becomes a new ``Symbol()``: a correct answer never equals it, a
-received value that matches everything (an ``asymmetricMatch`` that always says yes) does and is
-caught. Other matchers (``toBeNull()``, ``toThrow()``) get the matcher's ``.not`` toggled (the
-weaker fallback). Either way that copy's shape differs from the test it copies. Tests whose last expectation is not a top-level statement of the body, is
-an unawaited ``.resolves``/``.rejects``, or follows a ``return``, are not copied.
+(``toEqual(SIGNED)``) becomes a new ``Symbol()``: a correct answer never equals it, a received
+value that matches everything (an ``asymmetricMatch`` that always says yes) does and is caught.
+Other matchers (``toBeNull()``, ``toThrow()``) get the matcher's ``.not`` toggled. Both are
+weaker fallbacks: that copy's shape differs from the test it copies. Tests whose last
+expectation is not a top-level statement of the body, is an unawaited
+``.resolves``/``.rejects``, or follows a ``return``, are not copied.
 """
 
 from __future__ import annotations
@@ -44,13 +46,12 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from crl_worker.harness.literals import (
     Words,
     comment_top,
     source_words,
-    text_vocabulary,
     word_variants,
 )
 from crl_worker.harness.mutants import Derived, group_sizes
@@ -411,8 +412,7 @@ def derive(
             for t in toks[test.body[0] : test.body[1]]
             if t.kind == "str" and t is not toks[spot.literal]
         ]
-        close = frozenset(text_vocabulary(" ".join(inputs)))
-        values = _values(toks[spot.literal].text, size, rng, replace(vocabulary, close=close))
+        values = _values(toks[spot.literal].text, size, rng, vocabulary.input_first(inputs))
         plan.extend((test, spot, v) for v in values)
     if not plan:
         rest = [(t, g) for t, g in planned if g is not None]
