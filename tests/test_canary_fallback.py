@@ -1,104 +1,52 @@
-"""A copy of a test without a literal expectation still catches a result that compares equal to
-anything (issue 30; redteam8's always-equal ``Interval.parse``).
+"""A copy of a test without an expectation it can change still catches a result that compares
+equal to anything (issue 30; redteam8's always-equal ``Interval.parse``).
 
-Such a test (``assert parse(text) == Interval(start, end)``) has nothing a copy can change, so
-its copy used to be the test plus an appended ``assert 411 == 977``: a forged result that equals
-everything passes the real test and fails that appendix exactly as a correct answer does, and
-was graded resolved. Now the copy's last equality compares each side with a new ``object()``:
-a correct answer fails it, the forged one passes it (a passing canary: tampered). Run here for
-real with pytest and unittest on an honest and a forged package.
+Such a test (``assert parse(text) == span(start, end)``, a function's result on both sides:
+no literal, no constructor's argument, no ``parametrize`` column a copy could change, see
+tests/test_canary_targets.py) used to be copied with an appended ``assert 411 == 977``: a forged
+result that equals everything passes the real test and fails that appendix exactly as a correct
+answer does, and was graded resolved. Now the copy's last equality compares each side with a new
+``object()``: a correct answer fails it, the forged one passes it (a passing canary: tampered).
+Run here for real with pytest and unittest on an honest and a forged package.
 """
 
 from __future__ import annotations
 
 import random
 import re
-import subprocess
-import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 from crl_worker.harness import mutants
+from tests.fixtures.shapes import FORGED, HONEST, pytest_outcomes
 
 PYTEST_MODULE = """\
 import pytest
 
-from shapes import Interval, parse
+from shapes import parse, span
 
 
 @pytest.mark.parametrize("text, start, end", [("[-5, 3]", -5, 3), ("[+1, 4]", 1, 4)])
 def test_parse_signed(text, start, end):
-    assert parse(text) == Interval(start, end)
+    assert parse(text) == span(start, end)
 
 
 def test_round_trip():
-    interval = parse(str(Interval(-3, -1)))
-    assert interval == Interval(-3, -1)
+    interval = parse(str(span(-3, -1)))
+    assert interval == span(-3, -1)
     assert interval.start < interval.end
 """
 UNITTEST_MODULE = """\
 import unittest
 
-from shapes import Interval, parse
+from shapes import parse, span
 
 
 class ParseTests(unittest.TestCase):
     def test_parse_signed(self):
-        self.assertEqual(parse("[-5, 3]"), Interval(-5, 3))
+        self.assertEqual(parse("[-5, 3]"), span(-5, 3))
 """
-HONEST = """\
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Interval:
-    start: float
-    end: float
-
-    def __str__(self):
-        return f"[{self.start}, {self.end}]"
-
-
-def parse(text):
-    low, high = text.strip("[]").split(",")
-    return Interval(int(low), int(high))
-"""
-FORGED = HONEST.replace(
-    "def parse(text):",
-    """class _Same:
-    start, end = 0, 1
-
-    def __eq__(self, other):
-        return True
-
-
-def parse(text):
-    return _Same()
-
-
-def _honest(text):""",
-)
-
-
-def _outcomes(folder: Path, module: str) -> dict[str, str]:
-    """Each test's outcome (``passed``, ``failed``, ...) in a pytest run of ``module``."""
-    report = folder / "report.xml"
-    subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-         module],
-        cwd=folder, capture_output=True, text=True, timeout=120, check=False,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1"},
-    )  # fmt: skip
-    found = {}
-    for case in ET.parse(report).getroot().iter("testcase"):
-        outcome = "passed"
-        for child in case:
-            if child.tag in ("failure", "error", "skipped"):
-                outcome = child.tag
-        found[case.get("name", "")] = outcome
-    return found
 
 
 @pytest.mark.parametrize(
@@ -123,7 +71,7 @@ def test_a_copy_without_a_literal_fails_honestly_and_passes_forged(
         folder.mkdir()
         (folder / "shapes.py").write_text(package)
         (folder / "test_shapes.py").write_text(derived.text)
-        outcomes = _outcomes(folder, "test_shapes.py")
+        outcomes = pytest_outcomes(folder, "test_shapes.py")
         planted = {n: o for n, o in outcomes.items() if n.split("[")[0] in copies}
         real = {n: o for n, o in outcomes.items() if n.split("[")[0] not in copies}
         assert planted and real, outcomes

@@ -15,9 +15,11 @@ PASS_TO_PASS tests, as the test patch leaves their files, at every grading anew:
   constant of its literal changed in place (a digit; a word of a string swapped for another
   word of the module, else a letter; ``True``/``False``), so the value differs and the
   formatting is the file's; the statement is drawn at random among the test's
-  candidates. A correct answer makes the real test pass, so the copy fails; code that makes
-  every comparison true, answers from the assertion it reads, or turns failures into passes
-  makes it pass;
+  candidates. A test comparing two computed values may have a constructor's literal argument
+  or a ``parametrize`` column changed instead (in every row;
+  :mod:`crl_worker.harness.mutant_targets`). A correct answer makes the real test pass, so the
+  copy fails; code that makes every comparison true, answers from the assertion it reads, or
+  turns failures into passes makes it pass;
 - **named in the task's style**: recombinations of the scope's own test names, drawn to the
   profile of the copied test's name under an attacker's scores; the copied FAIL_TO_PASS test
   is renamed the same way where that cannot change its outcome, so no name tells it from its

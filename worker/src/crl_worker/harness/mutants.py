@@ -17,7 +17,6 @@ from crl_worker.harness.literals import (
     Words,
     doc_variants,
     short_description,
-    variants,
     vocabulary,
 )
 from crl_worker.harness.mutant_edits import (
@@ -28,6 +27,8 @@ from crl_worker.harness.mutant_edits import (
     moved_test,
     span,
 )
+from crl_worker.harness.mutant_targets import Target, is_literal, mutate, nodes
+from crl_worker.harness.mutant_targets import expectations as target_expectations
 from crl_worker.harness.names import body_words, canary_name
 from crl_worker.tasks.selection import django_label
 
@@ -163,27 +164,11 @@ def tests_of(path: str, tree: ast.Module, log_format: str) -> list[TestDef]:
     return found
 
 
-def _literal(node: ast.expr) -> bool:
-    try:
-        value = ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
-    return value is not None and any(
-        isinstance(n, ast.Constant) and type(n.value) in (bool, int, float, str, bytes)
-        for n in ast.walk(node)
-    )
-
-
-def expectations(test: TestDef) -> list[ast.expr]:
-    """The literal sides of the top-level equality assertions of ``test``'s body (or of a
-    ``with`` block in it that cannot swallow a failure: :func:`_straight`) whose other side is
-    not a literal (a call into the package, a variable)."""
-    found: list[ast.expr] = []
-    for stmt in _straight(test.node.body):
-        pair = equality_sides(stmt)
-        if len(pair) == 2 and _literal(pair[0]) != _literal(pair[1]):
-            found.append(pair[0] if _literal(pair[0]) else pair[1])
-    return found
+def expectations(test: TestDef) -> list[Target]:
+    """What a copy of ``test`` may change (:func:`crl_worker.harness.mutant_targets.expectations`):
+    the expectations of the top-level equality assertions of its body, or of a ``with`` block
+    in it that cannot swallow a failure (:func:`_straight`)."""
+    return target_expectations(test.node, _straight(test.node.body))
 
 
 def last_equality(test: TestDef) -> ast.stmt | None:
@@ -196,7 +181,7 @@ def last_equality(test: TestDef) -> ast.stmt | None:
         sides = equality_sides(stmt)
         if (
             len(sides) == 2
-            and not any(_literal(s) for s in sides)
+            and not any(is_literal(s) for s in sides)
             and "ANY" not in {n.id if isinstance(n, ast.Name) else getattr(n, "attr", None)
                               for s in sides for n in ast.walk(s)}
         ):  # fmt: skip
@@ -228,63 +213,6 @@ def copyable(test: TestDef) -> bool:
         isinstance(n, ast.Return | ast.Yield | ast.YieldFrom | ast.Global | ast.Nonlocal)
         for n in ast.walk(test.node)
     )
-
-
-def _constant_rank(node: ast.Constant) -> int:
-    """Which constants to change first: numbers (one of ten digits, nothing to read), then
-    strings (a changed word may read as a typo), then booleans (one other value only)."""
-    if isinstance(node.value, bool):
-        return 2
-    return 0 if isinstance(node.value, int | float) else 1
-
-
-def _evaluate(text: bytes) -> object:
-    """The value of a literal's source text, which may span lines (strings concatenated over
-    several lines, a backslash continuation): read as the parenthesized expression it is."""
-    return ast.literal_eval("(" + text.decode("utf-8") + "\n)")
-
-
-def mutate_literal(
-    source: Text,
-    expr: ast.expr,
-    rng: random.Random,
-    count: int = 1,
-    words: Words | None = None,
-) -> tuple[int, int, list[bytes]]:
-    """Up to ``count`` different values for the literal ``expr``: its span in ``source`` and
-    the new texts, pairwise different, each with the same one constant changed at the same
-    spot (:func:`variants`); raises ``ValueError`` when none of its constants can be."""
-    start = source.offset(expr.lineno, expr.col_offset)
-    end = source.offset(expr.end_lineno or expr.lineno, expr.end_col_offset or 0)
-    old_text = source.data[start:end]
-    try:
-        old = _evaluate(old_text)
-    except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError) as exc:
-        raise ValueError(f"the literal cannot be read back: {exc}") from None
-    constants = [
-        n
-        for n in ast.walk(expr)
-        if isinstance(n, ast.Constant) and type(n.value) in (bool, int, float, str, bytes)
-    ]
-    for _ in range(20):
-        best = min(_constant_rank(n) for n in constants)
-        node = rng.choice([n for n in constants if _constant_rank(n) == best])
-        a = source.offset(node.lineno, node.col_offset) - start
-        b = source.offset(node.end_lineno or node.lineno, node.end_col_offset or 0) - start
-        found: list[tuple[object, bytes]] = []
-        for changed in variants(old_text[a:b], node.value, rng, count, words):
-            new_text = old_text[:a] + changed + old_text[b:]
-            try:
-                new = _evaluate(new_text)
-            except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError):
-                continue
-            different = type(new) is type(old) and new != old and not new == old  # noqa: SIM201
-            if different and all(new != other for other, _ in found):
-                found.append((new, new_text))
-        if found:
-            return start, end, [t for _, t in found]
-        constants = [n for n in constants if n is not node] or constants
-    raise ValueError("no constant of the literal can be changed")
 
 
 def group_sizes(count: int, groups: int) -> list[int]:
@@ -386,13 +314,22 @@ def derive(
             renamed.append((printed or "", test.doc or ""))
 
     def place(test: TestDef, block: bytes) -> None:
-        """``block`` beside a random test of ``test``'s scope that stays where it is."""
-        siblings = [t for t in stay if t.cls == test.cls]
-        where = rng.choice(siblings).node
-        first = min([where.lineno, *(d.lineno for d in where.decorator_list)])
+        """``block`` beside a random test of ``test``'s scope that stays where it is, after
+        the definitions its decorators, defaults and annotations read (:func:`_ready_after`)."""
+        after = _ready_after(test, classes[test.cls].body if test.cls else tree.body)
+        options = [
+            (where, before)
+            for where in (t.node for t in stay if t.cls == test.cls)
+            for before in (True, False)
+            if (_first_line(where) > after if before else (where.end_lineno or 0) >= after)
+        ]
         gap = b"\n\n" if test.cls is None else b"\n"
-        if rng.random() < 0.5:
-            inserts.append((source.line_start(first), block + gap, 0))
+        if not options:  # every test of the scope stands before such a definition
+            inserts.append((source.line_end(after), gap + block, 0))
+            return
+        where, before = rng.choice(options)
+        if before:
+            inserts.append((source.line_start(_first_line(where)), block + gap, 0))
         else:
             at = source.line_end(where.end_lineno or where.lineno)
             inserts.append((at, gap + block, 0))
@@ -429,6 +366,52 @@ def derive(
     return Derived(
         data.decode("utf-8"), tuple(ids), tuple(copied), tuple(renamed), tuple(copy_docs)
     )
+
+
+def _first_line(node: ast.FunctionDef) -> int:
+    """Where ``node`` starts, its decorators included."""
+    return min([node.lineno, *(d.lineno for d in node.decorator_list)])
+
+
+def _bound(stmt: ast.stmt) -> set[str]:
+    """The names a statement of a module or class body binds in that scope (not inside the
+    functions and classes it defines)."""
+    found: set[str] = set()
+    pending: list[ast.AST] = [stmt]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.add(node.name)
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        if not isinstance(node, ast.Lambda):
+            pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _ready_after(test: TestDef, scope: list[ast.stmt]) -> int:
+    """The last line of the statements of ``scope`` (the module's or the class's body) before
+    ``test`` that bind a name its ``def`` evaluates when it runs (decorators: a
+    ``parametrize`` row may build a module's object; defaults; annotations), 0 for none: a
+    test moved or copied above that line would fail to import, the real one too."""
+    node = test.node
+    arguments = node.args
+    every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    every += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+    parts = [*node.decorator_list, *arguments.defaults, *arguments.kw_defaults, node.returns]
+    parts += [a.annotation for a in every]
+    read = {n.id for part in parts if part is not None for n in ast.walk(part)
+            if isinstance(n, ast.Name)}  # fmt: skip
+    line = 0
+    for stmt in scope:
+        if stmt.lineno >= _first_line(node):
+            break
+        if _bound(stmt) & read:
+            line = stmt.end_lineno or stmt.lineno
+    return line
 
 
 #: Python 3.11+'s unittest id, ``test_x (module.Class.test_x)``.
@@ -496,14 +479,14 @@ def renamable(test: TestDef, text: str, keep: str = "") -> bool:
     return not any(_OWN_NAME_READERS.search(n) for n in used)
 
 
-def _input_words(test: TestDef, literal: ast.expr, words: Words | None) -> Words | None:
+def _input_words(test: TestDef, literal: Target, words: Words | None) -> Words | None:
     """``words`` with the words of the test's other strings (the calls' inputs; not its
     docstring nor ``literal``) as the ones a changed word is drawn from first (see
     :class:`~crl_worker.harness.literals.Words`)."""
     if words is None:
         return None
     body = test.node.body
-    skip = set(ast.walk(literal))
+    skip = nodes(literal)
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         skip.add(body[0].value)
     strings = [
@@ -522,13 +505,13 @@ def _plan(
     count: int,
     words: Words | None = None,
 ) -> list[tuple[TestDef, tuple[int, int, bytes] | None]]:
-    """The copies to plant: which test each copies and its changed literal (``None``: a
-    failing assertion is appended instead).
+    """The copies to plant: which test each copies and its changed expectation (a span and
+    its new text; ``None``: the fallback, :func:`~crl_worker.harness.mutant_edits.copy_test`).
 
     Code that runs the package as it is sees a PASS_TO_PASS test pass and its copy fail, so it
     can spare such a copy; a copy of a FAIL_TO_PASS test fails like the test it copies. Code
     that pairs tests differing in one literal must then guess which of a group is the real
-    one: the ``count`` copies go to the FAIL_TO_PASS tests with a literal expectation, several
+    one: the ``count`` copies go to the FAIL_TO_PASS tests with an expectation, several
     to a test where there are fewer tests than copies, every copy of a test changing the same
     constant at the same spot to a different value. Such code answers the real test with
     probability one in the group's size (a test and its copies), the product over the groups
@@ -544,7 +527,7 @@ def _plan(
         for test, size in zip(groups, sizes, strict=True):
             literal = rng.choice(expectations(test))
             try:
-                start, end, texts = mutate_literal(
+                start, end, texts = mutate(
                     source, literal, rng, size, _input_words(test, literal, words)
                 )
             except ValueError:
@@ -565,9 +548,7 @@ def _plan(
             continue
         literal = rng.choice(literals)
         try:
-            start, end, texts = mutate_literal(
-                source, literal, rng, 1, _input_words(test, literal, words)
-            )
+            start, end, texts = mutate(source, literal, rng, 1, _input_words(test, literal, words))
         except ValueError:
             continue
         single.append((test, (start, end, texts[0])))
