@@ -187,3 +187,39 @@ async def test_junit_canaries_catch_rewritten_reports_and_spare_the_gold_patch(
     assert not forged.resolved, forged.log[-3000:]
     assert forged.tampered is not None and "canary" in forged.tampered, forged.log[-3000:]
     assert rewards.tests_score(forged) == 0.0
+
+
+BUILT = """\
+package p;
+
+class T {
+    @Test
+    void parses() {
+        assertEquals(new Interval(-3, -1), Interval.parse("[-3, -1]"));
+    }
+
+    @Test
+    void splits() {
+        assertEquals(List.of(4, 7), Words.numbers("4 7"));
+    }
+
+    @Test
+    void near() {
+        assertEquals(new ApproxValue(3), Words.x());
+    }
+}
+"""
+
+
+def test_an_expected_value_built_from_literals_has_one_of_them_changed() -> None:
+    """``assertEquals(new Interval(-3, -1), ...)`` had no copy at all: a result equal to every
+    Interval passed it unseen. Its copies now change one argument (a loose-looking class's
+    never)."""
+    ids = ["p.T#parses", "p.T#splits", "p.T#near"]
+    for seed in range(4):
+        derived = mutants_java.derive("T.java", BUILT, ids, [], random.Random(seed), 4)
+        assert derived is not None and len(derived.ids) == 4
+        assert set(derived.sources) <= {"p.T#parses", "p.T#splits"}
+        built = re.findall(r"assertEquals\((new Interval\(.*?\)|List\.of\(.*?\)), ", derived.text)
+        assert len(set(built)) == 6, derived.text  # the two real values and four copies
+        assert derived.text.count("new ApproxValue(3)") == 1

@@ -34,7 +34,7 @@ from crl_worker.harness.mutant_edits import Text, equality_sides
 
 #: Callee names that compare loosely (``Approx``, ``Any``, ``Close``, a pattern) or whose
 #: instances equal more than one value: no constructor of such a name is an expectation.
-_LOOSE = re.compile(r"(?i)approx|any|close|near|almost|like|match|regex|pattern|contain|mock")
+LOOSE = re.compile(r"(?i)approx|any|close|near|almost|like|match|regex|pattern|contain|mock")
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def _callee(node: ast.expr) -> str:
 def _constructor(node: ast.expr) -> bool:
     """Whether ``node`` calls a capitalised name that does not read as a loose comparison."""
     name = _callee(node)
-    return name[:1].isupper() and not _LOOSE.search(name)
+    return name[:1].isupper() and not LOOSE.search(name)
 
 
 def _arguments(node: ast.expr) -> list[ast.expr]:

@@ -12,7 +12,9 @@ that is safe: annotated ``@Test`` alone (no arguments, such as JUnit 4's ``expec
 ``@Disabled``/``@Ignore``, no parameterized or repeated test), no ``return``, no assumption
 (``assume*``), and a top-level statement ``assertEquals(<literal>, <expression>);`` with exactly
 two arguments (a third may be a delta, under which a changed number could still pass, or JUnit
-4's leading message), the literal a number, a string, a character or a boolean.
+4's leading message), the literal a number, a string, a character or a boolean; or one whose
+expected value is built from such literals (``new Interval(-3, -1)``, ``List.of(1, 2)``: one
+argument of it is changed, as the Python copies change a constructor's literal argument).
 
 The copies are named like the class's own test methods (:func:`crl_worker.harness.names.
 canary_name`, lower camel case or ``testXxx`` as the name they start from), and the copied
@@ -29,6 +31,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from crl_worker.harness.literals import Words, comment_top, source_words, variants
+from crl_worker.harness.mutant_targets import LOOSE
 from crl_worker.harness.mutants import Derived, group_sizes
 from crl_worker.harness.names import canary_name
 
@@ -36,6 +39,11 @@ _IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 #: ``assertEquals(`` as a statement: bare (static import) or on ``Assert``/``Assertions``.
 _ASSERT = re.compile(r"(?:(?:org\.junit\.(?:jupiter\.api\.)?)?Assert(?:ions)?\.)?assertEquals\(")
+#: An expected value built from literals (``new Interval(-3, -1)``, ``List.of(1, 2)``): the
+#: constructor's or factory's call, up to its ``(``.
+_BUILT = re.compile(
+    r"\s*(?:new\s+((?:[\w$]+\.)*[A-Z][\w$]*)\s*(?:<[^()]*>)?|List\.of|Arrays\.asList)\s*\("
+)
 _NUMBER = re.compile(r"-?(?:[1-9][0-9_]*|0)(?:\.[0-9_]+)?(?:[eE][+-]?[0-9]+)?[lLfFdD]?")
 _STRING = re.compile(r'"(?:[^"\\\n]|\\[^u])*"')
 _CHAR = re.compile(r"'(?:[^'\\\n]|\\[^u])'")
@@ -218,12 +226,33 @@ def expectations(text: str, code: str, method: _Method) -> list[tuple[int, int]]
         spans = _arguments(code, m.end() - 1)
         if spans is None or len(spans) != 2:
             continue
-        a, b = spans[0]
+        found.extend(_literals(text, [spans[0]]) or _built(text, code, *spans[0]))
+    return found
+
+
+def _literals(text: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The spans, their surrounding blanks left out, that hold a literal alone."""
+    found = []
+    for a, b in spans:
         literal = text[a:b].strip()
         if _literal_kind(literal) is not None:
             lead = len(text[a:b]) - len(text[a:b].lstrip())
             found.append((a + lead, a + lead + len(literal)))
     return found
+
+
+def _built(text: str, code: str, a: int, b: int) -> list[tuple[int, int]]:
+    """The literal arguments of the expected value at ``[a, b)`` when it is a constructor of a
+    capitalised class that does not read as a loose comparison, or a list factory, and nothing
+    else (:data:`_BUILT`): a changed argument builds another value, which a correct answer does
+    not equal, while a result equal to every value of that class does."""
+    m = _BUILT.match(code, a, b)
+    if m is None or (m.group(1) and LOOSE.search(m.group(1).rsplit(".", 1)[-1])):
+        return []
+    close = _close(code, m.end() - 1, "()")
+    if close < 0 or close >= b or code[close + 1 : b].strip():
+        return []
+    return _literals(text, _arguments(code, m.end() - 1) or [])
 
 
 def _input_text(text: str, code: str, span: tuple[int, int]) -> str:
