@@ -5,7 +5,7 @@ equality on the bundled ``intervals-2``), and where copies and moved tests stand
 ``assert parse(text) == Interval(start, end)`` without reading anything, and the fallback copy
 (tests/test_canary_fallback.py) cannot catch it: the result is not equal to a new ``object()``,
 as a correct one is not. Now such a test's copies change a ``parametrize`` column in every row,
-or a constructor's literal argument: a correct answer fails them, the forged one passes them
+or a constructor's literal argument (also where a name bound to it once before is compared): a correct answer fails them, the forged one passes them
 (tampered). Run here for real with pytest and unittest on the honest and the forged package.
 """
 
@@ -34,6 +34,11 @@ def test_round_trip():
     interval = parse(str(Interval(-3, -1)))
     assert interval == Interval(-3, -1)
     assert interval.start < interval.end
+
+
+def test_bound():
+    expected = Interval(-2, 7)
+    assert parse("[-2, 7]") == expected
 """
 UNITTEST = """\
 import unittest
@@ -50,7 +55,14 @@ class ParseTests(unittest.TestCase):
 @pytest.mark.parametrize(
     "module, ids",
     [
-        (MODULE, ["test_shapes.py::test_parse_signed", "test_shapes.py::test_round_trip"]),
+        (
+            MODULE,
+            [
+                "test_shapes.py::test_parse_signed",
+                "test_shapes.py::test_round_trip",
+                "test_shapes.py::test_bound",
+            ],
+        ),
         (UNITTEST, ["test_shapes.py::ParseTests::test_parse_signed"]),
     ],
     ids=["pytest", "unittest"],
@@ -65,7 +77,7 @@ def test_a_copy_changes_a_column_or_a_constructor_argument(
             "test_shapes.py", module, "pytest", ids, [], random.Random(seed), 4
         )
         assert derived is not None and len(derived.ids) == 4
-        assert "object()" not in derived.text
+        assert "object()" not in derived.text and set(derived.sources) == set(ids)
         copies = {i.rsplit("::", 1)[1] for i in derived.ids}
         for package, copies_pass in ((HONEST, False), (SELECTIVE, True)):
             folder = tmp_path / f"{seed}-{'forged' if copies_pass else 'honest'}"

@@ -3,7 +3,8 @@ a test, and the new texts of one.
 
 An expectation is a value a correct answer is compared with, such that changing it makes that
 answer fail the comparison. Three kinds, each a side of a top-level equality assertion
-(``assert a == b``, ``self.assertEqual(a, b)``) whose other side is not of the kind:
+(``assert a == b``, ``self.assertEqual(a, b)``) whose other side is not of the kind, or the value
+a bare name there was bound to once before (``expected = [1, 2]``, named nowhere else):
 
 - **a literal** (``assert area(2, 3) == 6``): one constant of it is changed;
 - **a literal argument of a constructor** (``assert parse(text) == Interval(-3, -1)``: a call
@@ -102,22 +103,43 @@ def expectations(node: ast.FunctionDef, statements: Sequence[ast.stmt]) -> list[
     docstring's three kinds), in order."""
     found: list[Target] = []
     compared: list[tuple[ast.expr, ast.expr]] = []
-    for stmt in statements:
+    for at, stmt in enumerate(statements):
         sides = equality_sides(stmt)
         if len(sides) != 2:
             continue
-        a, b = sides
+        compared += [(sides[0], sides[1]), (sides[1], sides[0])]
+        a, b = (_bound_value(node, statements[:at], side) for side in sides)
         if is_literal(a) != is_literal(b):
             found.append(a if is_literal(a) else b)
             continue
         if is_literal(a):
             continue
-        compared += [(a, b), (b, a)]
         built = [s for s in (a, b) if _constructor(s) and any(map(is_literal, _arguments(s)))]
         if len(built) == 1:
             found.extend(x for x in _arguments(built[0]) if is_literal(x))
     found.extend(_columns(node, compared))
     return found
+
+
+def _bound_value(node: ast.FunctionDef, before: Sequence[ast.stmt], side: ast.expr) -> ast.expr:
+    """The value a side that is a bare name was bound to (``expected = Interval(-3, -1)``) by
+    the one top-level assignment of it among the statements ``before`` the comparison, when
+    the test's body names it nowhere else (so a changed value changes this expectation only);
+    else ``side`` itself."""
+    if not isinstance(side, ast.Name):
+        return side
+    named = [n for stmt in node.body for n in ast.walk(stmt) if isinstance(n, ast.Name)]
+    if sum(n.id == side.id for n in named) != 2:
+        return side
+    for stmt in before:
+        if (
+            isinstance(stmt, ast.Assign)
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and stmt.targets[0].id == side.id
+        ):
+            return stmt.value
+    return side
 
 
 def _parametrized(node: ast.FunctionDef) -> Iterator[tuple[list[str], ast.expr]]:
