@@ -77,11 +77,18 @@ def test_canaries_copy_rename_and_map_back() -> None:
     in_file = [t.name for t in mutants_native.tests_of(canary.text, "go")]
     assert sorted(in_file) == sorted([*canary.ids, *(new for new, _ in canary.renamed)])
     assert not {"TestDigitSum", "TestNegativeIsAnError"} & set(in_file)
-    assert canary.text.count("t.FailNow()") == 4
     # Every body runs one closure deep, the real tests' too: the call stack tells nothing.
     in_run = mutants_native.tests_of(canary.text, "go")
     assert len(in_run) == len(in_file) and all(t.body[0] == "\tfunc() {" for t in in_run)
     run_id = dict((old, new) for new, old in canary.renamed)["TestDigitSum"]
+    # The copies change the case table's expected value in every row: the same code as the
+    # test, other data. An appended `t.FailNow()` was a call no real test's machine code has
+    # (redteam10 found it in the binary and spared the copies).
+    assert "FailNow" not in canary.text
+    bodies = {t.name: t.body for t in in_run}
+    for copy in canary.ids:
+        changed = [a for a, b in zip(bodies[copy], bodies[run_id], strict=True) if a != b]
+        assert len(changed) == 4 and all(line.strip().startswith('{"') for line in changed)
     assert f"{run_id}/zero" in with_canary(go, canary).fail_to_pass
     back = restore_ids(canary, {f"{run_id}/zero": TestStatus.PASSED})
     assert back == {"TestDigitSum/zero": TestStatus.PASSED}
@@ -422,3 +429,70 @@ def test_rust_names_drawn_for_copies_and_renamed_tests_compile() -> None:
         assert derived is not None
         drawn = re.findall(r"^fn (\w+)\(", derived.text, re.MULTILINE)
         assert all(re.fullmatch(r"[a-z_][a-z0-9_]*", n) for n in drawn), (seed, drawn)
+
+
+GO_TABLES = {
+    # keyed rows, a trailing comma, DeepEqual: the `want` column changes in every row
+    "keyed": (
+        """	for _, c := range []struct {
+		in   string
+		want string
+	}{
+		{in: "a b", want: "ab"},
+		{want: "x", in: "a"},
+	} {
+		if got := Join(c.in); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("Join(%q) = %v, want %v", c.in, got, c.want)
+		}
+	}""",
+        ['"ab"', '"x"'],
+    ),
+    "positional": (
+        """	for _, tc := range []struct {
+		a, b int
+		want int
+	}{
+		{1, 2, 3},
+		{-4, 4, 0},
+	} {
+		if got := Add(tc.a, tc.b); got != tc.want {
+			t.Fatalf("got %d", got)
+		}
+	}""",
+        ["3", "0"],
+    ),
+    # a condition with && may not run the comparison: left alone
+    "conjunction": (
+        """	for _, tc := range []struct{ in, want string }{{"a", "b"}} {
+		if ok := Check(tc.in); ok && Get(tc.in) != tc.want {
+			t.Fatal("no")
+		}
+	}""",
+        None,
+    ),
+    # the expected field is also an input: left alone
+    "input": (
+        """	for _, tc := range []struct{ in, want string }{{"a", "b"}} {
+		if got := F(tc.in, tc.want); got != tc.want {
+			t.Fatal("no")
+		}
+	}""",
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(GO_TABLES))
+def test_go_copies_change_a_case_tables_expected_column(case: str) -> None:
+    """Which Go tables have an expected column a copy may change in every row."""
+    from crl_worker.harness.expectations_go import changed_tables, table_column
+
+    body, expected = GO_TABLES[case]
+    spans = table_column(body)
+    assert (spans and [body[a:b] for a, b in spans]) == expected or spans == expected
+    if expected:
+        versions = changed_tables(body, random.Random(1), 3)
+        assert len(versions) == 3 and len(set(versions)) == 3
+        for version in versions:
+            cells = [version[a:b] for a, b in table_column(version) or []]
+            assert len(cells) == 2 and all(c != e for c, e in zip(cells, expected, strict=True))

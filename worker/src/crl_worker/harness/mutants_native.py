@@ -18,9 +18,11 @@ anew:
   (:mod:`crl_worker.harness.expectations`), with no appended comparison, and such tests are
   copied first: an answer that compares equal to anything (a forged ``PartialEq`` or
   ``operator==``) passes that copy and is caught, where it fails an appended comparison as a
-  correct answer does. Go keeps the appended comparison only (the weaker fallback of the
-  Python canaries: Exercism's Go tests keep their expectations in case tables, often in another
-  file, where a change cannot be made safely; Go has no operator to forge). Code that reads
+  correct answer does. A Go test ranging over a case table written in place has its expected
+  column changed in every row instead (:mod:`crl_worker.harness.expectations_go`): the copy's
+  code is the test's, where an appended ``FailNow`` was a call in the copy's machine code that
+  no real test has (redteam10 read it from the binary). Tables in another file (Exercism's
+  ``cases_test.go``) keep the appended comparison. Code that reads
   the test file could spare the copies, which is why the harness runs the test binary with the
   test sources removed (:mod:`crl_worker.harness.native`);
 - **named in the task's style**: :func:`crl_worker.harness.names.canary_name` over the file's
@@ -44,6 +46,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from crl_worker.harness.expectations import changed_expectations, expected_side
+from crl_worker.harness.expectations_go import changed_tables, table_column
 from crl_worker.harness.literals import Words, text_vocabulary
 from crl_worker.harness.mutants import Derived
 from crl_worker.harness.names import canary_name
@@ -195,7 +198,10 @@ def _draw(copied: str, names: list[str], taken: set[str], rng: random.Random, ex
 
 
 def _changeable(test: NativeTest, language: str) -> bool:
-    """Whether a copy of ``test`` can have its expectation changed (:mod:`.expectations`)."""
+    """Whether a copy of ``test`` can have its expectation changed (:mod:`.expectations`; Go:
+    :mod:`.expectations_go`)."""
+    if language == "go":
+        return table_column("\n".join(test.body)) is not None
     return expected_side("\n".join(test.body), language) is not None
 
 
@@ -207,6 +213,10 @@ def _canary(test: NativeTest, lines: list[str], name: str, language: str, rng: r
         return [f'TEST_CASE("{name}"{test.param}) {{ {changed} }}']
     if changed is not None and language == "cpp":
         return [f'TEST_CASE("{name}"{test.param}) {{', *changed.split("\n"), "}"]
+    if changed is not None and language == "go":
+        # Run in a closure as every real test's body is: the same code, other data.
+        inner = [f"\t{line}" if line.strip() else line for line in changed.split("\n")]
+        return [f"func {name}({test.param} *testing.T) {{", "\tfunc() {", *inner, "\t}()", "}"]
     if changed is not None:
         return [*lines[test.start : test.signature], f"fn {name}() {{", *changed.split("\n"), "}"]
     a = rng.randrange(2, 1000)
@@ -297,7 +307,11 @@ def derive(
     changes: dict[str, list[str]] = {}
     for source in dict.fromkeys(drawn):
         body = "\n".join(source.body)
-        changes[source.name] = changed_expectations(body, language, rng, drawn.count(source), words)
+        changes[source.name] = (
+            changed_tables(body, rng, drawn.count(source), words)
+            if language == "go"
+            else changed_expectations(body, language, rng, drawn.count(source), words)
+        )
     for source in drawn:
         body = "\n".join(source.body)
         extra = sorted({w.lower() for w in _IDENT.findall(body) if len(w) > 2} - _COMMON)
