@@ -25,35 +25,19 @@ from __future__ import annotations
 import argparse
 import ast
 import logging
+import os
 import random
-import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import ModuleType
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.fixtures.shapes import pytest_outcomes
+
 logger = logging.getLogger("canary_false_alarms")
-
-
-def _outcomes(root: Path, python: str, ids: list[str]) -> dict[str, str]:
-    """Each reported test's outcome (``passed``, ``failure``, ``error``, ``skipped``)."""
-    report = root / ".canary-false-alarms.xml"
-    report.unlink(missing_ok=True)
-    subprocess.run(
-        [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--junitxml={report}", *ids],
-        cwd=root, capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
-    if not report.exists():
-        return {}
-    found = {}
-    for case in ET.parse(report).getroot().iter("testcase"):
-        outcome = "passed"
-        for child in case:
-            if child.tag in ("failure", "error", "skipped"):
-                outcome = child.tag
-        found[case.get("name", "")] = outcome
-    report.unlink()
-    return found
+#: The probed repository's environment: the given Python's own, this process's variables.
+ENV = dict(os.environ)
 
 
 def _candidates(root: Path, folder: str, kind: str, harness: ModuleType) -> list[str]:
@@ -116,7 +100,9 @@ def main() -> None:
     ids = ids[: args.sample]
     counts = {"good": 0, "false alarm": 0, "real test broken": 0, "no copies": 0, "skipped": 0}
     for test_id in ids:
-        if set(_outcomes(root, args.python, [test_id]).values()) != {"passed"}:
+        if set(
+            pytest_outcomes(root, test_id, python=args.python, env=ENV, timeout=900).values()
+        ) != {"passed"}:
             counts["skipped"] += 1  # failing or skipped before any copy: not the honest answer
             continue
         path = test_id.split("::")[0]
@@ -131,7 +117,9 @@ def main() -> None:
             real = {old: new for new, old in derived.renamed}.get(test_id, test_id)
             try:
                 (root / path).write_text(derived.text)
-                outcomes = _outcomes(root, args.python, [real, *derived.ids])
+                outcomes = pytest_outcomes(
+                    root, real, *derived.ids, python=args.python, env=ENV, timeout=900
+                )
             finally:
                 (root / path).write_text(original)
             copies = {i.rsplit("::", 1)[1] for i in derived.ids}

@@ -19,34 +19,18 @@ from pathlib import Path
 import pytest
 
 from crl_worker.harness import mutants
-from tests.fixtures.shapes import FORGED, HONEST, pytest_outcomes
+from tests.fixtures.shapes import (
+    FORGED,
+    HONEST,
+    TARGETS_MODULE,
+    TARGETS_UNITTEST,
+    copies_and_real,
+)
 
-PYTEST_MODULE = """\
-import pytest
-
-from shapes import parse, span
-
-
-@pytest.mark.parametrize("text, start, end", [("[-5, 3]", -5, 3), ("[+1, 4]", 1, 4)])
-def test_parse_signed(text, start, end):
-    assert parse(text) == span(start, end)
-
-
-def test_round_trip():
-    interval = parse(str(span(-3, -1)))
-    assert interval == span(-3, -1)
-    assert interval.start < interval.end
-"""
-UNITTEST_MODULE = """\
-import unittest
-
-from shapes import parse, span
-
-
-class ParseTests(unittest.TestCase):
-    def test_parse_signed(self):
-        self.assertEqual(parse("[-5, 3]"), span(-5, 3))
-"""
+#: The same tests with ``span``, a function, where the Interval is built: nothing a copy can
+#: change, so every copy is the fallback.
+PYTEST_MODULE = TARGETS_MODULE.replace("Interval", "span")
+UNITTEST_MODULE = TARGETS_UNITTEST.replace("Interval", "span")
 
 
 @pytest.mark.parametrize(
@@ -65,15 +49,10 @@ def test_a_copy_without_a_literal_fails_honestly_and_passes_forged(
     assert derived.text.count("== object()") >= 2 * len(derived.ids)
     # No appended comparison of two numbers, which an answer equal to anything also fails.
     assert not re.search(r"assert \d+ == \d+|assertEqual\(\d+, \d+\)", derived.text)
-    copies = {i.rsplit("::", 1)[1] for i in derived.ids}
     for package, copies_pass in ((HONEST, False), (FORGED, True)):
         folder = tmp_path / ("forged" if copies_pass else "honest")
-        folder.mkdir()
-        (folder / "shapes.py").write_text(package)
-        (folder / "test_shapes.py").write_text(derived.text)
-        outcomes = pytest_outcomes(folder, "test_shapes.py")
-        planted = {n: o for n, o in outcomes.items() if n.split("[")[0] in copies}
-        real = {n: o for n, o in outcomes.items() if n.split("[")[0] not in copies}
+        planted, real = copies_and_real(folder, package, derived.text, derived.ids)
+        outcomes = {**planted, **real}
         assert planted and real, outcomes
         # The real tests pass either way: only the copies tell the forged package apart.
         assert set(real.values()) == {"passed"}, outcomes

@@ -17,39 +17,15 @@ from pathlib import Path
 import pytest
 
 from crl_worker.harness import mutants
-from tests.fixtures.shapes import HONEST, SELECTIVE, pytest_outcomes
+from tests.fixtures.shapes import (
+    HONEST,
+    SELECTIVE,
+    TARGETS_MODULE,
+    TARGETS_UNITTEST,
+    copies_and_real,
+)
 
-MODULE = """\
-import pytest
-
-from shapes import Interval, parse
-
-
-@pytest.mark.parametrize("text, start, end", [("[-5, 3]", -5, 3), ("[+1, 4]", 1, 4)])
-def test_parse_signed(text, start, end):
-    assert parse(text) == Interval(start, end)
-
-
-def test_round_trip():
-    interval = parse(str(Interval(-3, -1)))
-    assert interval == Interval(-3, -1)
-    assert interval.start < interval.end
-
-
-def test_bound():
-    expected = Interval(-2, 7)
-    assert parse("[-2, 7]") == expected
-"""
-UNITTEST = """\
-import unittest
-
-from shapes import Interval, parse
-
-
-class ParseTests(unittest.TestCase):
-    def test_parse_signed(self):
-        self.assertEqual(parse("[-5, 3]"), Interval(-5, 3))
-"""
+MODULE, UNITTEST = TARGETS_MODULE, TARGETS_UNITTEST
 
 
 @pytest.mark.parametrize(
@@ -78,15 +54,10 @@ def test_a_copy_changes_a_column_or_a_constructor_argument(
         )
         assert derived is not None and len(derived.ids) == 4
         assert "object()" not in derived.text and set(derived.sources) == set(ids)
-        copies = {i.rsplit("::", 1)[1] for i in derived.ids}
         for package, copies_pass in ((HONEST, False), (SELECTIVE, True)):
             folder = tmp_path / f"{seed}-{'forged' if copies_pass else 'honest'}"
-            folder.mkdir()
-            (folder / "shapes.py").write_text(package)
-            (folder / "test_shapes.py").write_text(derived.text)
-            outcomes = pytest_outcomes(folder, "test_shapes.py")
-            planted = {n: o for n, o in outcomes.items() if n.split("[")[0] in copies}
-            real = {n: o for n, o in outcomes.items() if n.split("[")[0] not in copies}
+            planted, real = copies_and_real(folder, package, derived.text, derived.ids)
+            outcomes = {**planted, **real}
             assert planted and set(real.values()) == {"passed"}, outcomes
             expected = {"passed"} if copies_pass else {"failure", "error"}
             assert set(planted.values()) <= expected, (outcomes, derived.text)

@@ -75,20 +75,27 @@ def test_canaries_copy_rename_and_map_back() -> None:
     assert canary is not None and canary.text is not None and canary.separator == "/"
     assert len(canary.ids) == 4 and all(i.startswith("Test") and i[4].isupper() for i in canary.ids)
     in_file = [t.name for t in mutants_native.tests_of(canary.text, "go")]
-    assert sorted(in_file) == sorted([*canary.ids, *(new for new, _ in canary.renamed)])
+    copies = [i.split("/", 1)[0] for i in canary.ids]
+    assert sorted(in_file) == sorted([*copies, *(new for new, _ in canary.renamed)])
     assert not {"TestDigitSum", "TestNegativeIsAnError"} & set(in_file)
     # Every body runs one closure deep, the real tests' too: the call stack tells nothing.
     in_run = mutants_native.tests_of(canary.text, "go")
     assert len(in_run) == len(in_file) and all(t.body[0] == "\tfunc() {" for t in in_run)
     run_id = dict((old, new) for new, old in canary.renamed)["TestDigitSum"]
-    # The copies change the case table's expected value in every row: the same code as the
-    # test, other data. An appended `t.FailNow()` was a call no real test's machine code has
-    # (redteam10 found it in the binary and spared the copies).
+    # The copies change one row's expected value of the case table, the same row in every
+    # copy, and that row's subtest is the canary: the same code as the test, other data. An
+    # appended `t.FailNow()` was a call no real test's machine code has (redteam10 found it in
+    # the binary); changing every row let an answer right on any row name the real test
+    # (redteam11).
     assert "FailNow" not in canary.text
     bodies = {t.name: t.body for t in in_run}
+    rows = {i.split("/", 1)[1] for i in canary.ids}
+    assert len(rows) == 1 and rows <= {"zero", "single_digit", "several_digits", "large_number"}
     for copy in canary.ids:
-        changed = [a for a, b in zip(bodies[copy], bodies[run_id], strict=True) if a != b]
-        assert len(changed) == 4 and all(line.strip().startswith('{"') for line in changed)
+        test = copy.split("/", 1)[0]
+        changed = [a for a, b in zip(bodies[test], bodies[run_id], strict=True) if a != b]
+        assert len(changed) == 1 and changed[0].strip().startswith('{"'), changed
+        assert changed[0].split(",")[0].strip('\t{"').replace(" ", "_") in rows
     assert f"{run_id}/zero" in with_canary(go, canary).fail_to_pass
     back = restore_ids(canary, {f"{run_id}/zero": TestStatus.PASSED})
     assert back == {"TestDigitSum/zero": TestStatus.PASSED}
@@ -485,14 +492,19 @@ GO_TABLES = {
 @pytest.mark.parametrize("case", sorted(GO_TABLES))
 def test_go_copies_change_a_case_tables_expected_column(case: str) -> None:
     """Which Go tables have an expected column a copy may change in every row."""
-    from crl_worker.harness.expectations_go import changed_tables, table_column
+    from crl_worker.harness.expectations_go import changed_row, table_column
 
     body, expected = GO_TABLES[case]
     spans = table_column(body)
     assert (spans and [body[a:b] for a, b in spans]) == expected or spans == expected
     if expected:
-        versions = changed_tables(body, random.Random(1), 3)
-        assert len(versions) == 3 and len(set(versions)) == 3
+        # No subtest names (no `t.Run`): no row can be a canary of its own.
+        assert changed_row(body, random.Random(1), 3) == (None, [])
+    if case == "keyed":
+        named = body.replace("\t\tif got", "\t\tt.Run(c.in, func(t *testing.T) {\n\t\tif got", 1)
+        named = named.replace("c.want)\n\t\t}\n\t}", "c.want)\n\t\t}\n\t\t})\n\t}", 1)
+        subtest, versions = changed_row(named, random.Random(1), 3)
+        assert subtest in ("a_b", "a") and len(versions) == 3 and len(set(versions)) == 3
         for version in versions:
             cells = [version[a:b] for a, b in table_column(version) or []]
-            assert len(cells) == 2 and all(c != e for c, e in zip(cells, expected, strict=True))
+            assert sum(c != e for c, e in zip(cells, expected, strict=True)) == 1

@@ -1,30 +1,35 @@
-"""Changed expectations for the Go canaries: a case table's expected column
+"""Changed expectations for the Go canaries: one row of a case table
 (:mod:`crl_worker.harness.mutants_native`).
 
 A Go copy used to be its test with a failing comparison of two numbers appended. The compiler
 folds those constants, so each copy's machine code held a direct call to ``FailNow`` that no
 real test has: a forgery that reads its own binary (redteam10: the symbol table, or its own
 memory through ``runtime.FuncForPC``) told the copies apart and rewrote only the real tests'
-failures into passes. A copy that changes expected values instead has the same code as its
+failures into passes. A copy that changes an expected value instead has the same code as its
 test, only other data.
 
-Go tests keep their expectations in case tables. :func:`table_column` finds, in a test's body,
+Go tests keep their expectations in case tables. :func:`table_rows` finds, in a test's body,
 a table ranged over in place (``for _, tc := range []struct{...}{ {...}, ... } {``) and the
 field the loop compares a result with (``got != tc.want``, ``!reflect.DeepEqual(got,
 tc.want)``) in an ``if`` whose block fails the test (``Fatal``, ``Error``, ``Fail``), with no
 ``&&`` in its condition and no ``return``, ``continue`` or ``Skip`` before it; the field may
 appear elsewhere only in the failure's message. Every row's value of that field must be a
-string or a decimal number. :func:`changed_tables` changes it in every row (each row at one
-spot, as :mod:`crl_worker.harness.expectations` changes a literal), so every subtest of a copy
-fails for a correct answer and passes for an answer that is equal to anything or that rewrites
-failures. Tables held elsewhere (a ``var`` of another file, as Exercism's ``cases_test.go``)
-are not changed: such tests keep the appended comparison.
+string or a decimal number. :func:`changed_row` changes it in one FAIL_TO_PASS row whose
+subtest ``t.Run`` names, the same row in every copy of a test, and that subtest is the
+copy's canary (its other subtests are the test's own rows: they are planted, not graded).
+Changing every row (the first version) let an answer right on any one row, even a trivial
+one, name the real test for certain: it passed there and no copy did (redteam11). Now an
+answer tells the real test from its copies only by being right on the changed row. Tables held
+elsewhere (a ``var`` of another file, as Exercism's ``cases_test.go``) are not changed: such
+tests keep the appended comparison.
 """
 
 from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from crl_worker.harness.expectations import _changes, _close, _literals_masked, _top_level
 from crl_worker.harness.literals import Words
@@ -93,9 +98,29 @@ def _failing_if(masked: str, match: re.Match[str]) -> bool:
     return closing is not None and bool(_FAILS.search(masked[opening:closing]))
 
 
-def table_column(body: str) -> list[tuple[int, int]] | None:
-    """The spans in ``body`` (a Go test's body) of every row's expected value of its case
-    table (see the module docs), or None when it has none that can be changed safely."""
+@dataclass(frozen=True)
+class Row:
+    """A case table's row: where its expected value is, its subtest's name, its strings."""
+
+    cell: tuple[int, int]
+    #: The subtest ``t.Run`` names it (as ``go test`` reports it), None when unknown.
+    subtest: str | None
+    #: The row's other string values (the call's input): a changed word is drawn from them.
+    inputs: tuple[str, ...]
+
+
+def _string(text: str) -> str | None:
+    """A Go interpreted string literal's value, when it has no escape."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"' and "\\" not in text:
+        return text[1:-1]
+    return None
+
+
+def table_rows(body: str) -> list[Row] | None:
+    """The rows of the case table of ``body`` (a Go test's body) with the span of each row's
+    expected value (see the module docs), or None when it has none that can be changed
+    safely."""
     masked = _literals_masked(body)
     table = _TABLE.search(masked)
     if table is None:
@@ -112,10 +137,12 @@ def table_column(body: str) -> list[tuple[int, int]] | None:
     rows_end = _close(masked, rows_open)
     if rows_end is None:
         return None
-    field = _compared_field(masked[rows_end + 1 :], table.group("var"))
+    loop = masked[rows_end + 1 :]
+    field = _compared_field(loop, table.group("var"))
     if field is None or field not in names:
         return None
-    spans: list[tuple[int, int]] = []
+    run = re.search(rf"\.Run\(\s*{table.group('var')}\.(\w+)\s*,", loop)
+    found: list[Row] = []
     inner = masked[rows_open + 1 : rows_end]
     at = rows_open + 1
     for cut in [*_top_level(inner, ","), len(inner)]:
@@ -133,39 +160,67 @@ def table_column(body: str) -> list[tuple[int, int]] | None:
         if len(parts) > 1 and not original[parts[-1][0] :].strip():
             parts.pop()  # a trailing comma
         keyed = [p for p in parts if re.match(r"\s*\w+\s*:", cells[p[0] : p[1]])]
+        values: dict[str, tuple[int, int]] = {}
         if keyed:
-            chosen = [p for p in keyed if re.match(rf"\s*{field}\s*:", cells[p[0] : p[1]])]
-            if len(chosen) != 1:
-                return None
-            a, b = chosen[0]
-            a += cells[a:b].index(":") + 1
+            for a, b in keyed:
+                key = cells[a:b].split(":", 1)[0].strip()
+                values[key] = (a + cells[a:b].index(":") + 1, b)
         elif len(parts) == len(names):
-            a, b = parts[names.index(field)]
-        else:
+            values = dict(zip(names, parts, strict=True))
+        if field not in values:
             return None
-        text = body[row_start + 1 + a : row_start + 1 + b]
+        a, b = values[field]
+        text = original[a:b]
         lead = len(text) - len(text.lstrip())
         value = text.strip()
         if not _CELL.fullmatch(value):
             return None
-        spans.append((row_start + 1 + a + lead, row_start + 1 + a + lead + len(value)))
-    return spans or None
+        start = row_start + 1 + a + lead
+        name = (
+            _string(original[slice(*values[run.group(1)])])
+            if run and run.group(1) in values
+            else None
+        )
+        subtest = (
+            name.replace(" ", "_") if name and re.fullmatch(r"[\w .,:;!?'()-]+", name) else None
+        )
+        inputs = tuple(
+            v
+            for key, span in values.items()
+            if key not in (field,) and (v := _string(original[slice(*span)])) is not None
+        )
+        found.append(Row((start, start + len(value)), subtest, inputs))
+    return found or None
 
 
-def changed_tables(
-    body: str, rng: random.Random, count: int, words: Words | None = None
-) -> list[str]:
-    """Up to ``count`` versions of ``body`` (a Go test's body), each with every row's expected
-    value changed (:func:`table_column`), the versions pairwise different in every row; empty
-    when the body has no such table."""
-    spans = table_column(body)
-    if spans is None:
-        return []
-    options = [_changes(body[a:b], rng, count, words) for a, b in spans]
-    found = []
-    for k in range(min(len(o) for o in options)):
-        text = body
-        for (a, b), new in sorted(zip(spans, options, strict=True), reverse=True):
-            text = text[:a] + new[k] + text[b:]
-        found.append(text)
-    return found
+def table_column(body: str) -> list[tuple[int, int]] | None:
+    """The spans of every row's expected value in ``body``'s case table (:func:`table_rows`)."""
+    rows = table_rows(body)
+    return [r.cell for r in rows] if rows else None
+
+
+def changed_row(
+    body: str,
+    rng: random.Random,
+    count: int,
+    words: Words | None = None,
+    listed: Callable[[str], bool] = lambda _: True,
+) -> tuple[str | None, list[str]]:
+    """The subtest of one row drawn among those ``listed`` (FAIL_TO_PASS) whose subtest name
+    is known, and up to ``count`` versions of ``body`` each with that row's expected value
+    changed to another (the row's input words first), pairwise different; ``(None, [])``
+    when there is no such row.
+
+    One row, the same for every copy of a test, and the copy's canary is that subtest alone:
+    an answer right on a row would tell the real test from copies that change that row (it
+    passes there, they fail), so the real test is one of the group's versions of that row and
+    an answer must be right on it to tell, where changing every row let an answer right on
+    any one row (a trivial ``n`` is right on ``0`` and ``7``) name the real test for certain
+    (redteam11)."""
+    rows = [r for r in table_rows(body) or [] if r.subtest is not None and listed(r.subtest)]
+    if not rows:
+        return None, []
+    row = rng.choice(rows)
+    a, b = row.cell
+    near = words.input_first(row.inputs) if words is not None else None
+    return row.subtest, [body[:a] + new + body[b:] for new in _changes(body[a:b], rng, count, near)]

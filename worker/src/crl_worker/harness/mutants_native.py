@@ -46,7 +46,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from crl_worker.harness.expectations import changed_expectations, expected_side
-from crl_worker.harness.expectations_go import changed_tables, table_column
+from crl_worker.harness.expectations_go import changed_row, table_column
 from crl_worker.harness.literals import Words, text_vocabulary
 from crl_worker.harness.mutants import Derived
 from crl_worker.harness.names import canary_name
@@ -305,13 +305,25 @@ def derive(
     # value (a word of the file for a word), so no copy stands out from the others.
     words = Words(text_vocabulary(text), text_vocabulary(text))
     changes: dict[str, list[str]] = {}
+    # Go: the subtest whose row the copies of a test change; that subtest is the canary.
+    subtests: dict[str, str] = {}
     for source in dict.fromkeys(drawn):
         body = "\n".join(source.body)
-        changes[source.name] = (
-            changed_tables(body, rng, drawn.count(source), words)
-            if language == "go"
-            else changed_expectations(body, language, rng, drawn.count(source), words)
-        )
+        if language == "go":
+            whole = source.name in listed
+
+            def row_listed(subtest: str, test: str = source.name, all_rows: bool = whole) -> bool:
+                return all_rows or f"{test}/{subtest}" in listed
+
+            subtest, changes[source.name] = changed_row(
+                body, rng, drawn.count(source), words, row_listed
+            )
+            if subtest is not None:
+                subtests[source.name] = subtest
+        else:
+            changes[source.name] = changed_expectations(
+                body, language, rng, drawn.count(source), words
+            )
     for source in drawn:
         body = "\n".join(source.body)
         extra = sorted({w.lower() for w in _IDENT.findall(body) if len(w) > 2} - _COMMON)
@@ -320,7 +332,8 @@ def derive(
         left = changes[source.name]
         changed = left.pop() if left else None
         after.setdefault(where.end, []).append(_canary(source, lines, name, language, rng, changed))
-        ids.append(prefix + name)
+        row = subtests.get(source.name) if changed is not None else None
+        ids.append(prefix + name + (f"/{row}" if row else ""))
         sources.append(prefix + source.name)
     signatures = {t.signature: t for t in tests}
     # Go: every real test's body runs in a closure too, as a copy's does, so the call stack
