@@ -103,12 +103,13 @@ def expectations(node: ast.FunctionDef, statements: Sequence[ast.stmt]) -> list[
     docstring's three kinds), in order."""
     found: list[Target] = []
     compared: list[tuple[ast.expr, ast.expr]] = []
+    uses = _uses(node)
     for at, stmt in enumerate(statements):
         sides = equality_sides(stmt)
         if len(sides) != 2:
             continue
         compared += [(sides[0], sides[1]), (sides[1], sides[0])]
-        a, b = (_bound_value(node, statements[:at], side) for side in sides)
+        a, b = (_bound_value(uses, statements[:at], side) for side in sides)
         if is_literal(a) != is_literal(b):
             found.append(a if is_literal(a) else b)
             continue
@@ -117,19 +118,18 @@ def expectations(node: ast.FunctionDef, statements: Sequence[ast.stmt]) -> list[
         built = [s for s in (a, b) if _constructor(s) and any(map(is_literal, _arguments(s)))]
         if len(built) == 1:
             found.extend(x for x in _arguments(built[0]) if is_literal(x))
-    found.extend(_columns(node, compared))
+    found.extend(_columns(node, compared, uses))
     return found
 
 
-def _bound_value(node: ast.FunctionDef, before: Sequence[ast.stmt], side: ast.expr) -> ast.expr:
+def _bound_value(
+    uses: dict[str, list[ast.Name]], before: Sequence[ast.stmt], side: ast.expr
+) -> ast.expr:
     """The value a side that is a bare name was bound to (``expected = Interval(-3, -1)``) by
     the one top-level assignment of it among the statements ``before`` the comparison, when
-    the test's body names it nowhere else (so a changed value changes this expectation only);
-    else ``side`` itself."""
-    if not isinstance(side, ast.Name):
-        return side
-    named = [n for stmt in node.body for n in ast.walk(stmt) if isinstance(n, ast.Name)]
-    if sum(n.id == side.id for n in named) != 2:
+    the test's body (``uses``: :func:`_uses`) names it nowhere else (so a changed value changes
+    this expectation only); else ``side`` itself."""
+    if not isinstance(side, ast.Name) or len(uses.get(side.id, [])) != 2:
         return side
     for stmt in before:
         if (
@@ -183,15 +183,25 @@ def _cells(values: ast.expr, index: int, width: int) -> tuple[ast.expr, ...] | N
     return tuple(cells) if cells else None
 
 
-def _columns(node: ast.FunctionDef, compared: list[tuple[ast.expr, ast.expr]]) -> list[Column]:
-    """The ``parametrize`` columns of ``node`` a copy can change: each argument named in the
-    test's body only as a value one side of a ``compared`` pair carries as it is
-    (:func:`_holders`), never on the other side, with a literal in every row."""
+def _uses(node: ast.FunctionDef) -> dict[str, list[ast.Name]]:
+    """Every occurrence of each name in the test's body (loads and stores)."""
     uses: dict[str, list[ast.Name]] = {}
     for stmt in node.body:
         for n in ast.walk(stmt):
             if isinstance(n, ast.Name):
                 uses.setdefault(n.id, []).append(n)
+    return uses
+
+
+def _columns(
+    node: ast.FunctionDef,
+    compared: list[tuple[ast.expr, ast.expr]],
+    uses: dict[str, list[ast.Name]],
+) -> list[Column]:
+    """The ``parametrize`` columns of ``node`` a copy can change: each argument named in the
+    test's body (``uses``: :func:`_uses`) only as a value one side of a ``compared`` pair
+    carries as it is (:func:`_holders`), never on the other side, with a literal in every
+    row."""
     found = []
     for names, values in _parametrized(node):
         for index, name in enumerate(names):

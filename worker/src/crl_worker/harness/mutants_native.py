@@ -18,10 +18,11 @@ anew:
   (:mod:`crl_worker.harness.expectations`), with no appended comparison, and such tests are
   copied first: an answer that compares equal to anything (a forged ``PartialEq`` or
   ``operator==``) passes that copy and is caught, where it fails an appended comparison as a
-  correct answer does. A Go test ranging over a case table written in place has its expected
-  column changed in every row instead (:mod:`crl_worker.harness.expectations_go`): the copy's
-  code is the test's, where an appended ``FailNow`` was a call in the copy's machine code that
-  no real test has (redteam10 read it from the binary). Tables in another file (Exercism's
+  correct answer does. A Go test ranging over a case table written in place has one
+  FAIL_TO_PASS row's expected value changed instead, the same row in every copy, and that row's
+  subtest is the copy's canary (:mod:`crl_worker.harness.expectations_go`): the copy's code is
+  the test's, where an appended ``FailNow`` was a call in the copy's machine code that no real
+  test has (redteam10 read it from the binary). Tables in another file (Exercism's
   ``cases_test.go``) keep the appended comparison. Code that reads
   the test file could spare the copies, which is why the harness runs the test binary with the
   test sources removed (:mod:`crl_worker.harness.native`);
