@@ -84,11 +84,12 @@ def test_canaries_copy_rename_and_map_back() -> None:
     run_id = dict((old, new) for new, old in canary.renamed)["TestDigitSum"]
     # The copies change one row's expected value of the case table, the same row in every
     # copy, and that row's subtest is the canary: the same code as the test, other data. An
-    # appended `t.FailNow()` was a call no real test's machine code has (redteam10 found it in
-    # the binary); changing every row let an answer right on any row name the real test
-    # (redteam11).
-    assert "FailNow" not in canary.text
-    bodies = {t.name: t.body for t in in_run}
+    # appended `t.FailNow()` only copies had was a call no real test's machine code has
+    # (redteam10 found it in the binary): every test now ends with the same check
+    # (tests/test_canary_go.py). Changing every row let an answer right on any row name the
+    # real test (redteam11).
+    assert all(t.body[-2].strip() == "t.FailNow()" for t in in_run)
+    bodies = {t.name: t.body[:-3] for t in in_run}
     rows = {i.split("/", 1)[1] for i in canary.ids}
     assert len(rows) == 1 and rows <= {"zero", "single_digit", "several_digits", "large_number"}
     for copy in canary.ids:
@@ -491,19 +492,25 @@ GO_TABLES = {
 
 @pytest.mark.parametrize("case", sorted(GO_TABLES))
 def test_go_copies_change_a_case_tables_expected_column(case: str) -> None:
-    """Which Go tables have an expected column a copy may change in every row."""
-    from crl_worker.harness.expectations_go import changed_row, table_column
+    """Which Go tables have an expected column a copy may change (one row of it)."""
+    from crl_worker.harness.expectations_go import changed_row, table_column, table_rows
 
     body, expected = GO_TABLES[case]
     spans = table_column(body)
     assert (spans and [body[a:b] for a, b in spans]) == expected or spans == expected
-    if expected:
-        # No subtest names (no `t.Run`): no row can be a canary of its own.
-        assert changed_row(body, random.Random(1), 3) == (None, [])
+    table = table_rows(body)
+    if expected and table is not None:
+        # No subtest names (no `t.Run`): the copy is the canary, one row changed, when the
+        # test is listed as a whole.
+        assert changed_row(table, random.Random(1), 3, listed=lambda _: False) == (None, [])
+        subtest, versions = changed_row(table, random.Random(1), 3)
+        assert subtest is None and len(set(versions)) == 3
     if case == "keyed":
         named = body.replace("\t\tif got", "\t\tt.Run(c.in, func(t *testing.T) {\n\t\tif got", 1)
         named = named.replace("c.want)\n\t\t}\n\t}", "c.want)\n\t\t}\n\t\t})\n\t}", 1)
-        subtest, versions = changed_row(named, random.Random(1), 3)
+        named_table = table_rows(named)
+        assert named_table is not None
+        subtest, versions = changed_row(named_table, random.Random(1), 3)
         assert subtest in ("a_b", "a") and len(versions) == 3 and len(set(versions)) == 3
         for version in versions:
             cells = [version[a:b] for a, b in table_column(version) or []]

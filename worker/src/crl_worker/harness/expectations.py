@@ -58,13 +58,13 @@ _ASSERTS = {
 _OPEN, _CLOSE = "([{", ")]}"
 
 
-def _literals_masked(text: str, fill: str = " ") -> str:
+def literals_masked(text: str, fill: str = " ") -> str:
     """``text`` with its string and character literals replaced by ``fill`` (same length)."""
     masked = _STRING.sub(lambda m: fill * len(m.group()), text)
     return _CHAR.sub(lambda m: fill * len(m.group()), masked)
 
 
-def _close(masked: str, start: int) -> int | None:
+def closing_bracket(masked: str, start: int) -> int | None:
     """The index of the bracket closing the one at ``start`` in ``masked``, or None."""
     depth = 0
     for i in range(start, len(masked)):
@@ -77,7 +77,7 @@ def _close(masked: str, start: int) -> int | None:
     return None
 
 
-def _top_level(masked: str, separator: str) -> list[int]:
+def top_level(masked: str, separator: str) -> list[int]:
     """Where ``separator`` occurs in ``masked`` outside any bracket."""
     found, depth, i = [], 0, 0
     while i < len(masked):
@@ -98,13 +98,13 @@ def _sides(text: str, masked: str, macro: str) -> list[tuple[int, int]] | None:
     if macro == "assert_eq!":
         if "<" in masked:  # a turbofish's comma would split the arguments wrongly
             return None
-        commas = _top_level(masked, ",")
+        commas = top_level(masked, ",")
         if not commas:
             return None
         second_end = commas[1] if len(commas) > 1 else len(text)  # a message may follow
         return [(0, commas[0]), (commas[0] + 1, second_end)]
-    equals = _top_level(masked, "==")
-    if len(equals) != 1 or _top_level(masked, "&&") or _top_level(masked, "||"):
+    equals = top_level(masked, "==")
+    if len(equals) != 1 or top_level(masked, "&&") or top_level(masked, "||"):
         return None
     return [(0, equals[0]), (equals[0] + 2, len(text))]
 
@@ -113,10 +113,10 @@ def _literal_only(side: str, language: str) -> bool:
     """Whether ``side`` is made of literals and the language's constructors only, one at least."""
     if "r#" in side or re.search(r'\br"', side) or ";" in side:
         return False
-    rest = _NUMBER.sub(" ", _literals_masked(side))
+    rest = _NUMBER.sub(" ", literals_masked(side))
     words = re.findall(r"[A-Za-z_]\w*", rest)
     symbols = re.sub(r"[A-Za-z_]\w*|\s", "", rest)
-    has_literal = bool(_STRING.search(side) or _NUMBER.search(_literals_masked(side)))
+    has_literal = bool(_STRING.search(side) or _NUMBER.search(literals_masked(side)))
     return (
         has_literal
         and all(w in _WORDS[language] for w in words)
@@ -137,7 +137,7 @@ def _spots(side: str) -> list[tuple[int, int, bool]]:
     decimal integers and decimals (their digits, not a type suffix); not hexadecimal, binary,
     octal or exponent numbers."""
     found = [(m.start(), m.end(), True) for m in _STRING.finditer(side)]
-    for m in _NUMBER.finditer(_literals_masked(side)):
+    for m in _NUMBER.finditer(literals_masked(side)):
         suffix = m.group(3) or ""
         if suffix[:1] in ("x", "X", "b", "B", "o", "O", "e", "E"):
             continue  # hexadecimal, binary, octal, an exponent: left alone
@@ -180,7 +180,7 @@ def _string_variants(text: str, rng: random.Random, count: int, words: Words | N
     return [v.decode() for v in found]
 
 
-def _changes(side: str, rng: random.Random, count: int, words: Words | None) -> list[str]:
+def literal_changes(side: str, rng: random.Random, count: int, words: Words | None) -> list[str]:
     """Up to ``count`` different versions of ``side`` (a literal-only expectation), one of its
     literals drawn at random and changed at the same spot in each."""
     spots = _spots(side)
@@ -211,13 +211,13 @@ def expected_side(body: str, language: str) -> tuple[int, int] | None:
     side (see the module docs), or None when it has no such assertion."""
     if language not in _ASSERTS:
         return None
-    masked = _literals_masked(body)
+    masked = literals_masked(body)
     calls = [m for m in _ASSERTS[language].finditer(masked) if _depth_zero(masked, m.start())]
     if not calls:
         return None
     call = calls[-1]
     opening = call.end() - 1
-    closing = _close(masked, opening)
+    closing = closing_bracket(masked, opening)
     if closing is None:
         return None
     inner, inner_masked = body[opening + 1 : closing], masked[opening + 1 : closing]
@@ -253,7 +253,10 @@ def changed_expectations(
         # A word of the call's input strings first, as the other copies do (literals.Words).
         rest = body[:start] + body[end:]
         words = words.input_first(m.group()[1:-1] for m in _STRING.finditer(rest))
-    return [body[:start] + new + body[end:] for new in _changes(body[start:end], rng, count, words)]
+    return [
+        body[:start] + new + body[end:]
+        for new in literal_changes(body[start:end], rng, count, words)
+    ]
 
 
 def _binding(
@@ -276,7 +279,7 @@ def _binding(
             rf"(?:=[ \t]*(?P<value>[^;]*?)|(?P<init>\{{[^;]*\}}))[ \t]*;[ \t]*$"
         )
     # Literals as a filler no whitespace pattern takes, so that they stay in the value.
-    marked = _literals_masked(body, "\x01")
+    marked = literals_masked(body, "\x01")
     for match in re.finditer(pattern, marked[:before], re.MULTILINE):
         group = "value" if match.group("value") is not None else "init"
         start, end = match.span(group)

@@ -8,35 +8,48 @@ memory through ``runtime.FuncForPC``) told the copies apart and rewrote only the
 failures into passes. A copy that changes an expected value instead has the same code as its
 test, only other data.
 
-Go tests keep their expectations in case tables. :func:`table_rows` finds, in a test's body,
-a table ranged over in place (``for _, tc := range []struct{...}{ {...}, ... } {``) and the
-field the loop compares a result with (``got != tc.want``, ``!reflect.DeepEqual(got,
-tc.want)``) in an ``if`` whose block fails the test (``Fatal``, ``Error``, ``Fail``), with no
-``&&`` in its condition and no ``return``, ``continue`` or ``Skip`` before it; the field may
-appear elsewhere only in the failure's message. Every row's value of that field must be a
-string or a decimal number. :func:`changed_row` changes it in one FAIL_TO_PASS row whose
-subtest ``t.Run`` names, the same row in every copy of a test, and that subtest is the
-copy's canary (its other subtests are the test's own rows: they are planted, not graded).
-Changing every row (the first version) let an answer right on any one row, even a trivial
-one, name the real test for certain: it passed there and no copy did (redteam11). Now an
-answer tells the real test from its copies only by being right on the changed row. Tables held
-elsewhere (a ``var`` of another file, as Exercism's ``cases_test.go``) are not changed: such
-tests keep the appended comparison.
+Go tests keep their expectations in case tables. :func:`table_rows` finds the table a test
+ranges over: one written in place (``for _, tc := range []struct{...}{ {...}, ... } {``), or a
+package-level variable declared once in one of the package's hidden test files (``for _, tc :=
+range testCases {``, the table in Exercism's ``cases_test.go``) whose literal is a slice of
+structs with no raw string, selector or function in it (a copy of it stands in another file,
+which may not import what it names). It finds the field the loop compares a result with
+(``got != tc.want``, ``!reflect.DeepEqual(got, tc.want)``) in an ``if`` whose block fails the
+test (``Fatal``, ``Error``, ``Fail``), with no ``&&`` in its condition and no ``return``,
+``continue`` or ``Skip`` before it; the field may appear elsewhere only in the failure's
+message. A row can change when that field's value is a string or a decimal number.
+:func:`changed_row` changes it in one FAIL_TO_PASS row whose subtest ``t.Run`` names (two rows
+of one name are neither: ``go test`` runs the second as ``name#01``), the same row in every copy
+of a test, and that subtest is the copy's canary (its other subtests are the test's own rows:
+they are planted, not graded); in a table with no subtests the copy itself is the canary.
+Changing every row (the first version) let an answer right on any one row, even a trivial one,
+name the real test for certain: it passed there and no copy did (redteam11). Now an answer
+tells the real test from its copies only by being right on the changed row.
 """
 
 from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from crl_worker.harness.expectations import _changes, _close, _literals_masked, _top_level
+from crl_worker.harness.expectations import (
+    closing_bracket,
+    literal_changes,
+    literals_masked,
+    top_level,
+)
 from crl_worker.harness.literals import Words
 
 _TABLE = re.compile(r"\bfor\s+_\s*,\s*(?P<var>[A-Za-z_]\w*)\s*:=\s*range\s+\[\]struct\s*\{")
 _FAILS = re.compile(r"\b\w+\.(?:Fatalf?|Errorf?|FailNow|Fail)\s*\(")
 _MESSAGE = re.compile(r"\b\w+\.(?:Fatalf?|Errorf?|Logf?)\s*\(")
+_RANGE = re.compile(
+    r"\bfor\s+_\s*,\s*(?P<var>[A-Za-z_]\w*)\s*:=\s*range\s+(?P<table>[A-Za-z_]\w*)\s*\{"
+)
+#: A selector (``errors.New``, ``time.Second``): a package another file may not import.
+_SELECTOR = re.compile(r"[A-Za-z_]\w*\s*\.\s*[A-Za-z_]")
 _CELL = re.compile(r'-?\d+(?:\.\d+)?|"(?:[^"\\\n]|\\.)*"')
 
 
@@ -72,7 +85,7 @@ def _compared_field(masked: str, var: str) -> str | None:
                 continue
             rest = masked[: match.start()] + masked[match.end() :]
             for call in _MESSAGE.finditer(masked):
-                end = _close(masked, call.end() - 1)
+                end = closing_bracket(masked, call.end() - 1)
                 if end is not None:
                     rest = rest.replace(masked[call.start() : end + 1], "")
             if not re.search(rf"\b{var}\.{field}\b", rest):
@@ -94,7 +107,7 @@ def _failing_if(masked: str, match: re.Match[str]) -> bool:
     depth = before.count("{") - before.count("}")
     if not (depth == 1 or (depth == 2 and "Run(" in before)):
         return False
-    closing = _close(masked, opening)
+    closing = closing_bracket(masked, opening)
     return closing is not None and bool(_FAILS.search(masked[opening:closing]))
 
 
@@ -117,35 +130,27 @@ def _string(text: str) -> str | None:
     return None
 
 
-def table_rows(body: str) -> list[Row] | None:
-    """The rows of the case table of ``body`` (a Go test's body) with the span of each row's
-    expected value (see the module docs), or None when it has none that can be changed
-    safely."""
-    masked = _literals_masked(body)
-    table = _TABLE.search(masked)
-    if table is None:
-        return None
-    fields_end = _close(masked, table.end() - 1)
-    if fields_end is None:
-        return None
-    names = _fields(masked[table.end() : fields_end])
-    rows_open = (
-        fields_end + 1 + (len(masked[fields_end + 1 :]) - len(masked[fields_end + 1 :].lstrip()))
-    )
-    if names is None or masked[rows_open : rows_open + 1] != "{":
-        return None
-    rows_end = _close(masked, rows_open)
+def _named(name: str | None) -> str | None:
+    """The subtest ``t.Run(name, ...)`` runs, as ``go test`` reports it, when that is plain."""
+    if name and re.fullmatch(r"[\w .,:;!?'()-]+", name):
+        return name.replace(" ", "_")
+    return None
+
+
+def _rows(text: str, rows_open: int, names: list[str] | None, field: str,
+          run: str | None) -> list[Row] | None:  # fmt: skip
+    """The rows of the table whose rows' brace is at ``rows_open`` in ``text`` (a test's body,
+    or a package-level variable's literal), each with the span of its ``field``; ``names``
+    are the struct's fields in order (None: unknown, so keyed rows only), ``run`` the field
+    ``t.Run`` names subtests by. None when a row is not one this can change safely."""
+    masked = literals_masked(text)
+    rows_end = closing_bracket(masked, rows_open)
     if rows_end is None:
         return None
-    loop = masked[rows_end + 1 :]
-    field = _compared_field(loop, table.group("var"))
-    if field is None or field not in names:
-        return None
-    run = re.search(rf"\.Run\(\s*{table.group('var')}\.(\w+)\s*,", loop)
     found: list[Row] = []
     inner = masked[rows_open + 1 : rows_end]
     at = rows_open + 1
-    for cut in [*_top_level(inner, ","), len(inner)]:
+    for cut in [*top_level(inner, ","), len(inner)]:
         row = masked[at : rows_open + 1 + cut].strip()
         row_start = masked.index(row, at) if row else at
         at = rows_open + 1 + cut + 1
@@ -154,9 +159,9 @@ def table_rows(body: str) -> list[Row] | None:
         if row[0] != "{" or row[-1] != "}":
             return None
         cells = row[1:-1]
-        cuts = [-1, *_top_level(cells, ","), len(cells)]
+        cuts = [-1, *top_level(cells, ","), len(cells)]
         parts = [(cuts[i] + 1, cuts[i + 1]) for i in range(len(cuts) - 1)]
-        original = body[row_start + 1 : row_start + len(row) - 1]
+        original = text[row_start + 1 : row_start + len(row) - 1]
         if len(parts) > 1 and not original[parts[-1][0] :].strip():
             parts.pop()  # a trailing comma
         keyed = [p for p in parts if re.match(r"\s*\w+\s*:", cells[p[0] : p[1]])]
@@ -165,51 +170,172 @@ def table_rows(body: str) -> list[Row] | None:
             for a, b in keyed:
                 key = cells[a:b].split(":", 1)[0].strip()
                 values[key] = (a + cells[a:b].index(":") + 1, b)
-        elif len(parts) == len(names):
+        elif names is not None and len(parts) == len(names):
             values = dict(zip(names, parts, strict=True))
         if field not in values:
             return None
         a, b = values[field]
-        text = original[a:b]
-        lead = len(text) - len(text.lstrip())
-        value = text.strip()
+        cell = original[a:b]
+        lead = len(cell) - len(cell.lstrip())
+        value = cell.strip()
         if not _CELL.fullmatch(value):
             return None
         start = row_start + 1 + a + lead
-        name = (
-            _string(original[slice(*values[run.group(1)])])
-            if run and run.group(1) in values
-            else None
-        )
-        subtest = (
-            name.replace(" ", "_") if name and re.fullmatch(r"[\w .,:;!?'()-]+", name) else None
-        )
+        name = _string(original[slice(*values[run])]) if run and run in values else None
         inputs = tuple(
             v
             for key, span in values.items()
-            if key not in (field,) and (v := _string(original[slice(*span)])) is not None
+            if key != field and (v := _string(original[slice(*span)])) is not None
         )
-        found.append(Row((start, start + len(value)), subtest, inputs))
-    return found or None
+        found.append(Row((start, start + len(value)), _named(name), inputs))
+    # Two rows of one name run as ``name`` and ``name#01``: neither is named for certain.
+    subtests = [r.subtest for r in found]
+    return [
+        r if subtests.count(r.subtest) == 1 else Row(r.cell, None, r.inputs) for r in found
+    ] or None
 
 
-def table_column(body: str) -> list[tuple[int, int]] | None:
-    """The spans of every row's expected value in ``body``'s case table (:func:`table_rows`)."""
-    rows = table_rows(body)
-    return [r.cell for r in rows] if rows else None
+@dataclass(frozen=True)
+class Table:
+    """A test's case table (:func:`table_rows`)."""
+
+    rows: tuple[Row, ...]
+    #: What the rows' cells index: the test's body (a table written in place), or the
+    #: composite literal a package-level variable is declared with (``[]struct{...}{...}``).
+    text: str
+    #: Whether ``t.Run`` names a subtest per row (else a row has no test of its own).
+    named: bool
+    #: The package-level variable the test ranges over (None: the table is in place) ...
+    var: str | None = None
+    #: ... and the span of its name in the test's body (``range testCases``).
+    use: tuple[int, int] = (0, 0)
+
+
+def _struct_fields(type_name: str, texts: Sequence[str]) -> list[str] | None:
+    """The fields of struct type ``type_name`` as one of ``texts`` declares it, or None."""
+    for text in texts:
+        masked = literals_masked(text)
+        found = re.search(rf"^type\s+{type_name}\s+struct\s*\{{", masked, re.MULTILINE)
+        end = closing_bracket(masked, found.end() - 1) if found else None
+        if found and end is not None:
+            return _fields(masked[found.end() : end])
+    return None
+
+
+def _package_literal(name: str, texts: Sequence[str]) -> tuple[str, int, list[str] | None] | None:
+    """The composite literal package-level variable ``name`` is declared with, once, in one
+    of ``texts`` (the package's test files), and assigned nowhere else: its text, where its
+    rows' brace is in it, and its struct's field names (None when unknown). None when it is
+    not a slice of structs whose literal this can copy into another file of the package (a
+    raw string, a selector such as ``errors.New`` whose import that file may lack, a
+    function)."""
+    declared: list[tuple[str, str, int]] = []
+    assigned = 0
+    for text in texts:
+        masked = literals_masked(text)
+        declared += [(text, masked, m.end()) for m in re.finditer(rf"^var\s+{name}\s*=\s*",
+                                                                   masked, re.MULTILINE)]  # fmt: skip
+        assigned += len(re.findall(rf"\b{name}\s*(?:\[[^\]\n]*\]\s*)?(?:\.\w+\s*)?[-+*/|&]?="
+                                   r"(?!=)|\bappend\(\s*" + name + r"\b", masked))  # fmt: skip
+    if len(declared) != 1 or assigned != 1:
+        return None
+    text, masked, at = declared[0]
+    head = re.match(r"\[\]\s*(?:struct\s*\{|(?P<type>[A-Za-z_]\w*)\s*\{)", masked[at:])
+    if head is None:
+        return None
+    names: list[str] | None
+    if head.group("type") is None:
+        fields_end = closing_bracket(masked, at + head.end() - 1)
+        if fields_end is None:
+            return None
+        names = _fields(masked[at + head.end() : fields_end])
+        rows_open = (
+            fields_end + 1 + len(masked[fields_end + 1 :]) - len(masked[fields_end + 1 :].lstrip())
+        )
+        if names is None or masked[rows_open : rows_open + 1] != "{":
+            return None
+    else:
+        rows_open = at + head.end() - 1
+        names = _struct_fields(head.group("type"), texts)
+    rows_end = closing_bracket(masked, rows_open)
+    if rows_end is None:
+        return None
+    literal = text[at : rows_end + 1]
+    code = re.sub(r"//[^\n]*", "", masked[at : rows_end + 1])  # comments say anything
+    if "`" in literal or _SELECTOR.search(code) or re.search(r"\bfunc\b", code):
+        return None
+    return literal, rows_open - at, names
+
+
+def table_rows(body: str, package: Sequence[str] = ()) -> Table | None:
+    """The case table of ``body`` (a Go test's body) with the span of each row's expected
+    value (see the module docs): written in place, or a package-level variable declared in
+    one of ``package`` (the texts of the package's test files) that the test ranges over.
+    None when it has none that can be changed safely."""
+    masked = literals_masked(body)
+    table = _TABLE.search(masked)
+    var: str | None = None
+    if table is not None:
+        fields_end = closing_bracket(masked, table.end() - 1)
+        if fields_end is None:
+            return None
+        names = _fields(masked[table.end() : fields_end])
+        rows_open = (
+            fields_end
+            + 1
+            + (len(masked[fields_end + 1 :]) - len(masked[fields_end + 1 :].lstrip()))
+        )
+        if names is None or masked[rows_open : rows_open + 1] != "{":
+            return None
+        rows_end = closing_bracket(masked, rows_open)
+        if rows_end is None:
+            return None
+        loop, item, text, use = masked[rows_end + 1 :], table.group("var"), body, (0, 0)
+    else:
+        ranged = _RANGE.search(masked)
+        declared = _package_literal(ranged.group("table"), package) if ranged else None
+        if ranged is None or declared is None:
+            return None
+        text, rows_open, names = declared
+        loop, item = masked[ranged.end() - 1 :], ranged.group("var")
+        var, use = ranged.group("table"), ranged.span("table")
+    field = _compared_field(loop, item)
+    if field is None or (names is not None and field not in names):
+        return None
+    run = re.search(rf"\.Run\(\s*{item}\.(\w+)\s*,", loop)
+    rows = _rows(text, rows_open, names, field, run.group(1) if run else None)
+    if not rows:
+        return None
+    return Table(tuple(rows), text, ".Run(" in loop, var, use)
+
+
+def table_column(body: str, package: Sequence[str] = ()) -> list[tuple[int, int]] | None:
+    """The spans of every row's expected value in ``body``'s case table (:func:`table_rows`),
+    in the table's text."""
+    table = table_rows(body, package)
+    return [r.cell for r in table.rows] if table else None
+
+
+def changeable_rows(table: Table, listed: Callable[[str | None], bool]) -> list[Row]:
+    """The rows of ``table`` a copy may change: those whose subtest is known and ``listed``
+    (FAIL_TO_PASS), or, in a table with no subtests, every row when ``listed(None)`` (the
+    test is listed as a whole)."""
+    if not table.named:
+        return list(table.rows) if listed(None) else []
+    return [r for r in table.rows if r.subtest is not None and listed(r.subtest)]
 
 
 def changed_row(
-    body: str,
+    table: Table,
     rng: random.Random,
     count: int,
     words: Words | None = None,
-    listed: Callable[[str], bool] = lambda _: True,
+    listed: Callable[[str | None], bool] = lambda _: True,
 ) -> tuple[str | None, list[str]]:
-    """The subtest of one row drawn among those ``listed`` (FAIL_TO_PASS) whose subtest name
-    is known, and up to ``count`` versions of ``body`` each with that row's expected value
-    changed to another (the row's input words first), pairwise different; ``(None, [])``
-    when there is no such row.
+    """The subtest of one row drawn among :func:`changeable_rows`, and up to ``count``
+    versions of ``table.text`` each with that row's expected value changed to another (the
+    row's input words first), pairwise different; ``(None, [])`` when there is no such row.
+    The subtest is None in a table with no subtests (the copy itself is the canary).
 
     One row, the same for every copy of a test, and the copy's canary is that subtest alone:
     an answer right on a row would tell the real test from copies that change that row (it
@@ -217,10 +343,13 @@ def changed_row(
     an answer must be right on it to tell, where changing every row let an answer right on
     any one row (a trivial ``n`` is right on ``0`` and ``7``) name the real test for certain
     (redteam11)."""
-    rows = [r for r in table_rows(body) or [] if r.subtest is not None and listed(r.subtest)]
+    rows = changeable_rows(table, listed)
     if not rows:
         return None, []
     row = rng.choice(rows)
     a, b = row.cell
     near = words.input_first(row.inputs) if words is not None else None
-    return row.subtest, [body[:a] + new + body[b:] for new in _changes(body[a:b], rng, count, near)]
+    text = table.text
+    return row.subtest, [
+        text[:a] + new + text[b:] for new in literal_changes(text[a:b], rng, count, near)
+    ]

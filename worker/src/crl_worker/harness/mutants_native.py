@@ -11,28 +11,35 @@ anew:
   *testing.T)``; Rust: a ``#[test] fn x()``, its other attributes, ``#[ignore]`` included,
   kept; C++: a ``TEST_CASE("x", tags)``), its body run first (Go: inside a closure, so that a
   ``return`` or ``t.Fatal`` ends only the body; Rust and C++: in a block), then one failing
-  comparison of two different numbers (Go: a silent ``t.FailNow`` when they differ, so a
-  failing copy prints what the test it copies prints; Rust: ``assert_eq!``; C++:
-  ``REQUIRE``, which a wrong answer's failing body never reaches). In Rust and C++ a copy
-  whose last assertion compares with literals expects another value instead
-  (:mod:`crl_worker.harness.expectations`), with no appended comparison, and such tests are
-  copied first: an answer that compares equal to anything (a forged ``PartialEq`` or
-  ``operator==``) passes that copy and is caught, where it fails an appended comparison as a
-  correct answer does. A Go test ranging over a case table written in place has one
-  FAIL_TO_PASS row's expected value changed instead, the same row in every copy, and that row's
-  subtest is the copy's canary (:mod:`crl_worker.harness.expectations_go`): the copy's code is
-  the test's, where an appended ``FailNow`` was a call in the copy's machine code that no real
-  test has (redteam10 read it from the binary). Tables in another file (Exercism's
-  ``cases_test.go``) keep the appended comparison. Code that reads
-  the test file could spare the copies, which is why the harness runs the test binary with the
-  test sources removed (:mod:`crl_worker.harness.native`);
+  comparison of two different numbers (Rust: ``assert_eq!``; C++: ``REQUIRE``, which a wrong
+  answer's failing body never reaches). In Rust and C++ a copy whose last assertion compares
+  with literals expects another value instead (:mod:`crl_worker.harness.expectations`), with
+  no appended comparison, and such tests are copied first: an answer that compares equal to
+  anything (a forged ``PartialEq`` or ``operator==``) passes that copy and is caught, where it
+  fails an appended comparison as a correct answer does;
+- **Go: the same code, other data**. A Go test ranging over a case table (written in place, or
+  a package-level variable of one of the hidden test files, as Exercism's ``cases_test.go``)
+  is copied first: its copies change one FAIL_TO_PASS row's expected value, the same row in
+  every copy, and that row's subtest is the copy's canary
+  (:mod:`crl_worker.harness.expectations_go`). A copy of a test over a package-level table
+  ranges over its own copy of the table (``var <drawn> = <literal>`` just above it), and so
+  does the real test, over an unchanged copy declared the same way. Every Go test, real or
+  copy, ends with one check, ``if a[i] != a[j] { t.FailNow() }``, on two cells of one array
+  the file declares: equal, but for a copy of a test with no table to change, whose check is
+  what fails it (silently: a failing copy prints what the test it copies prints). An appended
+  ``FailNow`` only copies had was a call in their machine code that no real test had
+  (redteam10 read it from the binary); now every test function calls it, and only the data
+  (the table's row, the array's cells) tells a copy apart. Code that reads the test file could
+  spare the copies, which is why the harness runs the test binary with the test sources
+  removed (:mod:`crl_worker.harness.native`);
 - **named in the task's style**: :func:`crl_worker.harness.names.canary_name` over the file's
   own test names; every real top-level test whose name appears nowhere else in the hidden files
   or the command is renamed the same way, so neither the names nor a list of the exercise's
   published test names tell a canary from a real test;
 - **placed among the real tests**: each after a randomly drawn test of the file; in Go every
   real test's body runs in a closure as well, so that the call stack a copy's body sees (one
-  closure deeper than its test) is the real tests' too (redteam9 spared the copies by it).
+  closure deeper than its test) is the real tests' too (redteam9 spared the copies by it). Its
+  lines are not indented: a line inside a raw string (kindergarten-garden's diagram) is data.
 
 Tests that skip themselves (Go: ``Skip``; C++: ``SKIP``, ``SUCCEED``, a ``return``), expect a
 panic (Rust: ``should_panic``) or return a value (Rust: ``-> Result``) are not copied: the
@@ -43,11 +50,11 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from crl_worker.harness.expectations import changed_expectations, expected_side
-from crl_worker.harness.expectations_go import changed_row, table_column
+from crl_worker.harness.expectations_go import Table, changeable_rows, changed_row, table_rows
 from crl_worker.harness.literals import Words, text_vocabulary
 from crl_worker.harness.mutants import Derived
 from crl_worker.harness.names import canary_name
@@ -68,6 +75,18 @@ _KEYWORDS = frozenset(
      "do", "final", "macro", "override", "priv", "typeof", "unsized", "virtual", "yield",
      "union"}
 )  # fmt: skip
+#: Go's keywords and predeclared names: a package-level variable so named would not compile, or
+#: would shadow a builtin the candidate's code calls.
+_GO_RESERVED = frozenset(
+    {"break", "case", "chan", "const", "continue", "default", "defer", "else", "fallthrough",
+     "for", "func", "go", "goto", "if", "import", "interface", "map", "package", "range",
+     "return", "select", "struct", "switch", "type", "var", "any", "append", "bool", "byte",
+     "cap", "clear", "close", "comparable", "complex", "copy", "delete", "error", "false",
+     "float32", "float64", "imag", "int", "int8", "int16", "int32", "int64", "iota", "len",
+     "make", "max", "min", "new", "nil", "panic", "print", "println", "real", "recover", "rune",
+     "string", "true", "uint", "uint8", "uint16", "uint32", "uint64", "uintptr"}
+)  # fmt: skip
+_GO_VAR = re.compile(r"^var\s+([A-Za-z_]\w*)\s*=", re.MULTILINE)
 #: Words of a body that say nothing of the task (the language's own).
 _COMMON = frozenset(
     {"func", "range", "return", "struct", "string", "name", "want", "got", "let", "mut", "assert",
@@ -198,44 +217,81 @@ def _draw(copied: str, names: list[str], taken: set[str], rng: random.Random, ex
     return new
 
 
-def _changeable(test: NativeTest, language: str) -> bool:
+def _changeable(test: NativeTest, language: str, tables: dict[str, Table | None],
+                listed: Collection[str]) -> bool:  # fmt: skip
     """Whether a copy of ``test`` can have its expectation changed (:mod:`.expectations`; Go:
-    :mod:`.expectations_go`)."""
+    a row of its case table in ``tables``, one :func:`_row_listed` in ``listed``)."""
     if language == "go":
-        return table_column("\n".join(test.body)) is not None
+        table = tables.get(test.name)
+        return table is not None and bool(changeable_rows(table, _row_listed(test, listed)))
     return expected_side("\n".join(test.body), language) is not None
 
 
+def _row_listed(test: NativeTest, listed: Collection[str]) -> Callable[[str | None], bool]:
+    """Whether a subtest of Go ``test`` is FAIL_TO_PASS (None: the test as a whole)."""
+
+    def row_listed(subtest: str | None) -> bool:
+        return test.name in listed or (subtest is not None and f"{test.name}/{subtest}" in listed)
+
+    return row_listed
+
+
+class _GoChecks:
+    """The comparison every Go test and copy ends with (see the module's docstring): two cells
+    of one package-level array, equal (a real test; a copy whose table row changed) or not (a
+    copy that fails by it), at places drawn for each, so that every test's machine code is the
+    same and only the array's data tells them apart."""
+
+    def __init__(self, name: str, size: int, rng: random.Random) -> None:
+        self.name = name
+        self.rng = rng
+        self.slots = list(range(2 * size))
+        rng.shuffle(self.slots)
+        self.values = [0] * (2 * size)
+        self.used = 0
+
+    def check(self, t: str, fails: bool) -> list[str]:
+        """The lines of one more check (``t``: the test's ``*testing.T``), failing or not."""
+        a, b = self.slots[2 * self.used], self.slots[2 * self.used + 1]
+        self.used += 1
+        self.values[a] = self.rng.randrange(2, 1000)
+        self.values[b] = self.values[a] + (self.rng.randrange(1, 1000) if fails else 0)
+        return [f"\tif {self.name}[{a}] != {self.name}[{b}] {{", f"\t\t{t}.FailNow()", "\t}"]
+
+    def declaration(self) -> list[str]:
+        """The array's declaration (the file's last lines)."""
+        cells = ", ".join(str(v) for v in self.values)
+        return ["", f"var {self.name} = [{len(self.values)}]int{{{cells}}}"]
+
+
 def _canary(test: NativeTest, lines: list[str], name: str, language: str, rng: random.Random,
-            changed: str | None) -> list[str]:  # fmt: skip
+            changed: str | None, checks: _GoChecks | None = None) -> list[str]:  # fmt: skip
     """The copy of ``test`` named ``name``: its body ``changed`` (its last assertion expecting
-    another value) where it can (Rust, C++), else a failing comparison after its body."""
+    another value; Go: a row of its table) where it can, else a failing comparison after its
+    body (Go: one of ``checks``, which every test ends with)."""
     if changed is not None and language == "cpp" and test.start == test.end:
         return [f'TEST_CASE("{name}"{test.param}) {{ {changed} }}']
     if changed is not None and language == "cpp":
         return [f'TEST_CASE("{name}"{test.param}) {{', *changed.split("\n"), "}"]
-    if changed is not None and language == "go":
-        # Run in a closure as every real test's body is: the same code, other data.
-        inner = [f"\t{line}" if line.strip() else line for line in changed.split("\n")]
-        return [f"func {name}({test.param} *testing.T) {{", "\tfunc() {", *inner, "\t}()", "}"]
+    if language == "go" and checks is not None:
+        # Run in a closure as every real test's body is, then the check every test ends with:
+        # the same code, other data. Silent: a run that rewrites failures into passes sees the
+        # copy fail exactly as the test it copies does (a wrong answer fails in the body).
+        body = changed.split("\n") if changed is not None else list(test.body)
+        # Not indented: a line inside a raw string (`...`) would change the test's data.
+        check = checks.check(test.param, fails=changed is None)
+        return [
+            f"func {name}({test.param} *testing.T) {{",
+            "\tfunc() {",
+            *body,
+            "\t}()",
+            *check,
+            "}",
+        ]
     if changed is not None:
         return [*lines[test.start : test.signature], f"fn {name}() {{", *changed.split("\n"), "}"]
     a = rng.randrange(2, 1000)
     b = a + rng.randrange(1, 1000)
-    if language == "go":
-        t = test.param
-        return [
-            f"func {name}({t} *testing.T) {{",
-            "\tfunc() {",
-            *[f"\t{line}" if line.strip() else line for line in test.body],
-            "\t}()",
-            # Silent: a run that rewrites failures into passes sees the copy fail exactly as
-            # the test it copies does (a wrong answer fails in the body, the same way).
-            f"\tif got, want := {a}, {b}; got != want {{",
-            f"\t\t{t}.FailNow()",
-            "\t}",
-            "}",
-        ]
     indented = [f"    {line}" if line.strip() else line for line in test.body]
     if language == "cpp" and test.start == test.end:
         # A one-line test's copy on one line too.
@@ -258,6 +314,16 @@ def _canary(test: NativeTest, lines: list[str], name: str, language: str, rng: r
         f"    assert_eq!({a}, {b});",
         "}",
     ]
+
+
+def _words(body: str) -> list[str]:
+    """The words of a test's body a name drawn for its copy may take (not the language's)."""
+    return sorted({w.lower() for w in _IDENT.findall(body) if len(w) > 2} - _COMMON)
+
+
+def _line_of(text: str, at: int) -> tuple[int, int]:
+    """The line (from 0) and column of index ``at`` in ``text``."""
+    return text.count("\n", 0, at), at - (text.rfind("\n", 0, at) + 1)
 
 
 def _renamed(line: str, old: str, new: str, language: str) -> str:
@@ -287,13 +353,27 @@ def derive(
     # Copies of FAIL_TO_PASS tests first (a copy of a passing test would pass unless forged),
     # of those whose expectation can change first (they catch an answer equal to anything).
     pool = [t for t in pool if t.name in listed] or pool
-    pool = [t for t in pool if _changeable(t, language)] or pool
+    # Go: each test's case table, in place or a package-level variable of a test file.
+    package = [text, *keep]
+    tables = (
+        {t.name: table_rows("\n".join(t.body), package) for t in tests} if language == "go" else {}
+    )
+    pool = [t for t in pool if _changeable(t, language, tables, listed)] or pool
     if not pool:
         return None
     names = [t.name for t in tests]
     # Never a name the file or the package already has (a Rust test named like the function it
-    # imports, a Go test named like a helper of another test file), nor a Rust keyword.
-    taken = {*names, *_KEYWORDS, *(w for t in [text, *keep] for w in _WORDS.findall(t))}
+    # imports, a Go test named like a helper of another test file), nor a keyword.
+    taken = {*names, *_KEYWORDS, *(w for t in package for w in _WORDS.findall(t))}
+    taken |= _GO_RESERVED if language == "go" else set()
+    variables = sorted({v for t in package for v in _GO_VAR.findall(t)})
+    checks: _GoChecks | None = None
+    if language == "go":
+        array = "expected" + str(rng.randrange(100, 1000))
+        while array in taken:
+            array += str(rng.randrange(10))
+        taken.add(array)
+        checks = _GoChecks(array, len(tests) + count, rng)
     renamed: dict[str, str] = {}
     for test in tests:
         if _occurrences(test.name, [text, *keep]) == 1:
@@ -308,51 +388,72 @@ def derive(
     changes: dict[str, list[str]] = {}
     # Go: the subtest whose row the copies of a test change; that subtest is the canary.
     subtests: dict[str, str] = {}
+    # Go: a test whose copies change a row of a package-level table ranges over a copy of that
+    # table too, declared as theirs are (``var <drawn> = <literal>`` just above the test), so
+    # no name or place tells it from them: the variable's line before it, its body's line.
+    declared: dict[int, list[str]] = {}
+    edited: dict[int, str] = {}
     for source in dict.fromkeys(drawn):
         body = "\n".join(source.body)
         if language == "go":
-            whole = source.name in listed
-
-            def row_listed(subtest: str, test: str = source.name, all_rows: bool = whole) -> bool:
-                return all_rows or f"{test}/{subtest}" in listed
-
-            subtest, changes[source.name] = changed_row(
-                body, rng, drawn.count(source), words, row_listed
+            table = tables.get(source.name)
+            subtest, changes[source.name] = (
+                changed_row(table, rng, drawn.count(source), words, _row_listed(source, listed))
+                if table is not None
+                else (None, [])
             )
             if subtest is not None:
                 subtests[source.name] = subtest
+            if table is not None and table.var is not None and changes[source.name]:
+                var = canary_name(table.var, variables, (), taken, rng, _words(body))
+                declared[source.start] = [*f"var {var} = {table.text}".split("\n"), ""]
+                k, column = _line_of(body, table.use[0])
+                k += source.signature + 1
+                edited[k] = lines[k][:column] + var + lines[k][column + len(table.var) :]
         else:
             changes[source.name] = changed_expectations(
                 body, language, rng, drawn.count(source), words
             )
     for source in drawn:
         body = "\n".join(source.body)
-        extra = sorted({w.lower() for w in _IDENT.findall(body) if len(w) > 2} - _COMMON)
+        extra = _words(body)
         name = _draw(source.name, names, taken, rng, extra, language)
         where = rng.choice(tests)
         left = changes[source.name]
         changed = left.pop() if left else None
-        after.setdefault(where.end, []).append(_canary(source, lines, name, language, rng, changed))
+        table = tables.get(source.name)
+        preamble: list[str] = []
+        if changed is not None and table is not None and table.var is not None:
+            var = canary_name(table.var, variables, (), taken, rng, extra)
+            preamble = [*f"var {var} = {changed}".split("\n"), ""]
+            changed = body[: table.use[0]] + var + body[table.use[1] :]
+        planted = _canary(source, lines, name, language, rng, changed, checks)
+        after.setdefault(where.end, []).append([*preamble, *planted])
         row = subtests.get(source.name) if changed is not None else None
         ids.append(prefix + name + (f"/{row}" if row else ""))
         sources.append(prefix + source.name)
     signatures = {t.signature: t for t in tests}
     # Go: every real test's body runs in a closure too, as a copy's does, so the call stack
     # (a copy's body one closure deeper: ``TestX.func1``) does not tell them apart.
-    wrapped = {i for t in tests for i in range(t.signature + 1, t.end)} if language == "go" else ()
-    ends = {t.end for t in tests} if language == "go" else ()
+    ends = {t.end: t.param for t in tests} if language == "go" else {}
     out: list[str] = []
     for i, line in enumerate(lines):
         at = signatures.get(i)
+        out.extend(declared.get(i, []))
+        line = edited.get(i, line)
         if at is not None and at.name in renamed:
             line = _renamed(line, at.name, renamed[at.name], language)
         if i in ends:
             out.append("\t}()")
-        out.append(f"\t{line}" if i in wrapped and line.strip() else line)
+            out.extend(checks.check(ends[i], fails=False) if checks is not None else [])
+        # Not indented: a line inside a raw string (`...`) is the test's data (kindergarten-
+        # garden's diagram: indented, a correct answer failed).
+        out.append(line)
         if at is not None and language == "go":
             out.append("\tfunc() {")
         for planted in after.get(i, []):
             out.extend(["", *planted])
+    out.extend(checks.declaration() if checks is not None else [])
     return Derived(
         text="\n".join(out) + "\n",
         ids=tuple(ids),

@@ -1,0 +1,135 @@
+"""Go canaries on an exercise laid out as Exercism's are (issue 30): the case table in
+``cases_test.go``, the tests ranging over it (tests/fixtures/go_exercise.py).
+
+Aider's 39 Go exercises all range over a package-level table or have none: none had a table in
+place, so every Go copy there ended with an appended ``t.FailNow()`` that no real test's machine
+code called, the tell redteam10 read from the test binary. Now each copy of such a test ranges
+over a copy of the table with one row changed, the real test over an unchanged copy declared
+the same way, and every test, real or copy, ends with the same check on two cells of one array
+(equal but for a copy that has no row to change). The tests build the package with the real
+toolchain, read each test function's calls from its machine code, and run it.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from crl_worker.harness import mutants_native
+from crl_worker.harness.result import TestStatus
+from tests.fixtures import go_exercise as exercise
+
+pytestmark = [
+    pytest.mark.go,
+    pytest.mark.skipif(shutil.which("go") is None, reason="go is needed"),
+]
+
+
+def _declared(text: str) -> dict[str, str]:
+    """The package-level ``var NAME = []struct...`` declarations of ``text``: name to text."""
+    found = re.finditer(r"^var (\w+) = (\[\]struct \{.*?^\})$", text, re.MULTILINE | re.DOTALL)
+    return {m.group(1): m.group(2) for m in found}
+
+
+def test_copies_of_a_test_over_a_package_table_change_one_row_of_their_own_table(
+    tmp_path: Path,
+) -> None:
+    """Every copy is a copy of ``TestSay`` over its own table, one row's expected value changed
+    (the same row in each); the real test ranges over an unchanged table declared the same way
+    (no name tells it). Built and run: the real tests pass on the correct answer, each canary
+    subtest fails and the copies' other rows pass; every top-level test function, real or
+    copy, calls ``FailNow`` itself, so the call that told copies apart is in all of them."""
+    original = exercise.CASES[exercise.CASES.index("[]struct") : exercise.CASES.rindex("}") + 1]
+    derived = mutants_native.derive(
+        exercise.TESTS, "go", exercise.FAIL_TO_PASS, random.Random(4), 4, keep=[exercise.CASES]
+    )
+    assert derived is not None
+    renamed = dict(derived.renamed)
+    real = {old: new for new, old in renamed.items()}
+    say_copies = [i for i, s in zip(derived.ids, derived.sources, strict=True) if s == "TestSay"]
+    assert say_copies, derived.ids  # drawn first: it has a row to change
+    rows = {i.split("/", 1)[1] for i in say_copies}
+    assert len(rows) == 1 and rows <= {"zero", "one", "twelve"}, say_copies
+    tables = _declared(derived.text)
+    tests = {t.name: "\n".join(t.body) for t in mutants_native.tests_of(derived.text, "go")}
+    ranged = {n: re.search(r"range (\w+) \{", b) for n, b in tests.items()}
+    # The real TestSay ranges over an unchanged copy of the table, declared as the copies' are.
+    real_table = ranged[real["TestSay"]]
+    assert real_table is not None and tables[real_table.group(1)] == original
+    assert "range testCases {" not in derived.text
+    for copy in say_copies:
+        name = copy.split("/", 1)[0]
+        table = tables[ranged[name].group(1)]  # type: ignore[union-attr]
+        changed = [
+            a for a, b in zip(table.splitlines(), original.splitlines(), strict=True) if a != b
+        ]
+        assert len(changed) == 1 and changed[0].strip().startswith("expected:"), changed
+        # The same code as the real test: only the table's name differs.
+        assert (
+            tests[name].replace(ranged[name].group(1), "T").split("\n")[:-3]
+            == tests[real["TestSay"]].replace(real_table.group(1), "T").split("\n")[:-3]
+        )
+
+    binary = exercise.build(tmp_path / "say", derived.text)
+    statuses = exercise.run(binary)
+    for test_id in exercise.FAIL_TO_PASS:
+        head, _, row = test_id.partition("/")
+        ran = real[head] + (f"/{row}" if row else "")
+        assert statuses.get(ran) is TestStatus.PASSED, (ran, statuses)
+    for canary in derived.ids:
+        assert statuses.get(canary) is TestStatus.FAILED, (canary, statuses)
+    for copy in say_copies:
+        name = copy.split("/", 1)[0]
+        others = {k: v for k, v in statuses.items() if k.startswith(f"{name}/") and k != copy}
+        assert len(others) == 2 and set(others.values()) == {TestStatus.PASSED}, others
+
+    called = exercise.calls(binary)
+    assert set(called) == set(tests), (set(called), set(tests))
+    for name, targets in called.items():
+        assert any(t.endswith(".FailNow") for t in targets), (name, sorted(targets))
+
+
+def test_every_test_ends_with_one_check_and_only_copies_without_a_row_fail_it() -> None:
+    """The check every Go test ends with compares two cells of one array: equal for the real
+    tests and for copies whose canary is a changed row, different for a copy of a test that
+    has no table to change (without ``cases_test.go``, none has). The array's cells are drawn
+    anew at every grading."""
+    for seed in range(12):
+        keep = [exercise.CASES] if seed % 2 else []
+        derived = mutants_native.derive(
+            exercise.TESTS, "go", exercise.FAIL_TO_PASS, random.Random(seed), 4, keep=keep
+        )
+        assert derived is not None
+        array = re.search(r"^var (\w+) = \[(\d+)\]int\{([\d, ]+)\}$", derived.text, re.MULTILINE)
+        assert array is not None
+        values = [int(v) for v in array.group(3).split(", ")]
+        tests = mutants_native.tests_of(derived.text, "go")
+        assert int(array.group(2)) == len(values) == 2 * len(tests)
+        failing = set()
+        for test in tests:
+            checks = [line for line in test.body if line.startswith(f"\tif {array.group(1)}[")]
+            assert len(checks) == 1 and test.body[-3] == checks[0], test.body
+            a, b = (int(x) for x in re.findall(r"\[(\d+)\]", checks[0]))
+            if values[a] != values[b]:
+                failing.add(test.name)
+        # With the table, every copy's canary is a changed row; without it, every copy fails
+        # by its check.
+        assert failing == (set() if keep else set(derived.ids)), (seed, failing, derived.ids)
+
+
+def test_a_raw_string_in_a_test_is_its_data_unchanged(tmp_path: Path) -> None:
+    """Kindergarten-garden's diagram is a multi-line raw string: the closure each body runs in
+    used to indent its lines, the string's too, and the correct answer failed the real test
+    (found grading Aider's Go exercises' reference solutions through the integrity check)."""
+    derived = mutants_native.derive(
+        exercise.TESTS, "go", exercise.FAIL_TO_PASS, random.Random(1), 4, keep=[exercise.CASES]
+    )
+    assert derived is not None
+    assert "\nzero\none`" in derived.text
+    real = dict((old, new) for new, old in derived.renamed)["TestDiagram"]
+    statuses = exercise.run(exercise.build(tmp_path / "say", derived.text))
+    assert statuses.get(real) is TestStatus.PASSED, statuses
