@@ -133,3 +133,34 @@ def test_a_raw_string_in_a_test_is_its_data_unchanged(tmp_path: Path) -> None:
     real = dict((old, new) for new, old in derived.renamed)["TestDiagram"]
     statuses = exercise.run(exercise.build(tmp_path / "say", derived.text))
     assert statuses.get(real) is TestStatus.PASSED, statuses
+
+
+@pytest.mark.parametrize("form", sorted(exercise.GUARDED))
+def test_a_row_changes_only_where_its_comparison_surely_runs(form: str, tmp_path: Path) -> None:
+    """Exercism's tests check an error first (a row field ``expectError``, a ``switch`` or an
+    ``else``): a copy changes only a row on which a correct answer reaches the comparison, and
+    none where a case lets it through unchecked or the failure is conditional. Built and run
+    with the correct answer: the real rows pass, each canary fails."""
+    from crl_worker.harness.expectations_go import changeable_rows, table_rows
+
+    text = exercise.spell_test(form)
+    [test] = mutants_native.tests_of(text, "go")
+    table = table_rows("\n".join(test.body), [exercise.SPELL_CASES])
+    rows = exercise.GUARDED[form][1]
+    found = [r.subtest for r in changeable_rows(table, lambda _: True)] if table else []
+    assert found == (rows or []), (form, found)
+    if rows is None:
+        return
+    subtests = ["zero", "no_word", "one", "not_a_number"]
+    listed = ["TestSpell", *(f"TestSpell/{r}" for r in subtests)]
+    derived = mutants_native.derive(
+        text, "go", listed, random.Random(2), 4, keep=[exercise.SPELL_CASES]
+    )
+    assert derived is not None and all("/" in i for i in derived.ids), derived
+    real = dict((old, new) for new, old in derived.renamed)["TestSpell"]
+    statuses = exercise.run(exercise.build(tmp_path / "say", derived.text))
+    for row in subtests:
+        assert statuses.get(f"{real}/{row}") is TestStatus.PASSED, (row, statuses)
+    for canary in derived.ids:
+        assert canary.split("/", 1)[1] in rows
+        assert statuses.get(canary) is TestStatus.FAILED, (canary, statuses)

@@ -29,6 +29,7 @@ tells the real test from its copies only by being right on the changed row.
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -67,21 +68,29 @@ def _fields(text: str) -> list[str] | None:
     return names
 
 
-def _compared_field(masked: str, var: str) -> str | None:
-    """The field of ``var`` the loop's code (``masked``) compares a result with in a failing
-    ``if`` (see the module docs), when it appears nowhere else but in failure messages."""
+#: A row's field a condition reads and the value it must have (``tc.expectError``: true).
+Guard = tuple[str, bool]
+
+
+def _compared_field(masked: str, var: str) -> tuple[str, tuple[Guard, ...]] | None:
+    """The field of ``var`` the loop's code (``masked``) compares a result with where a
+    difference fails the test (:func:`_reached`), when it appears nowhere else but in failure
+    messages, and the row fields the comparison is reached under."""
     item = rf"{var}\.(?P<f>\w+)\b"
     other = r"(?P<o>[A-Za-z_][\w.]*(?:\(\))?)"
     patterns = [
         rf"{other}\s*!=\s*{item}",
         rf"{item}\s*!=\s*{other}",
-        rf"!\s*reflect\.DeepEqual\(\s*{other}\s*,\s*{item}\s*\)",
-        rf"!\s*reflect\.DeepEqual\(\s*{item}\s*,\s*{other}\s*\)",
+        rf"!\s*(?:reflect\.DeepEqual|bytes\.Equal)\(\s*{other}\s*,\s*{item}\s*\)",
+        rf"!\s*(?:reflect\.DeepEqual|bytes\.Equal)\(\s*{item}\s*,\s*{other}\s*\)",
     ]
     for pattern in patterns:
         for match in re.finditer(pattern, masked):
             field = match.group("f")
-            if match.group("o").startswith(f"{var}.") or not _failing_if(masked, match):
+            if match.group("o").startswith(f"{var}."):
+                continue
+            guards = _reached(masked, match, var)
+            if guards is None:
                 continue
             rest = masked[: match.start()] + masked[match.end() :]
             for call in _MESSAGE.finditer(masked):
@@ -89,37 +98,212 @@ def _compared_field(masked: str, var: str) -> str | None:
                 if end is not None:
                     rest = rest.replace(masked[call.start() : end + 1], "")
             if not re.search(rf"\b{var}\.{field}\b", rest):
-                return field
+                return field, tuple(guards)
     return None
 
 
-def _failing_if(masked: str, match: re.Match[str]) -> bool:
-    """Whether ``match`` is in the condition of an ``if`` of the loop's body (or of its ``Run``
-    closure) whose block fails the test, the condition has no ``&&``, and nothing before it
-    returns, continues or skips."""
-    start = masked.rfind("if ", 0, match.start())
+def _guards(condition: str, var: str) -> list[Guard] | None:
+    """What ``condition`` (``tc.f``, ``!tc.f``, or ``&&`` of them) requires of a row's fields
+    to hold; None when it reads anything else."""
+    found: list[Guard] = []
+    for part in condition.split("&&"):
+        match = re.fullmatch(rf"\s*(!\s*)?{var}\.(\w+)\s*", part)
+        if match is None:
+            return None
+        found.append((match.group(2), match.group(1) is None))
+    return found
+
+
+def _negated(condition: str, var: str) -> list[Guard] | None:
+    """What ``condition`` being false requires of a row (one field only), or None."""
+    guards = _guards(condition, var)
+    return [(guards[0][0], not guards[0][1])] if guards and len(guards) == 1 else None
+
+
+def _line(masked: str, at: int) -> str:
+    """The text of ``masked``'s line from its start up to index ``at``, stripped."""
+    return masked[masked.rfind("\n", 0, at) + 1 : at].strip()
+
+
+def _fails_at_top(block: str) -> bool:
+    """Whether ``block`` (a block's text, braces excluded) calls ``Fatal``, ``Error`` or
+    ``Fail`` outside any nested block: the test fails whenever the block runs."""
+    return any(
+        block[: m.start()].count("{") == block[: m.start()].count("}")
+        for m in _FAILS.finditer(block)
+    )
+
+
+_IF = re.compile(r"^(?P<else>\}\s*else\s+)?if\s+(?P<cond>[^;{]*;)?(?P<rest>[^{]*)$")
+
+
+def _previous_if(masked: str, else_at: int, var: str) -> list[Guard] | None:
+    """For an ``} else`` at ``else_at``: what reaching it requires of a row. The ``if`` it
+    follows is on one row field (which must then be false), or on results with a block that
+    fails the test (an answer that passes the real test did not take it); else None."""
+    closing = masked.rfind("}", 0, else_at + 1)
+    depth = 0
+    for i in range(closing, -1, -1):
+        depth += {"}": 1, "{": -1}.get(masked[i], 0)
+        if depth == 0:
+            head = _IF.match(_line(masked, i))
+            if head is None or head.group("else") or head.group("cond"):
+                return None
+            negated = _negated(head.group("rest"), var)
+            if negated is not None:
+                return negated
+            if re.search(rf"\b{var}\.", head.group("rest")) or "||" in head.group("rest"):
+                return None
+            return [] if _fails_at_top(masked[i + 1 : closing]) else None
+    return None
+
+
+def _reached(masked: str, match: re.Match[str], var: str) -> list[Guard] | None:
+    """The row fields (and their values) under which the comparison ``match`` in the loop's
+    code ``masked`` (from its ``{``) is reached, and fails the test when it differs; None when
+    that is not sure.
+
+    The comparison is an ``if``'s condition (with only row fields ``&&`` it) whose block
+    fails the test outside any nested block, or a ``case`` of a ``switch`` with no tag whose
+    block does so, every case before it being a row field or a condition on results whose
+    block fails the test (a correct answer that passes the real test took none of those). It
+    stands in the loop's body, ``t.Run``'s closure, the block of an ``if`` on row fields or the
+    ``else`` of one, nothing else; nothing before it returns, continues, jumps or skips. An
+    answer that passes the real test's row reaches it in the copy too, where only the expected
+    value differs: the copy's row fails."""
+    if re.search(
+        r"\b(?:return|continue|goto|break|fallthrough|Skip\w*)\b", masked[: match.start()]
+    ):
+        return None
+    stack: list[int] = []
+    for i in range(match.start()):
+        if masked[i] in "([{":
+            stack.append(i)
+        elif masked[i] in ")]}" and stack:
+            stack.pop()
+    if not stack or stack[0] != 0:
+        return None
+    guards: list[Guard] = []
+    for k, opening in enumerate(stack[1:], 1):
+        line = _line(masked, opening)
+        if masked[opening] == "(" and line.endswith(".Run"):
+            continue
+        run = masked[stack[k - 1]] == "(" and _line(masked, stack[k - 1]).endswith(".Run")
+        if masked[opening] != "{":
+            return None
+        if run and re.search(r"func\s*\(\s*\w+\s+\*testing\.T\s*\)$", line):
+            continue
+        if re.fullmatch(r"\}\s*else", line):
+            found = _previous_if(masked, masked.rfind("else", 0, opening), var)
+        elif (head := _IF.match(line)) is not None and not head.group("cond"):
+            found = _guards(head.group("rest"), var)
+            if found is not None and head.group("else"):
+                before = _previous_if(masked, masked.rfind("else", 0, opening), var)
+                found = None if before is None else [*before, *found]
+        elif re.fullmatch(r"switch(?:\s+[^{]*;)?", line) and k == len(stack) - 1:
+            return _switch_case(masked, opening, match, var, guards)
+        else:
+            return None
+        if found is None:
+            return None
+        guards += found
+    return _if_condition(masked, match, var, guards)
+
+
+def _if_condition(masked: str, match: re.Match[str], var: str,
+                  guards: list[Guard]) -> list[Guard] | None:  # fmt: skip
+    """The comparison as an ``if``'s condition on its line, or a term of it: a disjunct (any
+    true one fails the test, so a differing value does), or a conjunct beside row fields only
+    (see :func:`_reached`)."""
+    line_start = masked.rfind("\n", 0, match.start()) + 1
     opening = masked.find("{", match.end())
-    if start < 0 or opening < 0 or "&&" in masked[start:opening]:
-        return False
-    if re.search(r"\b(?:return|continue|goto|Skip\w*)\b", masked[: match.start()]):
-        return False
-    before = masked[:start]
-    depth = before.count("{") - before.count("}")
-    if not (depth == 1 or (depth == 2 and "Run(" in before)):
-        return False
+    head = _IF.match(masked[line_start:opening].strip()) if opening > 0 else None
+    if head is None or "\n" in masked[match.end() : opening]:
+        return None
+    rest = head.group("rest")
+    cuts = [-2, *top_level(rest, "||"), len(rest)]
+    disjuncts = [rest[a + 2 : b] for a, b in itertools.pairwise(cuts)]
+    held = [d for d in disjuncts if match.group() in d]
+    if len(held) != 1:
+        return None
+    conjuncts = held[0].split("&&")
+    compared = [c for c in conjuncts if masked[match.start() : match.end()] in c]
+    others = [c for c in conjuncts if c not in compared]
+    found = _guards("&&".join(others), var) if others else []
+    if len(compared) != 1 or compared[0].strip() != match.group().strip() or found is None:
+        return None
+    if head.group("else"):
+        before = _previous_if(masked, masked.rfind("else", 0, match.start()), var)
+        if before is None:
+            return None
+        found += before
     closing = closing_bracket(masked, opening)
-    return closing is not None and bool(_FAILS.search(masked[opening:closing]))
+    if closing is None or not _fails_at_top(masked[opening + 1 : closing]):
+        return None
+    return [*guards, *found]
+
+
+def _switch_case(masked: str, opening: int, match: re.Match[str], var: str,
+                 guards: list[Guard]) -> list[Guard] | None:  # fmt: skip
+    """The comparison as a ``case`` of the tagless ``switch`` whose block opens at
+    ``opening`` (see :func:`_reached`)."""
+    closing = closing_bracket(masked, opening)
+    if closing is None:
+        return None
+    block = masked[opening + 1 : closing]
+    # The switch's own clauses: ``case``/``default`` outside any bracket of its block.
+    starts = [m.start() for m in re.finditer(r"\b(?:case\b|default\s*:)", block)
+              if block[: m.start()].count("{") == block[: m.start()].count("}")]  # fmt: skip
+    clauses = [block[a:b] for a, b in zip(starts, [*starts[1:], len(block)], strict=True)]
+    at = match.start() - opening - 1
+    found = list(guards)
+    for start, clause in zip(starts, clauses, strict=True):
+        if clause.startswith("default"):
+            continue
+        colon = clause.find(":")
+        condition, body = clause[len("case") : colon], clause[colon + 1 :]
+        if start <= at < start + len(clause):
+            if condition.strip() != match.group().strip() or not _fails_at_top(body):
+                return None
+            return found
+        negated = _negated(condition, var)
+        if negated is not None:
+            found += negated
+        elif re.search(rf"\b{var}\.", condition) or "," in condition or not _fails_at_top(body):
+            return None
+    return None
 
 
 @dataclass(frozen=True)
 class Row:
     """A case table's row: where its expected value is, its subtest's name, its strings."""
 
-    cell: tuple[int, int]
+    cell: tuple[int, int] | None
     #: The subtest ``t.Run`` names it (as ``go test`` reports it), None when unknown.
     subtest: str | None
     #: The row's other string values (the call's input): a changed word is drawn from them.
     inputs: tuple[str, ...]
+    #: Each field's value as written (a keyed row's: those it names).
+    values: tuple[tuple[str, str], ...] = ()
+
+
+#: A slice of a basic type written out: ``[]string{...}``, ``[][]int{{...}}``.
+_SLICE = re.compile(r"(?:\[\])+(?:string|u?int(?:8|16|32|64)?|float(?:32|64)|byte|rune)\s*\{")
+
+
+def _literal(value: str) -> bool:
+    """Whether ``value`` (a row's expected value as written) is a string or decimal number,
+    or a slice of them written out: a copy changes one of its literals (a slice compared with
+    ``reflect.DeepEqual`` then differs; a map could get a duplicate key, so none is taken)."""
+    if _CELL.fullmatch(value):
+        return True
+    head = _SLICE.match(value)
+    if head is None or not value.endswith("}"):
+        return False
+    written = value[head.end() - 1 :]
+    inner = literals_masked(written)
+    has_literal = inner != written or bool(re.search(r"\d", inner))
+    return bool(re.fullmatch(r"[\s\d.,{}-]*", inner)) and has_literal
 
 
 def _string(text: str) -> str | None:
@@ -142,8 +326,9 @@ def _rows(text: str, rows_open: int, names: list[str] | None, field: str,
     """The rows of the table whose rows' brace is at ``rows_open`` in ``text`` (a test's body,
     or a package-level variable's literal), each with the span of its ``field``; ``names``
     are the struct's fields in order (None: unknown, so keyed rows only), ``run`` the field
-    ``t.Run`` names subtests by. None when a row is not one this can change safely."""
-    masked = literals_masked(text)
+    ``t.Run`` names subtests by; a row whose value of ``field`` is not a string or a number
+    as written has no span (it cannot change). None when the table cannot be read."""
+    masked = re.sub(r"//[^\n]*", lambda m: " " * len(m.group()), literals_masked(text))
     rows_end = closing_bracket(masked, rows_open)
     if rows_end is None:
         return None
@@ -166,32 +351,35 @@ def _rows(text: str, rows_open: int, names: list[str] | None, field: str,
             parts.pop()  # a trailing comma
         keyed = [p for p in parts if re.match(r"\s*\w+\s*:", cells[p[0] : p[1]])]
         values: dict[str, tuple[int, int]] = {}
+        if keyed and len(keyed) != len(parts):
+            return None
         if keyed:
             for a, b in keyed:
                 key = cells[a:b].split(":", 1)[0].strip()
                 values[key] = (a + cells[a:b].index(":") + 1, b)
         elif names is not None and len(parts) == len(names):
             values = dict(zip(names, parts, strict=True))
-        if field not in values:
+        if not values:
             return None
-        a, b = values[field]
-        cell = original[a:b]
-        lead = len(cell) - len(cell.lstrip())
-        value = cell.strip()
-        if not _CELL.fullmatch(value):
-            return None
+        a, b = values.get(field, (0, 0))
+        written_cell = original[a:b]
+        lead = len(written_cell) - len(written_cell.lstrip())
+        value = written_cell.strip()
         start = row_start + 1 + a + lead
+        cell = (start, start + len(value)) if _literal(value) else None
         name = _string(original[slice(*values[run])]) if run and run in values else None
         inputs = tuple(
             v
             for key, span in values.items()
             if key != field and (v := _string(original[slice(*span)])) is not None
         )
-        found.append(Row((start, start + len(value)), _named(name), inputs))
+        written = tuple((key, original[slice(*span)].strip()) for key, span in values.items())
+        found.append(Row(cell, _named(name), inputs, written))
     # Two rows of one name run as ``name`` and ``name#01``: neither is named for certain.
     subtests = [r.subtest for r in found]
     return [
-        r if subtests.count(r.subtest) == 1 else Row(r.cell, None, r.inputs) for r in found
+        r if subtests.count(r.subtest) == 1 else Row(r.cell, None, r.inputs, r.values)
+        for r in found
     ] or None
 
 
@@ -209,6 +397,9 @@ class Table:
     var: str | None = None
     #: ... and the span of its name in the test's body (``range testCases``).
     use: tuple[int, int] = (0, 0)
+    #: The row fields the comparison is reached under (``tc.expectError`` false): only a row
+    #: whose fields say so may change.
+    guards: tuple[Guard, ...] = ()
 
 
 def _struct_fields(type_name: str, texts: Sequence[str]) -> list[str] | None:
@@ -290,7 +481,8 @@ def table_rows(body: str, package: Sequence[str] = ()) -> Table | None:
         rows_end = closing_bracket(masked, rows_open)
         if rows_end is None:
             return None
-        loop, item, text, use = masked[rows_end + 1 :], table.group("var"), body, (0, 0)
+        loop = masked[masked.find("{", rows_end + 1) :]
+        item, text, use = table.group("var"), body, (0, 0)
     else:
         ranged = _RANGE.search(masked)
         declared = _package_literal(ranged.group("table"), package) if ranged else None
@@ -299,19 +491,20 @@ def table_rows(body: str, package: Sequence[str] = ()) -> Table | None:
         text, rows_open, names = declared
         loop, item = masked[ranged.end() - 1 :], ranged.group("var")
         var, use = ranged.group("table"), ranged.span("table")
-    field = _compared_field(loop, item)
-    if field is None or (names is not None and field not in names):
+    compared = _compared_field(loop, item)
+    if compared is None or (names is not None and compared[0] not in names):
         return None
+    field, guards = compared
     run = re.search(rf"\.Run\(\s*{item}\.(\w+)\s*,", loop)
     rows = _rows(text, rows_open, names, field, run.group(1) if run else None)
     if not rows:
         return None
-    return Table(tuple(rows), text, ".Run(" in loop, var, use)
+    return Table(tuple(rows), text, ".Run(" in loop, var, use, guards)
 
 
-def table_column(body: str, package: Sequence[str] = ()) -> list[tuple[int, int]] | None:
+def table_column(body: str, package: Sequence[str] = ()) -> list[tuple[int, int] | None] | None:
     """The spans of every row's expected value in ``body``'s case table (:func:`table_rows`),
-    in the table's text."""
+    in the table's text (None for a row whose value cannot change)."""
     table = table_rows(body, package)
     return [r.cell for r in table.rows] if table else None
 
@@ -320,9 +513,21 @@ def changeable_rows(table: Table, listed: Callable[[str | None], bool]) -> list[
     """The rows of ``table`` a copy may change: those whose subtest is known and ``listed``
     (FAIL_TO_PASS), or, in a table with no subtests, every row when ``listed(None)`` (the
     test is listed as a whole)."""
+    rows = [
+        r
+        for r in table.rows
+        if r.cell is not None and all(_holds(r, f, want) for f, want in table.guards)
+    ]
     if not table.named:
-        return list(table.rows) if listed(None) else []
-    return [r for r in table.rows if r.subtest is not None and listed(r.subtest)]
+        return rows if listed(None) else []
+    return [r for r in rows if r.subtest is not None and listed(r.subtest)]
+
+
+def _holds(row: Row, field: str, want: bool) -> bool:
+    """Whether ``row``'s ``field`` is the boolean ``want`` as written (a keyed row that does
+    not name it: its zero value, false)."""
+    written = dict(row.values).get(field, "false")
+    return written in ("true", "false") and (written == "true") == want
 
 
 def changed_row(
@@ -347,6 +552,7 @@ def changed_row(
     if not rows:
         return None, []
     row = rng.choice(rows)
+    assert row.cell is not None  # changeable_rows: every row has one
     a, b = row.cell
     near = words.input_first(row.inputs) if words is not None else None
     text = table.text
