@@ -14,10 +14,18 @@ package-level variable declared once in one of the package's hidden test files (
 range testCases {``, the table in Exercism's ``cases_test.go``) whose literal is a slice of
 structs with no raw string, selector or function in it (a copy of it stands in another file,
 which may not import what it names). It finds the field the loop compares a result with
-(``got != tc.want``, ``!reflect.DeepEqual(got, tc.want)``) in an ``if`` whose block fails the
-test (``Fatal``, ``Error``, ``Fail``), with no ``&&`` in its condition and no ``return``,
-``continue`` or ``Skip`` before it; the field may appear elsewhere only in the failure's
-message. A row can change when that field's value is a string or a decimal number.
+(``got != tc.want``, ``!reflect.DeepEqual(got, tc.want)``, ``!bytes.Equal``) where a difference
+surely fails the test for an answer that passes the real test (:func:`_reached`): an ``if``
+whose block calls ``Fatal``, ``Error`` or ``Fail`` outside any nested block (the comparison its
+condition, a disjunct of it, or a conjunct beside row fields), or a case of a tagless
+``switch`` whose cases before it are row fields (``case tc.expectError:``) or conditions on
+results whose block fails the test; standing in the loop's body, ``t.Run``'s closure, or the
+block of an ``if`` on row fields or the ``else`` after one (or after an error check that fails
+the test), with no ``return``, ``continue``, ``break`` or ``Skip`` before it. The field may
+appear elsewhere only in the failure's messages. The row fields it is reached under are the
+table's guards: only a row whose fields say so (``expectError`` false, as written or left out)
+may change. A row can change when that field's value is a string or a decimal number, or a slice of
+them written out.
 :func:`changed_row` changes it in one FAIL_TO_PASS row whose subtest ``t.Run`` names (two rows
 of one name are neither: ``go test`` runs the second as ``name#01``), the same row in every copy
 of a test, and that subtest is the copy's canary (its other subtests are the test's own rows:
