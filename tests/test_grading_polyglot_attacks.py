@@ -119,11 +119,12 @@ def test_canaries_copy_rename_and_map_back() -> None:
         line for line in canary.text.splitlines() if line.split('"')[1:2] in [[n] for n in names]
     ]
     real = {"0": "0", "1907": "17", "999999999999LL": "108"}
-    assert len(copies) == 4 and all(line.count("REQUIRE") == 1 for line in copies)
+    # The changed expectation, then the check every test ends with (equal cells here).
+    assert len(copies) == 4 and all(line.count("REQUIRE") == 2 for line in copies)
     by_call: dict[str, list[str]] = {}
     for line in copies:
         call = line.split("digit_sum::sum(")[1].split(")")[0]
-        want = line.rsplit("== ", 1)[1].removesuffix("); }")
+        want = line.split("== ", 1)[1].split(")")[0]
         assert want.isdigit() and want != real[call], line
         by_call.setdefault(call, []).append(want)
     # The copies of one test expect different values, each one digit away from the original.
@@ -515,3 +516,44 @@ def test_go_copies_change_a_case_tables_expected_column(case: str) -> None:
         for version in versions:
             cells = [version[a:b] for a, b in table_column(version) or []]
             assert sum(c != e for c, e in zip(cells, expected, strict=True)) == 1
+
+
+@pytest.mark.parametrize("language", ["rust", "cpp"])
+def test_every_rust_and_cpp_test_ends_with_the_same_check(language: str) -> None:
+    """As in Go (tests/test_canary_go.py): a copy of a test with no literal expectation used to
+    end with a comparison of two constants that the compiler folds into an unconditional
+    failure no real test has. Every test, real or copy, now ends with one check of two cells of
+    one array the file declares (Rust: read through ``black_box``): different only for a copy
+    that fails by it, equal for the real tests and for copies whose expectation changed."""
+    if language == "rust":
+        text = "use m::f;\n" + "".join(
+            f"\n#[test]\nfn {n}() {{\n    assert!(f({i}).is_some());\n}}\n"
+            for i, n in enumerate(["first", "second", "third"])
+        )
+        check = re.compile(r"assert_eq!\(std::hint::black_box\(&(\w+)\)\[(\d+)\], .*\[(\d+)\]\);")
+        declared = re.compile(r"^static (\w+): \[u32; (\d+)\] = \[([\d, ]+)\];$", re.MULTILINE)
+    else:
+        text = '#include "m.h"\n' + "".join(
+            f'\nTEST_CASE("{n}") {{\n    REQUIRE_FALSE(f({i}).empty());\n}}\n'
+            for i, n in enumerate(["first", "second", "third"])
+        )
+        check = re.compile(r"REQUIRE\((\w+)\[(\d+)\] == \w+\[(\d+)\]\);")
+        declared = re.compile(r"^int (\w+)\[(\d+)\] = \{([\d, ]+)\};$", re.MULTILINE)
+    for seed in range(6):
+        derived = mutants_native.derive(text, language, ["first", "second"], random.Random(seed), 4)
+        assert derived is not None
+        array = declared.search(derived.text)
+        assert array is not None, derived.text
+        values = [int(v) for v in array.group(3).split(", ")]
+        tests = mutants_native.tests_of(derived.text, language)
+        assert len(tests) == 7 and len(values) == 2 * 7
+        if language == "cpp":  # declared before the first test that reads it
+            assert derived.text.index(array.group(0)) < derived.text.index("TEST_CASE")
+        failing = set()
+        for test in tests:
+            found = [m for line in test.body if (m := check.search(line))]
+            assert len(found) == 1 and found[0].group(1) == array.group(1), test.body
+            a, b = int(found[0].group(2)), int(found[0].group(3))
+            if values[a] != values[b]:
+                failing.add(test.name)
+        assert failing == set(derived.ids), (seed, failing, derived.ids)

@@ -177,8 +177,9 @@ def copyable(test: NativeTest, lines: list[str], language: str) -> bool:
     if language == "cpp":
         # ``SUCCEED``/``SKIP`` or a ``return`` could end the copy before the comparison.
         return not re.search(r"\b(SKIP|SUCCEED|return)\b", body)
+    # A ``return`` would end the copy before the check that fails it.
     attributes = "\n".join(lines[test.start : test.signature])
-    return "should_panic" not in attributes
+    return "should_panic" not in attributes and not re.search(r"\breturn\b", body)
 
 
 def _occurrences(name: str, texts: Collection[str]) -> int:
@@ -236,13 +237,16 @@ def _row_listed(test: NativeTest, listed: Collection[str]) -> Callable[[str | No
     return row_listed
 
 
-class _GoChecks:
-    """The comparison every Go test and copy ends with (see the module's docstring): two cells
-    of one package-level array, equal (a real test; a copy whose table row changed) or not (a
-    copy that fails by it), at places drawn for each, so that every test's machine code is the
-    same and only the array's data tells them apart."""
+class _Checks:
+    """The comparison every test and copy ends with (see the module's docstring): two cells of
+    one array the file declares, equal (a real test; a copy whose expectation changed) or not
+    (a copy that fails by it), at places drawn for each, so that every test's machine code is
+    the same and only the array's data tells them apart. Go reads a package-level ``var``,
+    C++ a global (neither is folded into a constant: either could change at run time), Rust a
+    ``static`` through ``black_box`` (which the compiler cannot see through)."""
 
-    def __init__(self, name: str, size: int, rng: random.Random) -> None:
+    def __init__(self, language: str, name: str, size: int, rng: random.Random) -> None:
+        self.language = language
         self.name = name
         self.rng = rng
         self.slots = list(range(2 * size))
@@ -251,35 +255,38 @@ class _GoChecks:
         self.used = 0
 
     def check(self, t: str, fails: bool) -> list[str]:
-        """The lines of one more check (``t``: the test's ``*testing.T``), failing or not."""
+        """The lines of one more check (Go: ``t`` is the test's ``*testing.T``), failing or
+        not."""
         a, b = self.slots[2 * self.used], self.slots[2 * self.used + 1]
         self.used += 1
         self.values[a] = self.rng.randrange(2, 1000)
         self.values[b] = self.values[a] + (self.rng.randrange(1, 1000) if fails else 0)
-        return [f"\tif {self.name}[{a}] != {self.name}[{b}] {{", f"\t\t{t}.FailNow()", "\t}"]
+        n = self.name
+        if self.language == "go":
+            return [f"\tif {n}[{a}] != {n}[{b}] {{", f"\t\t{t}.FailNow()", "\t}"]
+        if self.language == "cpp":
+            return [f"    REQUIRE({n}[{a}] == {n}[{b}]);"]
+        box = f"std::hint::black_box(&{n})"
+        return [f"    assert_eq!({box}[{a}], {box}[{b}]);"]
 
     def declaration(self) -> list[str]:
         """The array's declaration (the file's last lines)."""
         cells = ", ".join(str(v) for v in self.values)
-        return ["", f"var {self.name} = [{len(self.values)}]int{{{cells}}}"]
+        size = len(self.values)
+        if self.language == "go":
+            return ["", f"var {self.name} = [{size}]int{{{cells}}}"]
+        if self.language == "cpp":
+            return ["", f"int {self.name}[{size}] = {{{cells}}};"]
+        return ["", f"static {self.name}: [u32; {size}] = [{cells}];"]
 
 
-def _canary(test: NativeTest, lines: list[str], name: str, language: str, rng: random.Random,
-            changed: str | None, checks: _GoChecks | None = None) -> list[str]:  # fmt: skip
-    """The copy of ``test`` named ``name``: its body ``changed`` (its last assertion expecting
-    another value; Go: a row of its table) where it can, else a failing comparison after its
-    body (Go: one of ``checks``, which every test ends with)."""
-    if changed is not None and language == "cpp" and test.start == test.end:
-        return [f'TEST_CASE("{name}"{test.param}) {{ {changed} }}']
-    if changed is not None and language == "cpp":
-        return [f'TEST_CASE("{name}"{test.param}) {{', *changed.split("\n"), "}"]
-    if language == "go" and checks is not None:
-        # Run in a closure as every real test's body is, then the check every test ends with:
-        # the same code, other data. Silent: a run that rewrites failures into passes sees the
-        # copy fail exactly as the test it copies does (a wrong answer fails in the body).
-        body = changed.split("\n") if changed is not None else list(test.body)
-        # Not indented: a line inside a raw string (`...`) would change the test's data.
-        check = checks.check(test.param, fails=changed is None)
+def _wrapped(test: NativeTest, lines: list[str], name: str, language: str, body: list[str],
+             check: list[str]) -> list[str]:  # fmt: skip
+    """Test ``name`` (a copy of ``test``, or ``test`` itself) whose ``body`` runs first in a
+    closure (Go: a ``return`` or ``t.Fatal`` ends only the body) or a block, then ``check``.
+    The body's lines are not indented: a line inside a raw string is the test's data
+    (kindergarten-garden's diagram: indented, a correct answer failed)."""
+    if language == "go":
         return [
             f"func {name}({test.param} *testing.T) {{",
             "\tfunc() {",
@@ -288,32 +295,26 @@ def _canary(test: NativeTest, lines: list[str], name: str, language: str, rng: r
             *check,
             "}",
         ]
-    if changed is not None:
-        return [*lines[test.start : test.signature], f"fn {name}() {{", *changed.split("\n"), "}"]
-    a = rng.randrange(2, 1000)
-    b = a + rng.randrange(1, 1000)
-    indented = [f"    {line}" if line.strip() else line for line in test.body]
     if language == "cpp" and test.start == test.end:
-        # A one-line test's copy on one line too.
-        return [f'TEST_CASE("{name}"{test.param}) {{ {{ {test.body[0]} }} REQUIRE({a} == {b}); }}']
+        # A one-line test stays on one line.
+        ended = " ".join(c.strip() for c in check)
+        return [f'TEST_CASE("{name}"{test.param}) {{ {{ {body[0]} }} {ended} }}']
     if language == "cpp":
-        return [
-            f'TEST_CASE("{name}"{test.param}) {{',
-            "    {",
-            *indented,
-            "    }",
-            f"    REQUIRE({a} == {b});",
-            "}",
-        ]
-    return [
-        *lines[test.start : test.signature],
-        f"fn {name}() {{",
-        "    {",
-        *indented,
-        "    };",
-        f"    assert_eq!({a}, {b});",
-        "}",
-    ]
+        return [f'TEST_CASE("{name}"{test.param}) {{', "    {", *body, "    }", *check, "}"]
+    return [*lines[test.start : test.signature], f"fn {name}() {{", "    {", *body, "    };",
+            *check, "}"]  # fmt: skip
+
+
+def _canary(test: NativeTest, lines: list[str], name: str, language: str, changed: str | None,
+            checks: _Checks) -> list[str]:  # fmt: skip
+    """The copy of ``test`` named ``name``: its body ``changed`` (its last assertion expecting
+    another value; Go: a row of its table) where it can, else its own body, then one of
+    ``checks``: equal after a changed body, different after its own (what fails it). Silent in
+    Go: a run that rewrites failures into passes sees the copy fail exactly as the test it
+    copies does (a wrong answer fails in the body)."""
+    body = changed.split("\n") if changed is not None else list(test.body)
+    check = checks.check(test.param, fails=changed is None)
+    return _wrapped(test, lines, name, language, body, check)
 
 
 def _words(body: str) -> list[str]:
@@ -367,13 +368,12 @@ def derive(
     taken = {*names, *_KEYWORDS, *(w for t in package for w in _WORDS.findall(t))}
     taken |= _GO_RESERVED if language == "go" else set()
     variables = sorted({v for t in package for v in _GO_VAR.findall(t)})
-    checks: _GoChecks | None = None
-    if language == "go":
-        array = "expected" + str(rng.randrange(100, 1000))
-        while array in taken:
-            array += str(rng.randrange(10))
-        taken.add(array)
-        checks = _GoChecks(array, len(tests) + count, rng)
+    array = {"go": "expected", "cpp": "expected_", "rust": "EXPECTED_"}[language]
+    array += str(rng.randrange(100, 1000))
+    while array in taken:
+        array += str(rng.randrange(10))
+    taken.add(array)
+    checks = _Checks(language, array, len(tests) + count, rng)
     renamed: dict[str, str] = {}
     for test in tests:
         if _occurrences(test.name, [text, *keep]) == 1:
@@ -427,33 +427,41 @@ def derive(
             var = canary_name(table.var, variables, (), taken, rng, extra)
             preamble = [*f"var {var} = {changed}".split("\n"), ""]
             changed = body[: table.use[0]] + var + body[table.use[1] :]
-        planted = _canary(source, lines, name, language, rng, changed, checks)
+        planted = _canary(source, lines, name, language, changed, checks)
         after.setdefault(where.end, []).append([*preamble, *planted])
         row = subtests.get(source.name) if changed is not None else None
         ids.append(prefix + name + (f"/{row}" if row else ""))
         sources.append(prefix + source.name)
-    signatures = {t.signature: t for t in tests}
-    # Go: every real test's body runs in a closure too, as a copy's does, so the call stack
-    # (a copy's body one closure deeper: ``TestX.func1``) does not tell them apart.
-    ends = {t.end: t.param for t in tests} if language == "go" else {}
+    # Every real test's body runs in a closure (Go) or block too, as a copy's does, so the call
+    # stack (a Go copy's body one closure deeper: ``TestX.func1``) does not tell them apart
+    # (redteam9), then its check, as a copy's does.
+    starts = {t.start: t for t in tests}
+    # Drawn before anything is written: C++'s array is declared above the first test.
+    own_checks = [checks.check(t.param, fails=False) for t in tests]
     out: list[str] = []
-    for i, line in enumerate(lines):
-        at = signatures.get(i)
-        out.extend(declared.get(i, []))
-        line = edited.get(i, line)
-        if at is not None and at.name in renamed:
-            line = _renamed(line, at.name, renamed[at.name], language)
-        if i in ends:
-            out.append("\t}()")
-            out.extend(checks.check(ends[i], fails=False) if checks is not None else [])
-        # Not indented: a line inside a raw string (`...`) is the test's data (kindergarten-
-        # garden's diagram: indented, a correct answer failed).
-        out.append(line)
-        if at is not None and language == "go":
-            out.append("\tfunc() {")
+    i = 0
+    while i < len(lines):
+        real = starts.get(i)
+        if real is not None and language == "cpp" and real is tests[0]:
+            # Declared before its first use (C++ reads in order).
+            out.extend([*checks.declaration()[1:], ""])
+        if real is None:
+            out.append(lines[i])
+        else:
+            out.extend(declared.get(i, []))
+            own = (
+                [edited.get(j, lines[j]) for j in range(real.signature + 1, real.end)]
+                if language == "go"
+                else list(real.body)
+            )
+            check = own_checks[tests.index(real)]
+            title = renamed.get(real.name, real.name)
+            out.extend(_wrapped(real, lines, title, language, own, check))
+            i = real.end
         for planted in after.get(i, []):
             out.extend(["", *planted])
-    out.extend(checks.declaration() if checks is not None else [])
+        i += 1
+    out.extend(checks.declaration() if language != "cpp" else [])
     return Derived(
         text="\n".join(out) + "\n",
         ids=tuple(ids),
