@@ -10,40 +10,39 @@ anew:
 - **the same calls**: each is a copy of one of the file's top-level tests (Go: ``func TestX(t
   *testing.T)``; Rust: a ``#[test] fn x()``, its other attributes, ``#[ignore]`` included,
   kept; C++: a ``TEST_CASE("x", tags)``), its body run first (Go: inside a closure, so that a
-  ``return`` or ``t.Fatal`` ends only the body; Rust and C++: in a block), then one failing
-  comparison of two different numbers (Rust: ``assert_eq!``; C++: ``REQUIRE``, which a wrong
-  answer's failing body never reaches). In Rust and C++ a copy whose last assertion compares
-  with literals expects another value instead (:mod:`crl_worker.harness.expectations`), with
-  no appended comparison, and such tests are copied first: an answer that compares equal to
-  anything (a forged ``PartialEq`` or ``operator==``) passes that copy and is caught, where it
-  fails an appended comparison as a correct answer does;
-- **Go: the same code, other data**. A Go test ranging over a case table (written in place, or
-  a package-level variable of one of the hidden test files, as Exercism's ``cases_test.go``)
-  is copied first: its copies change one FAIL_TO_PASS row's expected value, the same row in
-  every copy, and that row's subtest is the copy's canary
-  (:mod:`crl_worker.harness.expectations_go`). A copy of a test over a package-level table
+  ``return`` or ``t.Fatal`` ends only the body; Rust and C++: in a block). A copy changes an
+  expectation where it can, and such tests are copied first: in Rust and C++ the last
+  assertion's literal (:mod:`crl_worker.harness.expectations`; an answer that compares equal
+  to anything, a forged ``PartialEq`` or ``operator==``, passes that copy and is caught), in Go
+  one FAIL_TO_PASS row of the case table the test ranges over, written in place or a
+  package-level variable of a hidden test file as Exercism's ``cases_test.go``, the same row
+  in every copy, and that row's subtest is the copy's canary
+  (:mod:`crl_worker.harness.expectations_go`). A Go copy of a test over a package-level table
   ranges over its own copy of the table (``var <drawn> = <literal>`` just above it), and so
-  does the real test, over an unchanged copy declared the same way. Every Go test, real or
-  copy, ends with one check, ``if a[i] != a[j] { t.FailNow() }``, on two cells of one array
-  the file declares: equal, but for a copy of a test with no table to change, whose check is
-  what fails it (silently: a failing copy prints what the test it copies prints). An appended
-  ``FailNow`` only copies had was a call in their machine code that no real test had
-  (redteam10 read it from the binary); now every test function calls it, and only the data
-  (the table's row, the array's cells) tells a copy apart. Code that reads the test file could
-  spare the copies, which is why the harness runs the test binary with the test sources
-  removed (:mod:`crl_worker.harness.native`);
+  does the real test, over an unchanged copy declared the same way;
+- **one check at the end of every test**: every test, real or copy, then compares two cells
+  of one array the file declares (Go: ``if a[i] != a[j] { t.FailNow() }``, silent, so a
+  failing copy prints what the test it copies prints; Rust: ``assert_eq!`` of a ``static``'s
+  cells read through ``black_box``; C++: ``REQUIRE`` on a global's), equal but for a copy
+  with no expectation to change, whose check is what fails it. A comparison appended to the
+  copies alone was code no real test had (Go: a direct call of ``FailNow``; Rust and C++: an
+  unconditional failure, the constants folded): redteam10 read it from the binary. Now every
+  test function has it, and only data (a row, a literal, the array's cells) tells a copy
+  apart. Code that reads the test file could spare the copies, which is why the harness runs
+  the test binary with the test sources removed (:mod:`crl_worker.harness.native`);
 - **named in the task's style**: :func:`crl_worker.harness.names.canary_name` over the file's
   own test names; every real top-level test whose name appears nowhere else in the hidden files
   or the command is renamed the same way, so neither the names nor a list of the exercise's
   published test names tell a canary from a real test;
-- **placed among the real tests**: each after a randomly drawn test of the file; in Go every
-  real test's body runs in a closure as well, so that the call stack a copy's body sees (one
-  closure deeper than its test) is the real tests' too (redteam9 spared the copies by it). Its
-  lines are not indented: a line inside a raw string (kindergarten-garden's diagram) is data.
+- **placed among the real tests**: each after a randomly drawn test of the file; every real
+  test's body runs in a closure (Go) or block as well, so that the call stack a copy's body
+  sees (one closure deeper than its test) is the real tests' too (redteam9 spared the copies
+  by it). Body lines are not indented: a line inside a raw string (kindergarten-garden's
+  diagram) is data.
 
-Tests that skip themselves (Go: ``Skip``; C++: ``SKIP``, ``SUCCEED``, a ``return``), expect a
-panic (Rust: ``should_panic``) or return a value (Rust: ``-> Result``) are not copied: the
-comparison would not run, or not fail the test.
+Tests that skip themselves (Go: ``Skip``; C++: ``SKIP``, ``SUCCEED``, a ``return``), return
+early (Rust: ``return``), expect a panic (Rust: ``should_panic``) or return a value (Rust:
+``-> Result``) are not copied: the check would not run, or not fail the test.
 """
 
 from __future__ import annotations
