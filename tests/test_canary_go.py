@@ -164,3 +164,22 @@ def test_a_row_changes_only_where_its_comparison_surely_runs(form: str, tmp_path
     for canary in derived.ids:
         assert canary.split("/", 1)[1] in rows
         assert statuses.get(canary) is TestStatus.FAILED, (canary, statuses)
+
+
+def test_the_real_test_runs_at_any_place_among_its_copies() -> None:
+    """Go and Catch2 run tests in the file's order. Copies used to be placed after drawn tests,
+    so the first test of the file was always real, and in a file with one test the only real
+    one (redteam12 resolved every Aider Go exercise of that shape by passing the first test to
+    run). The real test now stands at a place drawn among its copies: over 200 gradings of a
+    one-test file it is at each of the five places about equally often."""
+    text = exercise.TESTS.split("\nfunc TestDiagram")[0] + "\n"
+    places = [0] * 5
+    for seed in range(200):
+        derived = mutants_native.derive(
+            text, "go", exercise.FAIL_TO_PASS[:4], random.Random(seed), 4, keep=[exercise.CASES]
+        )
+        assert derived is not None
+        real = dict((old, new) for new, old in derived.renamed)["TestSay"]
+        order = [t.name for t in mutants_native.tests_of(derived.text, "go")]
+        places[order.index(real)] += 1
+    assert all(20 <= n <= 60 for n in places), places

@@ -34,11 +34,13 @@ anew:
   own test names; every real top-level test whose name appears nowhere else in the hidden files
   or the command is renamed the same way, so neither the names nor a list of the exercise's
   published test names tell a canary from a real test;
-- **placed among the real tests**: each after a randomly drawn test of the file; every real
-  test's body runs in a closure (Go) or block as well, so that the call stack a copy's body
-  sees (one closure deeper than its test) is the real tests' too (redteam9 spared the copies
-  by it). Body lines are not indented: a line inside a raw string (kindergarten-garden's
-  diagram) is data.
+- **placed with the test they copy**: a test and its copies are written as one block, in an
+  order drawn at random, since Go and Catch2 run tests in the file's order (copies placed after
+  drawn tests never came before the first test, which was then always real: redteam12 passed
+  only the file's first test and was resolved wherever the file has one); every real test's
+  body runs in a closure (Go) or block as well, so that the call stack a copy's body sees (one
+  closure deeper than its test) is the real tests' too (redteam9 spared the copies by it). Body
+  lines are not indented: a line inside a raw string (kindergarten-garden's diagram) is data.
 
 Tests that skip themselves (Go: ``Skip``; C++: ``SKIP``, ``SUCCEED``, a ``return``), return
 early (Rust: ``return``), expect a panic (Rust: ``should_panic``) or return a value (Rust:
@@ -377,7 +379,8 @@ def derive(
     for test in tests:
         if _occurrences(test.name, [text, *keep]) == 1:
             renamed[test.name] = _draw(test.name, names, taken, rng, [], language)
-    after: dict[int, list[list[str]]] = {}
+    # Each test's copies, written in one block with it in an order drawn at random.
+    copies: dict[str, list[list[str]]] = {}
     ids: list[str] = []
     sources: list[str] = []
     drawn = [rng.choice(pool) for _ in range(count)]
@@ -417,7 +420,6 @@ def derive(
         body = "\n".join(source.body)
         extra = _words(body)
         name = _draw(source.name, names, taken, rng, extra, language)
-        where = rng.choice(tests)
         left = changes[source.name]
         changed = left.pop() if left else None
         table = tables.get(source.name)
@@ -427,7 +429,7 @@ def derive(
             preamble = [*f"var {var} = {changed}".split("\n"), ""]
             changed = body[: table.use[0]] + var + body[table.use[1] :]
         planted = _canary(source, lines, name, language, changed, checks)
-        after.setdefault(where.end, []).append([*preamble, *planted])
+        copies.setdefault(source.name, []).append([*preamble, *planted])
         row = subtests.get(source.name) if changed is not None else None
         ids.append(prefix + name + (f"/{row}" if row else ""))
         sources.append(prefix + source.name)
@@ -446,20 +448,28 @@ def derive(
             out.extend([*checks.declaration()[1:], ""])
         if real is None:
             out.append(lines[i])
-        else:
-            out.extend(declared.get(i, []))
-            own = (
-                [edited.get(j, lines[j]) for j in range(real.signature + 1, real.end)]
-                if language == "go"
-                else list(real.body)
-            )
-            check = own_checks[tests.index(real)]
-            title = renamed.get(real.name, real.name)
-            out.extend(_wrapped(real, lines, title, language, own, check))
-            i = real.end
-        for planted in after.get(i, []):
-            out.extend(["", *planted])
-        i += 1
+            i += 1
+            continue
+        own = (
+            [edited.get(j, lines[j]) for j in range(real.signature + 1, real.end)]
+            if language == "go"
+            else list(real.body)
+        )
+        check = own_checks[tests.index(real)]
+        title = renamed.get(real.name, real.name)
+        members = [
+            [*declared.get(i, []), *_wrapped(real, lines, title, language, own, check)],
+            *copies.get(real.name, []),
+        ]
+        # The test among its copies at a place drawn at random: tests run in the file's order
+        # (Go, Catch2), and copies that always came after it let the first of a group to run
+        # be the real one (redteam12: a forgery that passed the file's first test only was
+        # resolved wherever the file has one test).
+        rng.shuffle(members)
+        out.extend(members[0])
+        for member in members[1:]:
+            out.extend(["", *member])
+        i = real.end + 1
     out.extend(checks.declaration() if language != "cpp" else [])
     return Derived(
         text="\n".join(out) + "\n",
