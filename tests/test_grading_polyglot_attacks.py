@@ -161,6 +161,10 @@ def test_rust_and_cpp_copies_expect_another_value() -> None:
     assert len(drawn) > 8 and all(len(v) == 2 and v[0] != "0" for v in drawn), drawn
     bound = '    let input = "Portable";\n    let expected = "PNG";\n    assert_eq!(f(input), expected);'
     assert change(bound, "rust", rng) not in (None, bound)
+    # A name that is also the input (a range's bound: Exercism's simple-cipher draws `trials`
+    # keys and expects `trials` of them) is not an expectation: a copy changing it passed.
+    trials = "    let trials = 100;\n    for _ in 0..trials {\n        k.insert(f());\n    }\n"
+    assert change(trials + "    assert_eq!(k.len(), trials);", "rust", rng) is None
     several = '    let expected = vec![\n        "a",\n    ];\n    assert_eq!(expected, f(1));'
     changed = change(several, "rust", rng)
     assert changed is not None and '"a"' not in changed and changed.count('"') == 2, changed
@@ -340,6 +344,12 @@ def test_unknown_passing_ids_and_the_package_result() -> None:
         task = _task(instance_id)
         script = harden(task.test_spec.command, log_format, list(_hidden(task)))
         assert script is not None and "rm -f -- " in script, instance_id
+    # Rust's tests one at a time: a copy beside the test it copies raced on fixed file names
+    # (Exercism's grep: a panic while dropping aborted the binary, canaries went unreported).
+    rust = _task("rust__digit-sum")
+    assert "--test-threads=1" in (
+        harden(rust.test_spec.command, "cargo", list(_hidden(rust))) or ""
+    )
     cpp = _task("cpp__digit-sum")
     script = harden(cpp.test_spec.command, "junit", list(_hidden(cpp))) or ""
     assert script.index("rm -f -- digit_sum_test.cpp") < script.index("./build/digit-sum")

@@ -267,7 +267,10 @@ def _binding(
     there and in the assertion."""
     if not re.fullmatch(r"[A-Za-z_]\w*", name) or name in _WORDS[language]:
         return None
-    if len(re.findall(rf"(?<![\w.]){name}(?!\w)", masked)) != 2:
+    # Not a field (``x.name``), but a range's bound is a use (``0..trials``: Exercism's
+    # simple-cipher loops ``trials`` times and expects ``trials`` keys; a copy that changed the
+    # binding passed on a correct answer).
+    if len(re.findall(rf"(?<!\w)(?:(?<=\.\.)|(?<!\.)){name}(?!\w)", masked)) != 2:
         return None
     if language == "rust":
         pattern = (

@@ -98,6 +98,10 @@ def _go(folder: str, hidden: list[str]) -> str:
 
 def _cargo(folder: str, hidden: list[str], args: str) -> str:
     files = " ".join(shlex.quote(f) for f in hidden)
+    # One test at a time: a copy runs beside the test it copies otherwise, and tests that write
+    # and remove files of fixed names (Exercism's grep) race with their copies: a test failed,
+    # or a panic while dropping aborted the binary and the tests after it went unreported.
+    threads = "" if "--test-threads" in args else " --test-threads=1"
     fail = f"echo '{REFUSED}{{}}'; echo 'error: could not compile `crl-hidden-tests`'; exit 1"
     return "\n".join(
         [
@@ -120,7 +124,7 @@ def _cargo(folder: str, hidden: list[str], args: str) -> str:
             f"rm -rf -- {files} target",
             "__crl_rc=0",
             'for __crl_i in $(seq 1 "$__crl_n"); do',
-            f'  "$__crl_t/test-$__crl_i" {args} || __crl_rc=1',
+            f'  "$__crl_t/test-$__crl_i" {args}{threads} || __crl_rc=1',
             "done",
             'exit "$__crl_rc"',
         ]
