@@ -168,9 +168,14 @@ def unexpected(
     statuses: Mapping[str, TestStatus], known: Collection[str], separator: str
 ) -> str | None:
     """Why a run is tampered with: it reports a passing test that is none of ``known`` (the
-    task's tests and the canaries, by the ids the run gives them) nor a subtest or parameter of
-    one (after ``separator``); ``None`` when every passing test is known."""
+    task's tests and the canaries, by the ids the run gives them), a subtest or parameter of one
+    (after ``separator``) nor the test a known subtest belongs to; ``None`` when every passing
+    test is known."""
     listed = set(known)
+    # The test a listed subtest or section belongs to (Catch2 reports a test case's own
+    # assertions outside its sections under the test case's name: the check every test ends
+    # with is one).
+    listed |= {i.partition(separator)[0] for i in known if separator in i}
     odd = sorted(
         test_id
         for test_id, status in statuses.items()
