@@ -157,6 +157,10 @@ def test_rust_and_cpp_copies_expect_another_value() -> None:
         len({next(i for i, (a, b) in enumerate(zip(v, "17", strict=True)) if a != b) for v in sums})
         == 1
     )
+    # A character's UTF-8 bytes are not spots (Aider's Go poker: `"4♡ 5♡"` left invalid UTF-8).
+    for seed in range(30):
+        for new in expectations.literal_changes('"4♡ 5♡"', random.Random(seed), 3, None):
+            assert new.count("♡") == 2 and new != '"4♡ 5♡"', new
     drawn = {v for _ in range(20) for v in values("assert_eq!(f(1907), 17);", r"(\d+)\);")}
     assert len(drawn) > 8 and all(len(v) == 2 and v[0] != "0" for v in drawn), drawn
     bound = '    let input = "Portable";\n    let expected = "PNG";\n    assert_eq!(f(input), expected);'

@@ -186,7 +186,9 @@ def variants(
         spots = [
             i
             for i in range(body_start, body_end)
-            if chr(text[i]).isalnum() and text[i - 1 : i] != b"\\"
+            # ASCII only: a byte of a character's UTF-8 encoding (``♡``) replaced by a letter
+            # left text that is not UTF-8 (Aider's Go poker: the derivation failed).
+            if text[i] < 128 and chr(text[i]).isalnum() and text[i - 1 : i] != b"\\"
         ]
         letters = "abcdefghijklmnopqrstuvwxyz"
         if not spots:
