@@ -421,6 +421,20 @@ def _struct_fields(type_name: str, texts: Sequence[str]) -> list[str] | None:
     return None
 
 
+def _struct_rows(masked: str, fields_open: int) -> tuple[list[str], int] | None:
+    """For ``struct {`` with its brace at ``fields_open``: its field names, and where the
+    brace of the rows that follow it is; None when either cannot be read."""
+    fields_end = closing_bracket(masked, fields_open)
+    if fields_end is None:
+        return None
+    names = _fields(masked[fields_open + 1 : fields_end])
+    after = masked[fields_end + 1 :]
+    rows_open = fields_end + 1 + len(after) - len(after.lstrip())
+    if names is None or masked[rows_open : rows_open + 1] != "{":
+        return None
+    return names, rows_open
+
+
 def _package_literal(name: str, texts: Sequence[str]) -> tuple[str, int, list[str] | None] | None:
     """The composite literal package-level variable ``name`` is declared with, once, in one
     of ``texts`` (the package's test files), and assigned nowhere else: its text, where its
@@ -444,15 +458,10 @@ def _package_literal(name: str, texts: Sequence[str]) -> tuple[str, int, list[st
         return None
     names: list[str] | None
     if head.group("type") is None:
-        fields_end = closing_bracket(masked, at + head.end() - 1)
-        if fields_end is None:
+        struct = _struct_rows(masked, at + head.end() - 1)
+        if struct is None:
             return None
-        names = _fields(masked[at + head.end() : fields_end])
-        rows_open = (
-            fields_end + 1 + len(masked[fields_end + 1 :]) - len(masked[fields_end + 1 :].lstrip())
-        )
-        if names is None or masked[rows_open : rows_open + 1] != "{":
-            return None
+        names, rows_open = struct
     else:
         rows_open = at + head.end() - 1
         names = _struct_fields(head.group("type"), texts)
@@ -474,18 +483,12 @@ def table_rows(body: str, package: Sequence[str] = ()) -> Table | None:
     masked = literals_masked(body)
     table = _TABLE.search(masked)
     var: str | None = None
+    names: list[str] | None
     if table is not None:
-        fields_end = closing_bracket(masked, table.end() - 1)
-        if fields_end is None:
+        struct = _struct_rows(masked, table.end() - 1)
+        if struct is None:
             return None
-        names = _fields(masked[table.end() : fields_end])
-        rows_open = (
-            fields_end
-            + 1
-            + (len(masked[fields_end + 1 :]) - len(masked[fields_end + 1 :].lstrip()))
-        )
-        if names is None or masked[rows_open : rows_open + 1] != "{":
-            return None
+        names, rows_open = struct
         rows_end = closing_bracket(masked, rows_open)
         if rows_end is None:
             return None

@@ -271,7 +271,8 @@ class _Checks:
         return [f"    assert_eq!({box}[{a}], {box}[{b}]);"]
 
     def declaration(self) -> list[str]:
-        """The array's declaration (the file's last lines)."""
+        """The array's declaration, after a blank line (the file's last lines; C++: above
+        its first test)."""
         cells = ", ".join(str(v) for v in self.values)
         size = len(self.values)
         if self.language == "go":
@@ -321,18 +322,6 @@ def _canary(test: NativeTest, lines: list[str], name: str, language: str, change
 def _words(body: str) -> list[str]:
     """The words of a test's body a name drawn for its copy may take (not the language's)."""
     return sorted({w.lower() for w in _IDENT.findall(body) if len(w) > 2} - _COMMON)
-
-
-def _line_of(text: str, at: int) -> tuple[int, int]:
-    """The line (from 0) and column of index ``at`` in ``text``."""
-    return text.count("\n", 0, at), at - (text.rfind("\n", 0, at) + 1)
-
-
-def _renamed(line: str, old: str, new: str, language: str) -> str:
-    """Signature ``line`` with the test's name ``old`` replaced by ``new``."""
-    if language == "cpp":
-        return line.replace(f'"{old}"', f'"{new}"', 1)
-    return line.replace(f" {old}(", f" {new}(", 1)
 
 
 def derive(
@@ -392,9 +381,9 @@ def derive(
     subtests: dict[str, str] = {}
     # Go: a test whose copies change a row of a package-level table ranges over a copy of that
     # table too, declared as theirs are (``var <drawn> = <literal>`` just above the test), so
-    # no name or place tells it from them: the variable's line before it, its body's line.
-    declared: dict[int, list[str]] = {}
-    edited: dict[int, str] = {}
+    # no name or place tells it from them: the variable's lines before it, its own body.
+    declared: dict[str, list[str]] = {}
+    own_bodies: dict[str, list[str]] = {}
     for source in dict.fromkeys(drawn):
         body = "\n".join(source.body)
         if language == "go":
@@ -408,10 +397,10 @@ def derive(
                 subtests[source.name] = subtest
             if table is not None and table.var is not None and changes[source.name]:
                 var = canary_name(table.var, variables, (), taken, rng, _words(body))
-                declared[source.start] = [*f"var {var} = {table.text}".split("\n"), ""]
-                k, column = _line_of(body, table.use[0])
-                k += source.signature + 1
-                edited[k] = lines[k][:column] + var + lines[k][column + len(table.var) :]
+                declared[source.name] = [*f"var {var} = {table.text}".split("\n"), ""]
+                own_bodies[source.name] = (body[: table.use[0]] + var + body[table.use[1] :]).split(
+                    "\n"
+                )
         else:
             changes[source.name] = changed_expectations(
                 body, language, rng, drawn.count(source), words
@@ -438,7 +427,7 @@ def derive(
     # (redteam9), then its check, as a copy's does.
     starts = {t.start: t for t in tests}
     # Drawn before anything is written: C++'s array is declared above the first test.
-    own_checks = [checks.check(t.param, fails=False) for t in tests]
+    own_checks = {t.name: checks.check(t.param, fails=False) for t in tests}
     out: list[str] = []
     i = 0
     while i < len(lines):
@@ -450,15 +439,11 @@ def derive(
             out.append(lines[i])
             i += 1
             continue
-        own = (
-            [edited.get(j, lines[j]) for j in range(real.signature + 1, real.end)]
-            if language == "go"
-            else list(real.body)
-        )
-        check = own_checks[tests.index(real)]
+        own = own_bodies.get(real.name, list(real.body))
         title = renamed.get(real.name, real.name)
+        wrapped = _wrapped(real, lines, title, language, own, own_checks[real.name])
         members = [
-            [*declared.get(i, []), *_wrapped(real, lines, title, language, own, check)],
+            [*declared.get(real.name, []), *wrapped],
             *copies.get(real.name, []),
         ]
         # The test among its copies at a place drawn at random: tests run in the file's order
