@@ -166,6 +166,73 @@ def test_a_row_changes_only_where_its_comparison_surely_runs(form: str, tmp_path
         assert statuses.get(canary) is TestStatus.FAILED, (canary, statuses)
 
 
+@pytest.mark.parametrize(
+    ("written", "guard", "holds"),
+    [
+        ({}, ("err", "==", "nil"), True),  # left out: the zero value
+        ({"err": "nil"}, ("err", "==", "nil"), True),
+        ({"err": "&spellError{}"}, ("err", "!=", "nil"), True),
+        ({"err": "error(nil)"}, ("err", "!=", "nil"), False),  # a conversion of nil is nil
+        ({"err": "ErrStop"}, ("err", "==", "nil"), False),  # a name: its value is not read
+        ({"err": "ErrStop"}, ("err", "!=", "nil"), False),
+        ({"kind": '"none"'}, ("kind", "==", '"none"'), True),
+        ({}, ("kind", "==", '""'), True),
+        ({"kind": '"n\\x6fne"'}, ("kind", "==", '"none"'), False),  # an escape: not read
+        ({"kind": "none"}, ("kind", "!=", '"none"'), False),  # a constant's name
+        ({"n": "16"}, ("n", "!=", "7"), True),
+        ({"n": "0x10"}, ("n", "==", "16"), False),
+        ({"ok": "true"}, ("ok", "==", "false"), False),
+    ],
+)
+def test_a_guard_holds_only_on_values_written_out(
+    written: dict[str, str], guard: tuple[str, str, str], holds: bool
+) -> None:
+    """A row may change only where the comparison surely runs: a guard on a row field holds
+    when the row's value, as written, surely meets it; a name (a constant, an error variable),
+    a call or an escape is not evaluated and never meets one."""
+    from crl_worker.harness.reach_go import guard_holds
+
+    assert guard_holds(written, guard) is holds
+
+
+def test_hexadecimal_and_boolean_cells_change_within_their_type(tmp_path: Path) -> None:
+    """Aider's variable-length-quantity expects bytes written in hexadecimal, dominoes a
+    boolean: rows of both kinds change (one digit, within the width the value fits; the other
+    boolean), so those exercises get copies that fail by their data, not only by the check.
+    Built and run with the correct answer: every real row passes, every canary fails."""
+    from crl_worker.harness.expectations_go import changed_row, table_rows
+
+    tests = mutants_native.tests_of(exercise.CELLS_TEST, "go")
+    bodies = {t.name: "\n".join(t.body) for t in tests}
+    cell = re.compile(r"\{\"(\w+)\", \d+, (.+)\}")
+    for seed in range(20):
+        for name, body in bodies.items():
+            table = table_rows(body)
+            assert table is not None, name
+            row, versions = changed_row(table, random.Random(seed), 4)
+            was = {m.group(1): m.group(2) for m in cell.finditer(body)}
+            for version in versions:
+                now = {m.group(1): m.group(2) for m in cell.finditer(version)}
+                assert [r for r in was if was[r] != now[r]] == [row], (name, version)
+                if name == "TestFits":
+                    assert {was[row], now[row]} == {"true", "false"}
+                else:  # one hexadecimal digit, within the width 0x05 and 0x7F fit (a byte)
+                    assert re.fullmatch(r"\[\]byte\{0x[0-9A-Fa-f]{2}\}", now[row]), now[row]
+                    assert int(now[row][9:11], 16) <= 0x7F
+    listed = [f"{t.name}/{m.group(1)}" for t in tests for m in cell.finditer(bodies[t.name])]
+    derived = mutants_native.derive(
+        exercise.CELLS_TEST, "go", ["TestEncode", "TestFits", *listed], random.Random(3), 4
+    )
+    assert derived is not None and any("/" in i for i in derived.ids), derived
+    statuses = exercise.run(exercise.build(tmp_path / "say", derived.text))
+    real = {old: new for new, old in derived.renamed}
+    for test_id in listed:
+        head, _, row = test_id.partition("/")
+        assert statuses.get(f"{real.get(head, head)}/{row}") is TestStatus.PASSED, statuses
+    for canary in derived.ids:
+        assert statuses.get(canary) is TestStatus.FAILED, (canary, statuses)
+
+
 def test_the_real_test_runs_at_any_place_among_its_copies() -> None:
     """Go and Catch2 run tests in the file's order. Copies used to be placed after drawn tests,
     so the first test of the file was always real, and in a file with one test the only real

@@ -58,10 +58,15 @@ _ASSERTS = {
 _OPEN, _CLOSE = "([{", ")]}"
 
 
-def literals_masked(text: str, fill: str = " ") -> str:
-    """``text`` with its string and character literals replaced by ``fill`` (same length)."""
-    masked = _STRING.sub(lambda m: fill * len(m.group()), text)
-    return _CHAR.sub(lambda m: fill * len(m.group()), masked)
+def literals_masked(text: str, fill: str = " ", keep: re.Pattern[str] | None = None) -> str:
+    """``text`` with its string and character literals replaced by ``fill`` (same length),
+    but for the strings ``keep`` matches whole (left as written)."""
+
+    def masked_string(m: re.Match[str]) -> str:
+        kept = keep is not None and keep.fullmatch(m.group())
+        return m.group() if kept else fill * len(m.group())
+
+    return _CHAR.sub(lambda m: fill * len(m.group()), _STRING.sub(masked_string, text))
 
 
 def closing_bracket(masked: str, start: int) -> int | None:
@@ -145,23 +150,28 @@ def _spots(side: str) -> list[tuple[int, int, bool]]:
     return found
 
 
-def _number_variants(text: str, rng: random.Random, count: int, negative: bool) -> list[str]:
-    """Up to ``count`` different numbers for the number ``text`` (decimal digits, maybe one
-    ``.``; ``negative`` when a minus sign comes before it), each with the same one digit changed
-    to another, drawn at random: the group has no rule that leads from the others to the
-    original (a fixed ``n - 1`` did). An integer stays within the width the original fits
-    (:data:`_BOUNDS`) and gets no leading zero."""
-    digits = [i for i, c in enumerate(text) if c.isdigit()]
+def _number_variants(
+    text: str, rng: random.Random, count: int, negative: bool, base: int = 10
+) -> list[str]:
+    """Up to ``count`` different numbers for the number ``text`` (digits of ``base``, maybe
+    one ``.`` in a decimal; ``negative`` when a minus sign comes before it), each with the same
+    one digit changed to another, drawn at random: the group has no rule that leads from the
+    others to the original (a fixed ``n - 1`` did). An integer stays within the width the
+    original fits (:data:`_BOUNDS`) and gets no leading zero."""
+    alphabet = "0123456789" if base == 10 else "0123456789abcdef"
+    if base != 10 and any(c.isupper() for c in text):
+        alphabet = alphabet.upper()
+    digits = [i for i, c in enumerate(text) if c in alphabet]
     integer = "." not in text
     bounds = _NEGATIVE_BOUNDS if negative else _BOUNDS
-    bound = next((b for b in bounds if int(text) <= b), bounds[-1]) if integer else None
+    bound = next((b for b in bounds if int(text, base) <= b), bounds[-1]) if integer else None
     spots = []
     for i in digits:
         lead = i == 0 and len(digits) > 1 and integer
-        options = [text[:i] + d + text[i + 1 :] for d in "0123456789" if d != text[i]]
+        options = [text[:i] + d + text[i + 1 :] for d in alphabet if d != text[i]]
         options = [o for o in options if not (lead and o[0] == "0")]
         if bound is not None:
-            options = [o for o in options if int(o) <= bound]
+            options = [o for o in options if int(o, base) <= bound]
         if options:
             spots.append(options)
     if not spots:
@@ -170,6 +180,27 @@ def _number_variants(text: str, rng: random.Random, count: int, negative: bool) 
     enough = [o for o in spots if len(o) >= count]
     options = rng.choice(enough) if enough else max(spots, key=len)
     return rng.sample(options, min(count, len(options)))
+
+
+#: A hexadecimal integer (``0x7F``), its digits the group.
+_HEX = re.compile(r"(?<![\w.])0[xX]([0-9a-fA-F]+)(?![\w.])")
+
+
+def hex_changes(side: str, rng: random.Random, count: int) -> list[str]:
+    """As :func:`literal_changes`, for the hexadecimal integers of ``side`` (Go's
+    ``[]byte{0x7F}``): one drawn at random, one of its digits changed within the width the
+    original fits."""
+    spots = list(_HEX.finditer(literals_masked(side)))
+    rng.shuffle(spots)
+    best: list[str] = []
+    for m in spots:
+        negative = side[: m.start()].rstrip().endswith("-")
+        new = _number_variants(m.group(1), rng, count, negative, base=16)
+        if len(new) > len(best):
+            best = [side[: m.start(1)] + n + side[m.end(1) :] for n in new]
+        if len(best) >= count:
+            break
+    return best
 
 
 def _string_variants(text: str, rng: random.Random, count: int, words: Words | None) -> list[str]:

@@ -21,11 +21,15 @@ condition, a disjunct of it, or a conjunct beside row fields), or a case of a ta
 ``switch`` whose cases before it are row fields (``case tc.expectError:``) or conditions on
 results whose block fails the test; standing in the loop's body, ``t.Run``'s closure, or the
 block of an ``if`` on row fields or the ``else`` after one (or after an error check that fails
-the test), with no ``return``, ``continue``, ``break`` or ``Skip`` before it. The field may
-appear elsewhere only in the failure's messages. The row fields it is reached under are the
-table's guards: only a row whose fields say so (``expectError`` false, as written or left out)
-may change. A row can change when that field's value is a string or a decimal number, or a slice of
-them written out.
+the test), with no ``return``, ``continue``, ``break`` or ``Skip`` before it but in a branch
+the path to it never takes (the ``if`` block of its ``else``, an earlier ``case``). The field
+may appear elsewhere only in the failure's messages. The row fields it is reached under are
+the table's guards, each a flag (``tc.expectError``) or a field compared with a plain string,
+a decimal integer or ``nil`` (Aider's hexadecimal: ``test.errCase != "none"``;
+protein-translation: ``tc.expectedError != nil``): only a row whose values as written (a field
+left out: its zero value) surely meet them may change; a name, whose value is not read, never
+does. A row can change when that field's value is a string, a decimal or hexadecimal number, a
+boolean (one copy gets the other value), or a slice of strings and numbers written out.
 :func:`changed_row` changes it in one FAIL_TO_PASS row whose subtest ``t.Run`` names (two rows
 of one name are neither: ``go test`` runs the second as ``name#01``), the same row in every copy
 of a test, and that subtest is the copy's canary (its other subtests are the test's own rows:
@@ -37,7 +41,6 @@ tells the real test from its copies only by being right on the changed row.
 
 from __future__ import annotations
 
-import itertools
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -45,21 +48,21 @@ from dataclasses import dataclass
 
 from crl_worker.harness.expectations import (
     closing_bracket,
+    hex_changes,
     literal_changes,
     literals_masked,
     top_level,
 )
 from crl_worker.harness.literals import Words
+from crl_worker.harness.reach_go import PLAIN, Guard, compared_field, go_string, guard_holds
 
 _TABLE = re.compile(r"\bfor\s+_\s*,\s*(?P<var>[A-Za-z_]\w*)\s*:=\s*range\s+\[\]struct\s*\{")
-_FAILS = re.compile(r"\b\w+\.(?:Fatalf?|Errorf?|FailNow|Fail)\s*\(")
-_MESSAGE = re.compile(r"\b\w+\.(?:Fatalf?|Errorf?|Logf?)\s*\(")
 _RANGE = re.compile(
     r"\bfor\s+_\s*,\s*(?P<var>[A-Za-z_]\w*)\s*:=\s*range\s+(?P<table>[A-Za-z_]\w*)\s*\{"
 )
 #: A selector (``errors.New``, ``time.Second``): a package another file may not import.
 _SELECTOR = re.compile(r"[A-Za-z_]\w*\s*\.\s*[A-Za-z_]")
-_CELL = re.compile(r'-?\d+(?:\.\d+)?|"(?:[^"\\\n]|\\.)*"')
+_CELL = re.compile(r'-?\d+(?:\.\d+)?|-?0[xX][0-9a-fA-F]+|"(?:[^"\\\n]|\\.)*"|true|false')
 
 
 def _fields(text: str) -> list[str] | None:
@@ -74,212 +77,6 @@ def _fields(text: str) -> list[str] | None:
             return None
         names += [n.strip() for n in match.group(1).split(",")]
     return names
-
-
-#: A row's field a condition reads and the value it must have (``tc.expectError``: true).
-Guard = tuple[str, bool]
-
-
-def _compared_field(masked: str, var: str) -> tuple[str, tuple[Guard, ...]] | None:
-    """The field of ``var`` the loop's code (``masked``) compares a result with where a
-    difference fails the test (:func:`_reached`), when it appears nowhere else but in failure
-    messages, and the row fields the comparison is reached under."""
-    item = rf"{var}\.(?P<f>\w+)\b"
-    other = r"(?P<o>[A-Za-z_][\w.]*(?:\(\))?)"
-    patterns = [
-        rf"{other}\s*!=\s*{item}",
-        rf"{item}\s*!=\s*{other}",
-        rf"!\s*(?:reflect\.DeepEqual|bytes\.Equal)\(\s*{other}\s*,\s*{item}\s*\)",
-        rf"!\s*(?:reflect\.DeepEqual|bytes\.Equal)\(\s*{item}\s*,\s*{other}\s*\)",
-    ]
-    for pattern in patterns:
-        for match in re.finditer(pattern, masked):
-            field = match.group("f")
-            if match.group("o").startswith(f"{var}."):
-                continue
-            guards = _reached(masked, match, var)
-            if guards is None:
-                continue
-            rest = masked[: match.start()] + masked[match.end() :]
-            for call in _MESSAGE.finditer(masked):
-                end = closing_bracket(masked, call.end() - 1)
-                if end is not None:
-                    rest = rest.replace(masked[call.start() : end + 1], "")
-            if not re.search(rf"\b{var}\.{field}\b", rest):
-                return field, tuple(guards)
-    return None
-
-
-def _guards(condition: str, var: str) -> list[Guard] | None:
-    """What ``condition`` (``tc.f``, ``!tc.f``, or ``&&`` of them) requires of a row's fields
-    to hold; None when it reads anything else."""
-    found: list[Guard] = []
-    for part in condition.split("&&"):
-        match = re.fullmatch(rf"\s*(!\s*)?{var}\.(\w+)\s*", part)
-        if match is None:
-            return None
-        found.append((match.group(2), match.group(1) is None))
-    return found
-
-
-def _negated(condition: str, var: str) -> list[Guard] | None:
-    """What ``condition`` being false requires of a row (one field only), or None."""
-    guards = _guards(condition, var)
-    return [(guards[0][0], not guards[0][1])] if guards and len(guards) == 1 else None
-
-
-def _line(masked: str, at: int) -> str:
-    """The text of ``masked``'s line from its start up to index ``at``, stripped."""
-    return masked[masked.rfind("\n", 0, at) + 1 : at].strip()
-
-
-def _fails_at_top(block: str) -> bool:
-    """Whether ``block`` (a block's text, braces excluded) calls ``Fatal``, ``Error`` or
-    ``Fail`` outside any nested block: the test fails whenever the block runs."""
-    return any(
-        block[: m.start()].count("{") == block[: m.start()].count("}")
-        for m in _FAILS.finditer(block)
-    )
-
-
-_IF = re.compile(r"^(?P<else>\}\s*else\s+)?if\s+(?P<cond>[^;{]*;)?(?P<rest>[^{]*)$")
-
-
-def _previous_if(masked: str, else_at: int, var: str) -> list[Guard] | None:
-    """For an ``} else`` at ``else_at``: what reaching it requires of a row. The ``if`` it
-    follows is on one row field (which must then be false), or on results with a block that
-    fails the test (an answer that passes the real test did not take it); else None."""
-    closing = masked.rfind("}", 0, else_at + 1)
-    depth = 0
-    for i in range(closing, -1, -1):
-        depth += {"}": 1, "{": -1}.get(masked[i], 0)
-        if depth == 0:
-            head = _IF.match(_line(masked, i))
-            if head is None or head.group("else") or head.group("cond"):
-                return None
-            negated = _negated(head.group("rest"), var)
-            if negated is not None:
-                return negated
-            if re.search(rf"\b{var}\.", head.group("rest")) or "||" in head.group("rest"):
-                return None
-            return [] if _fails_at_top(masked[i + 1 : closing]) else None
-    return None
-
-
-def _reached(masked: str, match: re.Match[str], var: str) -> list[Guard] | None:
-    """The row fields (and their values) under which the comparison ``match`` in the loop's
-    code ``masked`` (from its ``{``) is reached, and fails the test when it differs; None when
-    that is not sure.
-
-    The comparison is an ``if``'s condition (with only row fields ``&&`` it) whose block
-    fails the test outside any nested block, or a ``case`` of a ``switch`` with no tag whose
-    block does so, every case before it being a row field or a condition on results whose
-    block fails the test (a correct answer that passes the real test took none of those). It
-    stands in the loop's body, ``t.Run``'s closure, the block of an ``if`` on row fields or the
-    ``else`` of one, nothing else; nothing before it returns, continues, jumps or skips. An
-    answer that passes the real test's row reaches it in the copy too, where only the expected
-    value differs: the copy's row fails."""
-    if re.search(
-        r"\b(?:return|continue|goto|break|fallthrough|Skip\w*)\b", masked[: match.start()]
-    ):
-        return None
-    stack: list[int] = []
-    for i in range(match.start()):
-        if masked[i] in "([{":
-            stack.append(i)
-        elif masked[i] in ")]}" and stack:
-            stack.pop()
-    if not stack or stack[0] != 0:
-        return None
-    guards: list[Guard] = []
-    for k, opening in enumerate(stack[1:], 1):
-        line = _line(masked, opening)
-        if masked[opening] == "(" and line.endswith(".Run"):
-            continue
-        run = masked[stack[k - 1]] == "(" and _line(masked, stack[k - 1]).endswith(".Run")
-        if masked[opening] != "{":
-            return None
-        if run and re.search(r"func\s*\(\s*\w+\s+\*testing\.T\s*\)$", line):
-            continue
-        if re.fullmatch(r"\}\s*else", line):
-            found = _previous_if(masked, masked.rfind("else", 0, opening), var)
-        elif (head := _IF.match(line)) is not None and not head.group("cond"):
-            found = _guards(head.group("rest"), var)
-            if found is not None and head.group("else"):
-                before = _previous_if(masked, masked.rfind("else", 0, opening), var)
-                found = None if before is None else [*before, *found]
-        elif re.fullmatch(r"switch(?:\s+[^{]*;)?", line) and k == len(stack) - 1:
-            return _switch_case(masked, opening, match, var, guards)
-        else:
-            return None
-        if found is None:
-            return None
-        guards += found
-    return _if_condition(masked, match, var, guards)
-
-
-def _if_condition(masked: str, match: re.Match[str], var: str,
-                  guards: list[Guard]) -> list[Guard] | None:  # fmt: skip
-    """The comparison as an ``if``'s condition on its line, or a term of it: a disjunct (any
-    true one fails the test, so a differing value does), or a conjunct beside row fields only
-    (see :func:`_reached`)."""
-    line_start = masked.rfind("\n", 0, match.start()) + 1
-    opening = masked.find("{", match.end())
-    head = _IF.match(masked[line_start:opening].strip()) if opening > 0 else None
-    if head is None or "\n" in masked[match.end() : opening]:
-        return None
-    rest = head.group("rest")
-    cuts = [-2, *top_level(rest, "||"), len(rest)]
-    disjuncts = [rest[a + 2 : b] for a, b in itertools.pairwise(cuts)]
-    held = [d for d in disjuncts if match.group() in d]
-    if len(held) != 1:
-        return None
-    conjuncts = held[0].split("&&")
-    compared = [c for c in conjuncts if masked[match.start() : match.end()] in c]
-    others = [c for c in conjuncts if c not in compared]
-    found = _guards("&&".join(others), var) if others else []
-    if len(compared) != 1 or compared[0].strip() != match.group().strip() or found is None:
-        return None
-    if head.group("else"):
-        before = _previous_if(masked, masked.rfind("else", 0, match.start()), var)
-        if before is None:
-            return None
-        found += before
-    closing = closing_bracket(masked, opening)
-    if closing is None or not _fails_at_top(masked[opening + 1 : closing]):
-        return None
-    return [*guards, *found]
-
-
-def _switch_case(masked: str, opening: int, match: re.Match[str], var: str,
-                 guards: list[Guard]) -> list[Guard] | None:  # fmt: skip
-    """The comparison as a ``case`` of the tagless ``switch`` whose block opens at
-    ``opening`` (see :func:`_reached`)."""
-    closing = closing_bracket(masked, opening)
-    if closing is None:
-        return None
-    block = masked[opening + 1 : closing]
-    # The switch's own clauses: ``case``/``default`` outside any bracket of its block.
-    starts = [m.start() for m in re.finditer(r"\b(?:case\b|default\s*:)", block)
-              if block[: m.start()].count("{") == block[: m.start()].count("}")]  # fmt: skip
-    clauses = [block[a:b] for a, b in zip(starts, [*starts[1:], len(block)], strict=True)]
-    at = match.start() - opening - 1
-    found = list(guards)
-    for start, clause in zip(starts, clauses, strict=True):
-        if clause.startswith("default"):
-            continue
-        colon = clause.find(":")
-        condition, body = clause[len("case") : colon], clause[colon + 1 :]
-        if start <= at < start + len(clause):
-            if condition.strip() != match.group().strip() or not _fails_at_top(body):
-                return None
-            return found
-        negated = _negated(condition, var)
-        if negated is not None:
-            found += negated
-        elif re.search(rf"\b{var}\.", condition) or "," in condition or not _fails_at_top(body):
-            return None
-    return None
 
 
 @dataclass(frozen=True)
@@ -300,9 +97,10 @@ _SLICE = re.compile(r"(?:\[\])+(?:string|u?int(?:8|16|32|64)?|float(?:32|64)|byt
 
 
 def _literal(value: str) -> bool:
-    """Whether ``value`` (a row's expected value as written) is a string or decimal number,
-    or a slice of them written out: a copy changes one of its literals (a slice compared with
-    ``reflect.DeepEqual`` then differs; a map could get a duplicate key, so none is taken)."""
+    """Whether ``value`` (a row's expected value as written) is a string, a decimal or
+    hexadecimal number, a boolean, or a slice of strings and numbers written out: a copy
+    changes one of its literals (a slice compared with ``reflect.DeepEqual`` then differs; a map
+    could get a duplicate key, so none is taken)."""
     if _CELL.fullmatch(value):
         return True
     head = _SLICE.match(value)
@@ -311,15 +109,8 @@ def _literal(value: str) -> bool:
     written = value[head.end() - 1 :]
     inner = literals_masked(written)
     has_literal = inner != written or bool(re.search(r"\d", inner))
-    return bool(re.fullmatch(r"[\s\d.,{}-]*", inner)) and has_literal
-
-
-def _string(text: str) -> str | None:
-    """A Go interpreted string literal's value, when it has no escape."""
-    text = text.strip()
-    if len(text) >= 2 and text[0] == text[-1] == '"' and "\\" not in text:
-        return text[1:-1]
-    return None
+    digits = re.sub(r"(?<![\w.])0[xX][0-9a-fA-F]+(?![\w.])", "0", inner)  # hexadecimal
+    return bool(re.fullmatch(r"[\s\d.,{}-]*", digits)) and has_literal
 
 
 def _named(name: str | None) -> str | None:
@@ -375,11 +166,11 @@ def _rows(text: str, rows_open: int, names: list[str] | None, field: str,
         value = written_cell.strip()
         start = row_start + 1 + a + lead
         cell = (start, start + len(value)) if _literal(value) else None
-        name = _string(original[slice(*values[run])]) if run and run in values else None
+        name = go_string(original[slice(*values[run])]) if run and run in values else None
         inputs = tuple(
             v
             for key, span in values.items()
-            if key != field and (v := _string(original[slice(*span)])) is not None
+            if key != field and (v := go_string(original[slice(*span)])) is not None
         )
         written = tuple((key, original[slice(*span)].strip()) for key, span in values.items())
         found.append(Row(cell, _named(name), inputs, written))
@@ -481,6 +272,8 @@ def table_rows(body: str, package: Sequence[str] = ()) -> Table | None:
     one of ``package`` (the texts of the package's test files) that the test ranges over.
     None when it has none that can be changed safely."""
     masked = literals_masked(body)
+    # The loop's code as the guards read it: plain strings left in (``tc.errCase != "none"``).
+    visible = literals_masked(body, keep=PLAIN)
     table = _TABLE.search(masked)
     var: str | None = None
     names: list[str] | None
@@ -492,7 +285,7 @@ def table_rows(body: str, package: Sequence[str] = ()) -> Table | None:
         rows_end = closing_bracket(masked, rows_open)
         if rows_end is None:
             return None
-        loop = masked[masked.find("{", rows_end + 1) :]
+        loop = visible[masked.find("{", rows_end + 1) :]
         item, text, use = table.group("var"), body, (0, 0)
     else:
         ranged = _RANGE.search(masked)
@@ -500,9 +293,9 @@ def table_rows(body: str, package: Sequence[str] = ()) -> Table | None:
         if ranged is None or declared is None:
             return None
         text, rows_open, names = declared
-        loop, item = masked[ranged.end() - 1 :], ranged.group("var")
+        loop, item = visible[ranged.end() - 1 :], ranged.group("var")
         var, use = ranged.group("table"), ranged.span("table")
-    compared = _compared_field(loop, item)
+    compared = compared_field(loop, item)
     if compared is None or (names is not None and compared[0] not in names):
         return None
     field, guards = compared
@@ -527,18 +320,11 @@ def changeable_rows(table: Table, listed: Callable[[str | None], bool]) -> list[
     rows = [
         r
         for r in table.rows
-        if r.cell is not None and all(_holds(r, f, want) for f, want in table.guards)
+        if r.cell is not None and all(guard_holds(dict(r.values), g) for g in table.guards)
     ]
     if not table.named:
         return rows if listed(None) else []
     return [r for r in rows if r.subtest is not None and listed(r.subtest)]
-
-
-def _holds(row: Row, field: str, want: bool) -> bool:
-    """Whether ``row``'s ``field`` is the boolean ``want`` as written (a keyed row that does
-    not name it: its zero value, false)."""
-    written = dict(row.values).get(field, "false")
-    return written in ("true", "false") and (written == "true") == want
 
 
 def changed_row(
@@ -566,7 +352,9 @@ def changed_row(
     assert row.cell is not None  # changeable_rows: every row has one
     a, b = row.cell
     near = words.input_first(row.inputs) if words is not None else None
-    text = table.text
-    return row.subtest, [
-        text[:a] + new + text[b:] for new in literal_changes(text[a:b], rng, count, near)
-    ]
+    text, old = table.text, table.text[a:b]
+    if old in ("true", "false"):
+        news = ["false" if old == "true" else "true"]  # the one other value: one copy changes
+    else:
+        news = literal_changes(old, rng, count, near) or hex_changes(old, rng, count)
+    return row.subtest, [text[:a] + new + text[b:] for new in news]
