@@ -233,6 +233,33 @@ def test_hexadecimal_and_boolean_cells_change_within_their_type(tmp_path: Path) 
         assert statuses.get(canary) is TestStatus.FAILED, (canary, statuses)
 
 
+def test_no_benchmark_keeps_the_original_table_in_the_binary(tmp_path: Path) -> None:
+    """A benchmark that ranges over the table the copies change (13 of the 16 Aider Go
+    exercises with changed rows have one) kept the original table in the binary, equal to the
+    real test's own copy and to no copy's: a forgery comparing the tables told the real test.
+    The benchmark now ranges over a changed copy of its own; the linker leaves the unread
+    original out. Built and run: the real test passes, its canaries fail."""
+    text = exercise.TESTS + exercise.BENCHMARK
+    derived = mutants_native.derive(
+        text, "go", exercise.FAIL_TO_PASS, random.Random(5), 4, keep=[exercise.CASES]
+    )
+    assert derived is not None
+    [benchmark] = re.findall(r"^func BenchmarkSay.*?^\}$", derived.text, re.M | re.S)
+    ranged = re.search(r"range (\w+) \{", benchmark)
+    assert ranged is not None and ranged.group(1) != "testCases"
+    tables = _declared(derived.text)
+    # Its own table: one row changed, as a copy's is, read by no test.
+    assert ranged.group(1) in tables and derived.text.count(ranged.group(1)) == 2
+    binary = exercise.build(tmp_path / "say", derived.text)
+    held = exercise.data_symbols(binary)
+    assert "testCases" not in held and ranged.group(1) in held, held
+    statuses = exercise.run(binary)
+    real = dict((old, new) for new, old in derived.renamed)["TestSay"]
+    assert statuses.get(real) is TestStatus.PASSED, statuses
+    for canary in derived.ids:
+        assert statuses.get(canary) is TestStatus.FAILED, (canary, statuses)
+
+
 def test_the_real_test_runs_at_any_place_among_its_copies() -> None:
     """Go and Catch2 run tests in the file's order. Copies used to be placed after drawn tests,
     so the first test of the file was always real, and in a file with one test the only real

@@ -61,6 +61,7 @@ from crl_worker.harness.mutants import Derived
 from crl_worker.harness.names import canary_name
 
 _GO_TEST = re.compile(r"^func (?P<name>Test\w*)\((?P<t>\w+) \*testing\.T\) \{\s*$")
+_GO_BENCHMARK = re.compile(r"^func Benchmark\w*\(\w+ \*testing\.B\) \{\s*$")
 _RUST_FN = re.compile(r"^(?:pub )?fn (?P<name>\w+)\(\) \{\s*$")
 _CPP_TEST = re.compile(
     r'^TEST_CASE\(\s*"(?P<name>[\w ]+)"(?P<tags>\s*,\s*"[^"\\]*")?\s*\)\s*(?P<rest>.*?)\s*$'
@@ -319,6 +320,28 @@ def _canary(test: NativeTest, lines: list[str], name: str, language: str, change
     return _wrapped(test, lines, name, language, body, check)
 
 
+def _go_benchmarks(lines: list[str]) -> dict[int, int]:
+    """The first and last line of each top-level benchmark of a Go test file's ``lines``."""
+    found: dict[int, int] = {}
+    for i, line in enumerate(lines):
+        if _GO_BENCHMARK.match(line):
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].rstrip() == "}"), None)
+            if end is not None:
+                found[i] = end
+    return found
+
+
+def _users(
+    lines: list[str], benchmarks: dict[int, int], var: str, rewritten: dict[int, list[str]]
+) -> list[tuple[int, int]]:
+    """The benchmarks of ``lines`` (first and last line) not yet rewritten that name ``var``."""
+    return [
+        (start, end)
+        for start, end in benchmarks.items()
+        if start not in rewritten and var in _WORDS.findall("\n".join(lines[start : end + 1]))
+    ]
+
+
 def _words(body: str) -> list[str]:
     """The words of a test's body a name drawn for its copy may take (not the language's)."""
     return sorted({w.lower() for w in _IDENT.findall(body) if len(w) > 2} - _COMMON)
@@ -384,15 +407,34 @@ def derive(
     # no name or place tells it from them: the variable's lines before it, its own body.
     declared: dict[str, list[str]] = {}
     own_bodies: dict[str, list[str]] = {}
+    # Go: benchmarks (never run when grading) that range over a table a test's copies change
+    # get a changed copy of their own, so no function but the real test holds the table's
+    # data unchanged: a benchmark kept the original in the binary, equal to the real test's.
+    benchmarks = _go_benchmarks(lines) if language == "go" else {}
+    rewritten: dict[int, list[str]] = {}
     for source in dict.fromkeys(drawn):
         body = "\n".join(source.body)
         if language == "go":
             table = tables.get(source.name)
-            subtest, changes[source.name] = (
-                changed_row(table, rng, drawn.count(source), words, _row_listed(source, listed))
+            users = _users(lines, benchmarks, table.var, rewritten) if table and table.var else []
+            subtest, found = (
+                changed_row(
+                    table, rng, drawn.count(source) + len(users), words, _row_listed(source, listed)
+                )
                 if table is not None
                 else (None, [])
             )
+            spare = max(len(found) - drawn.count(source), 0)
+            changes[source.name] = found[spare:]
+            for (start, end), new in zip(users, found[:spare], strict=False):
+                assert table is not None and table.var is not None  # users: it has one
+                extra = _words("\n".join(lines[start : end + 1]))
+                var = canary_name(table.var, variables, (), taken, rng, extra)
+                rewritten[start] = [
+                    *f"var {var} = {new}".split("\n"),
+                    "",
+                    *(re.sub(rf"\b{table.var}\b", var, line) for line in lines[start : end + 1]),
+                ]
             if subtest is not None:
                 subtests[source.name] = subtest
             if table is not None and table.var is not None and changes[source.name]:
@@ -435,6 +477,10 @@ def derive(
         if real is not None and language == "cpp" and real is tests[0]:
             # Declared before its first use (C++ reads in order).
             out.extend([*checks.declaration()[1:], ""])
+        if real is None and i in rewritten:
+            out.extend(rewritten[i])
+            i = benchmarks[i] + 1
+            continue
         if real is None:
             out.append(lines[i])
             i += 1
