@@ -238,8 +238,9 @@ def test_no_benchmark_keeps_the_original_table_in_the_binary(tmp_path: Path) -> 
     exercises with changed rows have one) kept the original table in the binary, equal to the
     real test's own copy and to no copy's: a forgery comparing the tables told the real test.
     The benchmark now ranges over a changed copy of its own; the linker leaves the unread
-    original out. Built and run: the real test passes, its canaries fail."""
-    text = exercise.TESTS + exercise.BENCHMARK
+    original out; so does another test that reads only other fields of the rows. Built and
+    run: the real tests pass, the canaries fail."""
+    text = exercise.TESTS + exercise.BENCHMARK + exercise.READER
     derived = mutants_native.derive(
         text, "go", exercise.FAIL_TO_PASS, random.Random(5), 4, keep=[exercise.CASES]
     )
@@ -254,10 +255,43 @@ def test_no_benchmark_keeps_the_original_table_in_the_binary(tmp_path: Path) -> 
     held = exercise.data_symbols(binary)
     assert "testCases" not in held and ranged.group(1) in held, held
     statuses = exercise.run(binary)
-    real = dict((old, new) for new, old in derived.renamed)["TestSay"]
-    assert statuses.get(real) is TestStatus.PASSED, statuses
+    renamed = dict((old, new) for new, old in derived.renamed)
+    for test in ("TestSay", "TestInputs"):
+        assert statuses.get(renamed.get(test, test)) is TestStatus.PASSED, (test, statuses)
+    reader = re.search(rf"^func {renamed.get('TestInputs', 'TestInputs')}\(.*?^\}}$", derived.text,
+                       re.M | re.S)  # fmt: skip
+    assert reader is not None and "range testCases" not in reader.group()
     for canary in derived.ids:
         assert statuses.get(canary) is TestStatus.FAILED, (canary, statuses)
+
+
+@pytest.mark.parametrize(
+    ("body", "other_fields_only"),
+    [
+        # Aider's hexadecimal: TestHandleErrors reads each row's input and error kind.
+        (
+            "tests := make([]string, len(testCases))\n"
+            "for i, test := range testCases {\n\ttests[i] = test.input\n}\n"
+            "if HandleErrors(tests)[0] != testCases[0].description {\n\tt.Fail()\n}",
+            True,
+        ),
+        ('for _, tc := range testCases {\n\tif tc.expected == "" {\n\t\tt.Fail()\n\t}\n}', False),
+        ("for _, tc := range testCases {\n\tcheck(t, tc)\n}", False),  # a whole row, passed on
+        ("check(t, testCases)", False),  # the whole table
+        ("row := testCases[0]\n_ = row", False),
+        ("for i := range testCases {\n\t_ = i\n}", False),  # a form not read: refused
+    ],
+)
+def test_another_test_gets_a_changed_table_only_where_it_never_reads_the_field(
+    body: str, other_fields_only: bool
+) -> None:
+    """A test other than the copied one that ranges over the same package-level table kept the
+    original in the binary (Aider's hexadecimal: TestHandleErrors), equal to the real test's
+    own copy. It gets a copy with the row changed too, but only when it reads the table
+    through other fields alone: it then runs the same on it."""
+    from crl_worker.harness.expectations_go import reads_other_fields
+
+    assert reads_other_fields(body, "testCases", "expected") is other_fields_only
 
 
 def test_the_real_test_runs_at_any_place_among_its_copies() -> None:

@@ -199,6 +199,8 @@ class Table:
     #: The row fields the comparison is reached under (``tc.expectError`` false): only a row
     #: whose fields say so may change.
     guards: tuple[Guard, ...] = ()
+    #: The field the test compares its result with (the one a copy changes).
+    field: str = ""
 
 
 def _struct_fields(type_name: str, texts: Sequence[str]) -> list[str] | None:
@@ -303,7 +305,7 @@ def table_rows(body: str, package: Sequence[str] = ()) -> Table | None:
     rows = _rows(text, rows_open, names, field, run.group(1) if run else None)
     if not rows:
         return None
-    return Table(tuple(rows), text, ".Run(" in loop, var, use, guards)
+    return Table(tuple(rows), text, ".Run(" in loop, var, use, guards, field)
 
 
 def table_column(body: str, package: Sequence[str] = ()) -> list[tuple[int, int] | None] | None:
@@ -325,6 +327,34 @@ def changeable_rows(table: Table, listed: Callable[[str | None], bool]) -> list[
     if not table.named:
         return rows if listed(None) else []
     return [r for r in rows if r.subtest is not None and listed(r.subtest)]
+
+
+def reads_other_fields(body: str, var: str, field: str) -> bool:
+    """Whether ``body`` (another Go test's) reads the package-level table ``var`` only through
+    fields other than ``field``: ``for i, row := range var`` with ``row`` used only as
+    ``row.f``, ``var[i].f`` or ``len(var)``, and no ``.field`` anywhere. Never the whole table
+    or a whole row (a function it is passed to could read ``field``). Such a test runs the
+    same on a copy of the table whose ``field`` differs in a row."""
+    masked = literals_masked(body)
+    if re.search(rf"\.\s*{field}\b", masked):
+        return False
+    rows: list[str] = []
+    for use in re.finditer(rf"\b{var}\b", masked):
+        before, after = masked[: use.start()], masked[use.end() :]
+        loop = re.search(r"\bfor\s+\w+\s*,\s*(\w+)\s*:=\s*range\s+$", before)
+        if loop is not None and re.match(r"\s*\{", after):
+            rows.append(loop.group(1))
+        elif not (
+            re.match(r"\[[^\[\]{}]*\]\s*\.\s*\w+", after)
+            or (re.search(r"\blen\(\s*$", before) and re.match(r"\s*\)", after))
+        ):
+            return False
+    for row in set(rows) - {"_"}:
+        for use in re.finditer(rf"\b{row}\b", masked):
+            declared = re.search(r"\bfor\s+\w+\s*,\s*$", masked[: use.start()])
+            if declared is None and not re.match(r"\s*\.\s*\w+", masked[use.end() :]):
+                return False
+    return True
 
 
 def changed_row(

@@ -55,7 +55,13 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from crl_worker.harness.expectations import changed_expectations, expected_side
-from crl_worker.harness.expectations_go import Table, changeable_rows, changed_row, table_rows
+from crl_worker.harness.expectations_go import (
+    Table,
+    changeable_rows,
+    changed_row,
+    reads_other_fields,
+    table_rows,
+)
 from crl_worker.harness.literals import Words, text_vocabulary
 from crl_worker.harness.mutants import Derived
 from crl_worker.harness.names import canary_name
@@ -408,8 +414,9 @@ def derive(
     declared: dict[str, list[str]] = {}
     own_bodies: dict[str, list[str]] = {}
     # Go: benchmarks (never run when grading) that range over a table a test's copies change
-    # get a changed copy of their own, so no function but the real test holds the table's
-    # data unchanged: a benchmark kept the original in the binary, equal to the real test's.
+    # get a changed copy of their own, and so do other tests that read only other fields of
+    # it, so no function but the real test holds the table's data unchanged: they kept the
+    # original in the binary, equal to the real test's.
     benchmarks = _go_benchmarks(lines) if language == "go" else {}
     rewritten: dict[int, list[str]] = {}
     for source in dict.fromkeys(drawn):
@@ -417,16 +424,39 @@ def derive(
         if language == "go":
             table = tables.get(source.name)
             users = _users(lines, benchmarks, table.var, rewritten) if table and table.var else []
+            # Other tests that read the table but not the changed field (hexadecimal's
+            # TestHandleErrors reads ``in`` and ``errCase``): a changed copy of their own too.
+            readers = [
+                t
+                for t in tests
+                if table is not None
+                and table.var is not None
+                and t not in drawn
+                and t.name not in own_bodies
+                and table.var in _WORDS.findall("\n".join(t.body))
+                and reads_other_fields("\n".join(t.body), table.var, table.field)
+            ]
             subtest, found = (
                 changed_row(
-                    table, rng, drawn.count(source) + len(users), words, _row_listed(source, listed)
+                    table,
+                    rng,
+                    drawn.count(source) + len(readers) + len(users),
+                    words,
+                    _row_listed(source, listed),
                 )
                 if table is not None
                 else (None, [])
             )
             spare = max(len(found) - drawn.count(source), 0)
             changes[source.name] = found[spare:]
-            for (start, end), new in zip(users, found[:spare], strict=False):
+            for reader, new in zip(readers, found[:spare], strict=False):
+                assert table is not None and table.var is not None  # readers: it has one
+                read = "\n".join(reader.body)
+                var = canary_name(table.var, variables, (), taken, rng, _words(read))
+                declared[reader.name] = [*f"var {var} = {new}".split("\n"), ""]
+                own_bodies[reader.name] = re.sub(rf"\b{table.var}\b", var, read).split("\n")
+            spare_users = found[len(readers) : spare] if spare > len(readers) else []
+            for (start, end), new in zip(users, spare_users, strict=False):
                 assert table is not None and table.var is not None  # users: it has one
                 extra = _words("\n".join(lines[start : end + 1]))
                 var = canary_name(table.var, variables, (), taken, rng, extra)
