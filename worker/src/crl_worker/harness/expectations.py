@@ -183,14 +183,14 @@ def _number_variants(
 
 
 #: A hexadecimal integer (``0x7F``), its digits the group.
-_HEX = re.compile(r"(?<![\w.])0[xX]([0-9a-fA-F]+)(?![\w.])")
+HEX = re.compile(r"(?<![\w.])0[xX]([0-9a-fA-F]+)(?![\w.])")
 
 
 def hex_changes(side: str, rng: random.Random, count: int) -> list[str]:
     """As :func:`literal_changes`, for the hexadecimal integers of ``side`` (Go's
     ``[]byte{0x7F}``): one drawn at random, one of its digits changed within the width the
     original fits."""
-    spots = list(_HEX.finditer(literals_masked(side)))
+    spots = list(HEX.finditer(literals_masked(side)))
     rng.shuffle(spots)
     best: list[str] = []
     for m in spots:

@@ -47,6 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from crl_worker.harness.expectations import (
+    HEX,
     closing_bracket,
     hex_changes,
     literal_changes,
@@ -109,7 +110,7 @@ def _literal(value: str) -> bool:
     written = value[head.end() - 1 :]
     inner = literals_masked(written)
     has_literal = inner != written or bool(re.search(r"\d", inner))
-    digits = re.sub(r"(?<![\w.])0[xX][0-9a-fA-F]+(?![\w.])", "0", inner)  # hexadecimal
+    digits = HEX.sub("0", inner)
     return bool(re.fullmatch(r"[\s\d.,{}-]*", digits)) and has_literal
 
 

@@ -348,6 +348,18 @@ def _users(
     ]
 
 
+def _own_table(
+    var: str, literal: str, code: str, variables: list[str], taken: set[str], rng: random.Random
+) -> tuple[list[str], list[str]]:
+    """A copy of the package-level table ``var`` written as ``literal``, declared under a name
+    drawn as a copy's table's is (its lines, then a blank one), and ``code`` (a function's
+    lines) with every ``var`` turned into that name."""
+    name = canary_name(var, variables, (), taken, rng, _words(code))
+    return [*f"var {name} = {literal}".split("\n"), ""], re.sub(rf"\b{var}\b", name, code).split(
+        "\n"
+    )
+
+
 def _words(body: str) -> list[str]:
     """The words of a test's body a name drawn for its copy may take (not the language's)."""
     return sorted({w.lower() for w in _IDENT.findall(body) if len(w) > 2} - _COMMON)
@@ -423,18 +435,18 @@ def derive(
         body = "\n".join(source.body)
         if language == "go":
             table = tables.get(source.name)
-            users = _users(lines, benchmarks, table.var, rewritten) if table and table.var else []
+            shared = table.var if table is not None else None
+            users = _users(lines, benchmarks, shared, rewritten) if shared else []
             # Other tests that read the table but not the changed field (hexadecimal's
             # TestHandleErrors reads ``in`` and ``errCase``): a changed copy of their own too.
             readers = [
                 t
                 for t in tests
-                if table is not None
-                and table.var is not None
+                if shared
                 and t not in drawn
                 and t.name not in own_bodies
-                and table.var in _WORDS.findall("\n".join(t.body))
-                and reads_other_fields("\n".join(t.body), table.var, table.field)
+                and shared in _WORDS.findall(read := "\n".join(t.body))
+                and reads_other_fields(read, shared, table.field if table else "")
             ]
             subtest, found = (
                 changed_row(
@@ -450,21 +462,14 @@ def derive(
             spare = max(len(found) - drawn.count(source), 0)
             changes[source.name] = found[spare:]
             for reader, new in zip(readers, found[:spare], strict=False):
-                assert table is not None and table.var is not None  # readers: it has one
-                read = "\n".join(reader.body)
-                var = canary_name(table.var, variables, (), taken, rng, _words(read))
-                declared[reader.name] = [*f"var {var} = {new}".split("\n"), ""]
-                own_bodies[reader.name] = re.sub(rf"\b{table.var}\b", var, read).split("\n")
-            spare_users = found[len(readers) : spare] if spare > len(readers) else []
-            for (start, end), new in zip(users, spare_users, strict=False):
-                assert table is not None and table.var is not None  # users: it has one
-                extra = _words("\n".join(lines[start : end + 1]))
-                var = canary_name(table.var, variables, (), taken, rng, extra)
-                rewritten[start] = [
-                    *f"var {var} = {new}".split("\n"),
-                    "",
-                    *(re.sub(rf"\b{table.var}\b", var, line) for line in lines[start : end + 1]),
-                ]
+                assert shared is not None  # readers: the table has a name
+                copied = _own_table(shared, new, "\n".join(reader.body), variables, taken, rng)
+                declared[reader.name], own_bodies[reader.name] = copied
+            for (start, end), new in zip(users, found[len(readers) : spare], strict=False):
+                assert shared is not None  # users: the table has a name
+                benchmark = "\n".join(lines[start : end + 1])
+                declaration, body_lines = _own_table(shared, new, benchmark, variables, taken, rng)
+                rewritten[start] = [*declaration, *body_lines]
             if subtest is not None:
                 subtests[source.name] = subtest
             if table is not None and table.var is not None and changes[source.name]:

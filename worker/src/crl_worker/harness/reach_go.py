@@ -106,21 +106,19 @@ def _previous_if(masked: str, else_at: int, var: str) -> list[Guard] | None:
     """For an ``} else`` at ``else_at``: what reaching it requires of a row. The ``if`` it
     follows is on one row field (which must then be false), or on results with a block that
     fails the test (an answer that passes the real test did not take it); else None."""
-    closing = masked.rfind("}", 0, else_at + 1)
-    depth = 0
-    for i in range(closing, -1, -1):
-        depth += {"}": 1, "{": -1}.get(masked[i], 0)
-        if depth == 0:
-            head = _IF.match(_line(masked, i))
-            if head is None or head.group("else") or head.group("cond"):
-                return None
-            negated = _negated(head.group("rest"), var)
-            if negated is not None:
-                return negated
-            if re.search(rf"\b{var}\.", head.group("rest")) or "||" in head.group("rest"):
-                return None
-            return [] if _fails_at_top(masked[i + 1 : closing]) else None
-    return None
+    block = _if_block(masked, else_at)
+    if block is None:
+        return None
+    opening, closing = block
+    head = _IF.match(_line(masked, opening))
+    if head is None or head.group("else") or head.group("cond"):
+        return None
+    negated = _negated(head.group("rest"), var)
+    if negated is not None:
+        return negated
+    if re.search(rf"\b{var}\.", head.group("rest")) or "||" in head.group("rest"):
+        return None
+    return [] if _fails_at_top(masked[opening + 1 : closing]) else None
 
 
 def _reached(masked: str, match: re.Match[str], var: str) -> list[Guard] | None:
@@ -159,8 +157,9 @@ def _reached(masked: str, match: re.Match[str], var: str) -> list[Guard] | None:
         if run and re.search(r"func\s*\(\s*\w+\s+\*testing\.T\s*\)$", line):
             continue
         if re.fullmatch(r"\}\s*else", line):
-            found = _previous_if(masked, masked.rfind("else", 0, opening), var)
-            skipped.append(_if_block(masked, masked.rfind("}", 0, opening)))
+            else_at = masked.rfind("else", 0, opening)
+            found = _previous_if(masked, else_at, var)
+            skipped += [block] if (block := _if_block(masked, else_at)) else []
         elif (head := _IF.match(line)) is not None and not head.group("cond"):
             found = _guards(head.group("rest"), var)
             if found is not None and head.group("else"):
@@ -179,20 +178,22 @@ def _reached(masked: str, match: re.Match[str], var: str) -> list[Guard] | None:
             return None
         guards += found
     found = _if_condition(masked, match, var, guards)
-    line = _line(masked, match.start())
-    if re.match(r"\}\s*else\s+if\b", line):
-        skipped.append(_if_block(masked, masked.rfind("}", 0, match.start())))
+    if re.match(r"\}\s*else\s+if\b", _line(masked, match.start())):
+        block = _if_block(masked, masked.rfind("else", 0, match.start()))
+        skipped += [block] if block else []
     return found if found is not None and _no_jump(masked, match.start(), skipped) else None
 
 
-def _if_block(masked: str, closing: int) -> tuple[int, int]:
-    """The span of the block that ends with the brace at ``closing``."""
+def _if_block(masked: str, else_at: int) -> tuple[int, int] | None:
+    """Where the block before the ``else`` at ``else_at`` opens and closes (the last ``}``
+    before it), or None when its braces do not pair."""
+    closing = masked.rfind("}", 0, else_at + 1)
     depth = 0
     for i in range(closing, -1, -1):
         depth += {"}": 1, "{": -1}.get(masked[i], 0)
         if depth == 0:
             return i, closing
-    return closing, closing
+    return None
 
 
 def _no_jump(masked: str, end: int, skipped: list[tuple[int, int]]) -> bool:
