@@ -210,3 +210,45 @@ async def test_quixbugs_programs_convert_and_resolve_with_gold_and_not_without(
     for check in await check_tasks(tasks, sandbox_config=sandbox):
         assert check.ok, (check.instance_id, check.problems)
         assert (check.gold_verdict, check.no_patch_verdict) == ("resolved", "unresolved")
+
+
+def _bugsinpy(project: str, repo: str, bugs: Sequence[str], out: Path) -> list[Task]:
+    """scripts/bugsinpy_tasks.py on the fetched BugsInPy and project copies; the loaded tasks."""
+    copies = require("soarsmu/BugsInPy", repo)
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bugsinpy_tasks.py"
+    args = [str(copies["soarsmu/BugsInPy"]), str(copies[repo]), "--project", project]
+    for bug in bugs:
+        args += ["--bug", bug]
+    done = subprocess.run([sys.executable, str(script), *args, "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return _load(out / "tasks.jsonl", "bugsinpy")
+
+
+def test_bugsinpy_conversion_follows_tox_and_carries_the_tests_data(tmp_path: Path) -> None:
+    """cookiecutter-1 (BugsInPy runs it with ``tox``): the record runs pytest on the ids and
+    installs tox's ``[testenv]`` deps; its test patch carries the JSON file the new test reads,
+    which BugsInPy's own checkout leaves out (without it the gold patch fails too)."""
+    (task,) = _bugsinpy("cookiecutter", "cookiecutter/cookiecutter", ["1"], tmp_path)
+    assert task.test.command.startswith("pytest ") and task.python == "3.6"
+    assert "-rtest_requirements.txt" in task.install[0]
+    assert task.install[1] == "python -m pip install -e ."
+    assert "+++ b/tests/test-generate-context/non_ascii.json" in task.test_patch
+    assert "cookiecutter/generate.py" in task.patch and "generate.py" not in task.test_patch
+    assert task.metadata["requirements_left_out"][0].startswith("-e git+")
+
+
+async def test_bugsinpy_bugs_resolve_with_gold_and_not_without(
+    mirror: Path, tmp_path: Path
+) -> None:
+    """A thefuck bug through scripts/bugsinpy_tasks.py (Python 3.7, BugsInPy's pinned
+    requirements installed by name): the gold patch resolves and no patch does not; the agent's
+    checkout is the buggy commit and does not hold the fixed test."""
+    tasks = _bugsinpy("thefuck", "nvbn/thefuck", ["2"], tmp_path / "records")
+    _require_tools(tasks)
+    (task,) = tasks
+    assert task.fail_to_pass == ["tests/test_utils.py::test_get_all_executables_pathsep"]
+    sandbox = {"type": "local", "root": str(tmp_path / "sandboxes")}
+    (check,) = await check_tasks(tasks, sandbox_config=sandbox)
+    assert check.ok, (check.instance_id, check.problems)
+    assert (check.gold_verdict, check.no_patch_verdict) == ("resolved", "unresolved")

@@ -260,7 +260,51 @@ def test_quixbugs_default_ids_match_what_pytest_reports() -> None:
     (black,) = bugsinpy.tasks
     assert black.python == "3.8" and black.test.log_format == "unittest"
     assert selection.test_arguments(black) == ["tests.test_black.BlackTestCase.test_x"]
+    assert black.install == ["python -m pip install -e ."]
     assert bugsinpy.errors[0].field == "run_test" and "make check" in str(bugsinpy.errors[0])
+
+
+def test_bugsinpy_installs_its_requirements_by_name() -> None:
+    """A BugsInPy ``requirements.txt`` is a ``pip freeze``: the record's text is installed as
+    packages (the repository need not hold the file), without the project's own editable VCS
+    line and Debian's ``pkg-resources==0.0.0``; ``pytest`` is added where ``run_test.sh``
+    calls it and the freeze does not list it; ``source`` is kept."""
+    loaded = _load(
+        "bugsinpy",
+        [
+            {
+                "project": "cookiecutter",
+                "bug_id": "1",
+                "repo": "cookiecutter/cookiecutter",
+                "buggy_commit_id": "c" * 40,
+                "run_test": "pytest tests/test_hooks.py::test_a",
+                "requirements": "click==7.1.2\n-e git+https://github.com/cookiecutter/"
+                "cookiecutter@c15633#egg=cookiecutter\npkg-resources==0.0.0\n"
+                "python-slugify==4.0.0\n",
+                "source": "/srv/repos/cookiecutter",
+            },
+            {
+                "project": "tqdm",
+                "bug_id": "1",
+                "repo": "tqdm/tqdm",
+                "buggy_commit_id": "d" * 40,
+                "run_test": "python3 -m pytest tqdm/tests/tests_contrib.py::test_enumerate",
+                "requirements": "pytest==5.4.3\nnose==1.3.7\nnose\nPyTest\nflake8",
+            },
+        ],
+    )
+    assert not loaded.errors
+    cookiecutter, tqdm = loaded.tasks
+    assert cookiecutter.install == [
+        "python -m pip install click==7.1.2 python-slugify==4.0.0 pytest",
+        "python -m pip install -e .",
+    ]
+    assert cookiecutter.metadata["requirements_left_out"] == [
+        "-e git+https://github.com/cookiecutter/cookiecutter@c15633#egg=cookiecutter",
+        "pkg-resources==0.0.0",
+    ]
+    assert cookiecutter.source == "/srv/repos/cookiecutter"
+    assert tqdm.install[0] == "python -m pip install pytest==5.4.3 nose==1.3.7 flake8"
 
     polyglot = _load(
         "polyglot",

@@ -141,8 +141,39 @@ def _bugsinpy_tests(lines: list[str], ref: RecordRef) -> tuple[str, list[str]]:
     return runner, ids
 
 
+#: Lines of a BugsInPy ``requirements.txt`` (a ``pip freeze``) that no index serves: the
+#: project itself as an editable VCS checkout (installed from the sandbox's own checkout
+#: instead), and the ``pkg-resources==0.0.0`` entry Debian's pip adds to every freeze.
+_UNINSTALLABLE = re.compile(r"^(?:-e\s|\S*(?:git|hg|svn)\+|pkg[-_]resources==0\.0\.0$)", re.I)
+#: A requirement's project name (``nose`` of ``nose==1.3.7``).
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _bugsinpy_requirements(requirements: str) -> tuple[list[str], list[str]]:
+    """(requirements pip can install, lines left out) from a BugsInPy ``requirements.txt``.
+
+    A package named twice (a pinned freeze line, then ``setup.sh``'s bare ``pip install nose``)
+    is kept once, pinned where either is: older pips refuse a double requirement."""
+    kept: dict[str, str] = {}
+    dropped: list[str] = []
+    for raw in requirements.splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        if _UNINSTALLABLE.match(line):
+            dropped.append(line)
+            continue
+        name = _NAME.match(line)
+        key = re.sub(r"[-_.]+", "-", name.group(0)).lower() if name else line
+        if key not in kept or _NAME.fullmatch(kept[key]):  # new, or only named so far
+            kept[key] = line
+    return list(kept.values()), dropped
+
+
 def convert_bugsinpy(record: Record, ref: RecordRef, options: ConvertOptions) -> Task:
-    """BugsInPy bugs: ``bug.info`` fields plus the commands of ``run_test.sh``."""
+    """BugsInPy bugs: ``bug.info`` fields plus the commands of ``run_test.sh``; the record's
+    ``requirements`` (BugsInPy's ``requirements.txt``) are installed by name, so the
+    repository need not hold that file."""
     project = text(record, ref, "project", required=True)
     bug_id = text(record, ref, "bug_id", required=True)
     instance_id = optional_text(record, ref, "instance_id") or f"{project}-{bug_id}"
@@ -158,18 +189,22 @@ def convert_bugsinpy(record: Record, ref: RecordRef, options: ConvertOptions) ->
         test = TestSpec(command="python -m unittest -v {tests}", log_format="unittest",
                         select="ids")  # fmt: skip
     python = optional_text(record, ref, "python_version")
-    requirements = text(record, ref, "requirements")
-    install = ["python -m pip install -r requirements.txt"] if requirements else []
+    requirements, dropped = _bugsinpy_requirements(text(record, ref, "requirements"))
+    names = {(m.group(0).lower() if (m := _NAME.match(r)) else r) for r in requirements}
+    if runner == "pytest" and "pytest" not in names:
+        requirements.append("pytest")  # run_test.sh calls it; BugsInPy's freeze may not list it
+    install = ["python -m pip install " + shlex.join(requirements)] if requirements else []
     install.append("python -m pip install -e .")
     consumed = {"project", "bug_id", "instance_id", "repo", "buggy_commit_id", "run_test",
                 "python_version", "patch", "test_patch", "problem_statement",
-                "requirements"}  # fmt: skip
+                "requirements", "source"}  # fmt: skip
+    source = optional_text(record, ref, "source")
     return finish(
         ref,
         options,
         record,
         consumed,
-        metadata={"requirements": requirements} if requirements else None,
+        metadata={"requirements_left_out": dropped} if dropped else None,
         instance_id=instance_id,
         repo=repo,
         base_commit=base_commit,
@@ -182,6 +217,7 @@ def convert_bugsinpy(record: Record, ref: RecordRef, options: ConvertOptions) ->
         python=".".join(python.split(".")[:2]) if python else None,
         install=install,
         test=test,
+        **({"source": source} if source else {}),
     )
 
 
