@@ -53,8 +53,8 @@ from crl_worker.harness.diffsplit import DiffError, parse_diff
 from crl_worker.harness.diffsplit import touched_files as touched_files
 from crl_worker.harness.grading import Grade, grade
 from crl_worker.harness.marks import expected_statuses
+from crl_worker.harness.native import OLD_TOOLCHAIN, hardened_run, settle
 from crl_worker.harness.native import harden as harden_native
-from crl_worker.harness.native import hardened_run, settle
 from crl_worker.harness.parsers import junit_durations, parse_junit_reports, parse_log
 from crl_worker.harness.result import EvalResult, TestStatus
 from crl_worker.harness.runner import (
@@ -208,7 +208,8 @@ def build_test_command(task: Task) -> str:
 
 
 #: What an exit status means when the run reported no tests (any runner).
-_EXIT_MEANINGS = {126: "the command is not executable", 127: "command not found"}
+_EXIT_MEANINGS = {126: "the command is not executable", 127: "command not found",
+                  OLD_TOOLCHAIN: "the toolchain is older than the integrity check needs"}  # fmt: skip
 #: pytest's exit statuses (``pytest.ExitCode``).
 _PYTEST_EXIT_MEANINGS = {
     1: "tests failed, yet none was reported (a wrong log format?)",

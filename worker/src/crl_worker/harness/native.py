@@ -56,6 +56,25 @@ _JEST_COMMAND = re.compile(
 #: Starts a line of the hardened run's own (printed before any of the candidate's code runs)
 #: saying what of the candidate's answer makes it tampered with.
 REFUSED = "crl-integrity: refused: "
+#: The exit status of a hardened run whose toolchain is older than the run needs (Go 1.20 for
+#: test2json's framing, Rust 1.66 for ``std::hint::black_box`` in the canaries): it reports no
+#: test, so grading calls it an environment error, never a wrong answer.
+OLD_TOOLCHAIN = 86
+
+
+def _needs(version: str, prefix: str, minor: int, what: str) -> list[str]:
+    """Lines that stop the run with :data:`OLD_TOOLCHAIN` when ``version`` (a command printing
+    the toolchain's version) gives a minor version of 1 below ``minor``."""
+    return [
+        f"__crl_v=$({version} 2>/dev/null); __crl_m=${{__crl_v#{prefix}}}",
+        "__crl_m=${__crl_m%%[!0-9]*}",
+        f'if [ -z "$__crl_m" ] || [ "$__crl_m" -lt {minor} ]; then',
+        f'  echo "crl-integrity: ${{__crl_v:-no version}} is older than this run needs ({what})"',
+        f"  exit {OLD_TOOLCHAIN}",
+        "fi",
+    ]
+
+
 #: A build failure as test2json reports one (``parse_go_json`` records the package ``ERROR``).
 _GO_FAILED = '{"Action":"fail","Package":"%s","FailedBuild":"%s"}\\n'
 
@@ -73,6 +92,7 @@ def _go(folder: str, hidden: list[str]) -> str:
     return "\n".join(
         [
             f"cd {shlex.quote(folder)} || exit 1",
+            *_needs("go env GOVERSION", "go1.", 20, "go1.20"),
             "__crl_t=$(mktemp -d) || exit 1",
             "trap 'rm -rf \"$__crl_t\"' EXIT",
             # No module index: loading a package may write one to the build cache, which a local
@@ -106,6 +126,7 @@ def _cargo(folder: str, hidden: list[str], args: str) -> str:
     return "\n".join(
         [
             f"cd {shlex.quote(folder)} || exit 1",
+            *_needs("rustc --version", "rustc 1.", 66, "rustc 1.66"),
             "__crl_t=$(mktemp -d) || exit 1",
             "trap 'rm -rf \"$__crl_t\"' EXIT",
             f'tar -cf "$__crl_t/hidden.tar" -- {files} && rm -f -- {files} || exit 1',
