@@ -1,7 +1,7 @@
 """Task images of the bundled suite: cold and warm build times, sizes, and the Docker sandbox's
 verdicts and time against the local sandbox's, in one run.
 
-    python perf/task_images.py [--jobs 2] [--java]
+    python perf/task_images.py [--jobs 2] [--java] [--polyglot]
 
 Starts its own Docker engine (tests/fixtures/docker.py: dockerd on its own socket, data root in
 the cache) and builds the Debian base images the tests use (``git python3 python3-venv``, and
@@ -13,7 +13,11 @@ builds from. Then:
 - **warm**: the same again (every layer found by its content tag);
 - **one task changed**: one task's install commands changed, so only its instance layer builds;
 - **verdicts**: ``check_tasks`` (gold and no patch) on the Docker backend (no network) and on
-  the local backend, with their wall times.
+  the local backend, with their wall times;
+- with ``--polyglot``, the bundled polyglot suite (Go, Rust, C++, JavaScript) on a Debian
+  trixie base with those toolchains: its images' build time and sizes, and each exercise's gold
+  test run (the evaluation's own duration) in its container and in a local sandbox, one
+  exercise at a time.
 
 Prints figures; asserts nothing. The machine's load average is printed, since the seconds are
 only comparable on an otherwise idle machine.
@@ -37,10 +41,18 @@ from crl_worker.harness.check import InstanceCheck, check_tasks
 from crl_worker.sandbox.images import TaskImage, TaskImageBuilder
 from crl_worker.tasks.loaders import load_tasks
 from crl_worker.tasks.model import Task
-from tests.fixtures.docker import SANDBOX_PACKAGES, debian_image, running_engine
+from tests.fixtures.docker import (
+    POLYGLOT_PACKAGES,
+    POLYGLOT_SUITE,
+    SANDBOX_PACKAGES,
+    DockerEngine,
+    debian_image,
+    running_engine,
+)
 from tests.fixtures.repos import java_repo
 
 SUITE = Path(__file__).resolve().parents[1] / "examples" / "suites" / "mini" / "tasks.jsonl"
+POLYGLOT = SUITE.parents[1] / "polyglot" / "tasks.jsonl"
 JAVA_PACKAGES = ("git", "openjdk-17-jdk-headless", "maven")
 
 
@@ -66,11 +78,60 @@ def _verdicts(checks: list[InstanceCheck]) -> str:
     return f"gold {gold}/{len(checks)} resolved, no patch {none}/{len(checks)} resolved"
 
 
+def _sizes(engine: DockerEngine, prefix: str) -> list[str]:
+    """``repository size`` of every image under ``prefix`` (each size includes its parents)."""
+    out = engine.cli(
+        "image", "ls", "--filter", f"reference={prefix}*", "--filter", f"reference={prefix}*/*",
+        "--format", "{{.Repository}} {{.Size}}",
+    ).stdout.split("\n")  # fmt: skip
+    return sorted({line for line in out if line.strip()})
+
+
+def _gold_seconds(task: Task, config: dict[str, object]) -> float | None:
+    """The gold patch's test run in one sandbox of ``config`` (the evaluation's duration)."""
+    (check,) = asyncio.run(check_tasks([task], sandbox_config=config))
+    runs = [r.duration for r in check.gold if r.duration is not None and r.resolved]
+    return runs[0] if runs else None
+
+
+def _polyglot(
+    engine: DockerEngine, prefix: str, docker_config: dict[str, object], jobs: int
+) -> None:
+    """The polyglot suite's images on a trixie base, and its gold runs per backend."""
+    started = time.perf_counter()
+    base = debian_image(engine, POLYGLOT_PACKAGES, suite=POLYGLOT_SUITE)
+    print(f"\nDebian {POLYGLOT_SUITE} base with {' '.join(POLYGLOT_PACKAGES)}: "
+          f"{time.perf_counter() - started:.1f} s")  # fmt: skip
+    tasks = load_tasks(POLYGLOT, "polyglot").tasks
+    bases = dict.fromkeys(("go", "rust", "cpp", "javascript"), base)
+    builder = TaskImageBuilder(engine.client(), prefix=f"{prefix}-pg", bases=bases, no_cache=True)
+    build_s, built = _timed_build(builder, tasks, jobs)
+    print(f"polyglot suite: {len(tasks)} images in {build_s:.1f} s ({_layers(built)})")
+    for r in built:
+        if not r.ok:
+            print(f"  {r.instance_id}: {r.error}")
+    print("image sizes (each includes its parents; the base alone is the toolchains):")
+    print(f"  {base} {engine.cli('image', 'ls', base, '--format', '{{.Size}}').stdout.strip()}")
+    for line in _sizes(engine, f"{prefix}-pg"):
+        print(f"  {line}")
+    print(f"\n{'exercise':26}{'local gold run':>16}{'docker gold run':>17}  (seconds)")
+    for task, image in zip(tasks, built, strict=True):
+        if not image.ok:
+            continue
+        local = _gold_seconds(task, {"type": "local"})
+        docker = _gold_seconds(task.model_copy(update={"image": image.image}), docker_config)
+        cells = [f"{s:.2f}" if s is not None else "unresolved" for s in (local, docker)]
+        print(f"{task.instance_id:26}{cells[0]:>16}{cells[1]:>17}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build, rebuild, check; print the figures."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--jobs", type=int, default=2, help="tasks built and checked at a time")
     p.add_argument("--java", action="store_true", help="also the Java fixture (Maven)")
+    p.add_argument(
+        "--polyglot", action="store_true", help="also the bundled Go, Rust, C++, JavaScript suite"
+    )
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     load_before = os.getloadavg()
@@ -110,18 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         ):
             print(f"{name:28}{seconds:>10.1f}  {_layers(results)}")
 
-        sizes = engine.cli(
-            "image",
-            "ls",
-            "--filter",
-            f"reference={prefix}*",
-            "--filter",
-            f"reference={prefix}*/*",
-            "--format",
-            "{{.Repository}} {{.Size}}",
-        ).stdout.split("\n")
         print("\nimage sizes (each includes its parents):")
-        for line in sorted({s for s in sizes if s.strip()}):
+        for line in _sizes(engine, prefix):
             print(f"  {line}")
 
         with_images = [
@@ -167,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"Java fixture in its container: {time.perf_counter() - started:.1f} s, {_verdicts(checks)}"
                 )
+        if a.polyglot:
+            _polyglot(engine, prefix, docker_config, a.jobs)
         # Untag by name (an image id may also carry the tests' tags: the same layers).
         mine = engine.cli(
             "image", "ls", "--filter", f"reference={prefix}*", "--filter",

@@ -13,20 +13,24 @@ import pytest
 
 from crl_worker.harness.check import check_tasks
 from crl_worker.sandbox.images import (
+    DEFAULT_BASES,
+    ImageBuildError,
     TaskImageBuilder,
     environment_dockerfile,
+    environment_layer,
     instance_dockerfile,
 )
 from crl_worker.tasks.loaders import load_tasks
 from crl_worker.tasks.model import Task
 
 from .fixtures.cli import crl
-from .fixtures.docker import DockerEngine, debian_image
+from .fixtures.docker import POLYGLOT_PACKAGES, POLYGLOT_SUITE, DockerEngine, debian_image
 from .fixtures.paths import ROOT
 from .fixtures.repos import java_repo
 
 SUITE = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"
 JAVA_PACKAGES = ("git", "openjdk-17-jdk-headless", "maven")
+POLYGLOT = ROOT / "examples" / "suites" / "polyglot" / "tasks.jsonl"
 
 
 def _sandbox(engine: DockerEngine) -> dict[str, object]:
@@ -49,6 +53,26 @@ def test_recipes_follow_the_local_sandbox() -> None:
     assert runs == [["/bin/bash", "-c", command] for command in task.install]
     env = environment_dockerfile("toolchain:1", task)
     assert "ENV PATH=/opt/crl/venv/bin:$PATH" in env
+
+
+def test_compiled_languages_and_javascript_get_their_tools_checked(tmp_path: Path) -> None:
+    """Go, Rust, C++ and JavaScript have default bases; their environment layer names a missing
+    tool and the ``--base`` option; JavaScript's gets the local sandboxes' Jest install
+    copied in, whose lock is part of the layer's identity (a new lock makes a new layer)."""
+    tasks = {t.language: t for t in load_tasks(POLYGLOT, "polyglot").tasks}
+    assert set(tasks) == {"go", "rust", "cpp", "javascript"}
+    assert all(language in DEFAULT_BASES for language in tasks)
+    cpp = environment_dockerfile("toolchain:1", tasks["cpp"])
+    assert "apt-get install -y -qq --no-install-recommends cmake make g++" in cpp
+    assert "(--base cpp=...)" in cpp
+    js = environment_layer("crl", "toolchain:1", tasks["javascript"], jest=tmp_path)
+    assert js.files == tmp_path and len(js.identity) == 64
+    assert "COPY repo/ /opt/crl/jest/" in js.dockerfile
+    assert "ENV NODE_PATH=/opt/crl/jest/node_modules" in js.dockerfile
+    with pytest.raises(ImageBuildError, match="needs Jest"):
+        environment_layer("crl", "toolchain:1", tasks["javascript"])
+    go = environment_layer("crl", "toolchain:1", tasks["go"])
+    assert go.files is None and "for t in go;" in go.dockerfile
 
 
 def test_bundled_suite_gives_the_local_verdicts(
@@ -160,6 +184,31 @@ def test_bench_gold_in_docker_resolves_the_suite(
         "bench", str(ROOT / "examples" / "local-benchmark-mini.yaml"), "--agent", "gold",
         "--tasks", str(with_images), "--sandbox", sandbox, "--results", str(tmp_path / "results"),
         "--jobs", "2", "--output", "json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["resolved"], summary["total"], summary["errored"]) == (8, 8, 0), summary
+
+
+def test_polyglot_suite_resolves_with_gold_in_docker(
+    docker_engine: DockerEngine, tmp_path: Path
+) -> None:
+    """The bundled Go, Rust, C++ and JavaScript exercises in their images (Jest copied in from
+    the local sandboxes' shared install), graded in containers with no network:
+    ``crl bench`` with the gold agent resolves all 8, as the local sandboxes do."""
+    base = debian_image(docker_engine, POLYGLOT_PACKAGES, suite=POLYGLOT_SUITE)
+    with_images = tmp_path / "tasks.jsonl"
+    bases = [arg for lang in ("go", "rust", "cpp", "javascript")
+             for arg in ("--base", f"{lang}={base}")]  # fmt: skip
+    built = crl(
+        "tasks", "images", str(POLYGLOT), "-f", "polyglot", *bases,
+        "--docker-host", docker_engine.host, "--out", str(with_images), "--jobs", "2",
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout + built.stderr
+    result = crl(
+        "bench", str(ROOT / "examples" / "local-benchmark-polyglot.yaml"), "--agent", "gold",
+        "--tasks", str(with_images), "--sandbox", json.dumps(_sandbox(docker_engine)),
+        "--results", str(tmp_path / "results"), "--jobs", "2", "--output", "json",
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads(result.stdout)

@@ -9,6 +9,7 @@ its exit code says whether a minimum improvement was met, so a success criterion
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Mapping
@@ -66,6 +67,20 @@ def _benchmark(file: Path) -> BenchmarkConfig:
 
     found = single_resource(file, Benchmark, "crl bench")
     return BenchmarkConfig(name=found.metadata.name or file.stem, spec=found.spec, path=file)
+
+
+def _native_tasks(config: BenchmarkConfig, tasks: Path | None) -> BenchmarkConfig:
+    """`config` reading `tasks` as native Task records when they are (what `crl tasks images
+    --out` writes for any suite, a polyglot or QuixBugs one included), else as it is."""
+    from crl_cli.tasks import detect_format
+
+    source = config.spec.suite.tasks
+    if tasks is None or source.format == "task" or detect_format(tasks) != "task":
+        return config
+    suite = config.spec.suite.model_copy(
+        update={"tasks": source.model_copy(update={"format": "task"})}
+    )
+    return dataclasses.replace(config, spec=config.spec.model_copy(update={"suite": suite}))
 
 
 class _Display:
@@ -227,7 +242,7 @@ def bench(
     from crl_worker.bench.setup import prepare_benchmark
     from crl_worker.bench.summary import summary_table
 
-    config = _benchmark(file)
+    config = _native_tasks(_benchmark(file), tasks)
     try:
         setup = prepare_benchmark(
             config,

@@ -62,7 +62,7 @@ def _formats() -> list[str]:
     return sorted(CONVERTERS)
 
 
-def _detect_format(file: Path) -> str:
+def detect_format(file: Path) -> str:
     """`task` when the file's first record is a native Task (it has a `test` object or a
     `task_type`), else `swe-bench`. Only JSON and JSONL are looked at; anything unreadable is left to the loader."""
     try:
@@ -116,7 +116,7 @@ def _load(file: Path, format: str, instance: list[str] | None, limit: int | None
     """The task file's tasks (format detected when empty); exits with a message when the
     format is unknown or the file cannot be read."""
     if not format:
-        format = _detect_format(file)
+        format = detect_format(file)
     if format not in _formats():
         err.print(
             f"[red]error:[/] unknown format {escape(format)!r}; use one of: "

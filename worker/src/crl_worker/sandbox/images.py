@@ -6,10 +6,14 @@ change is found by its tag and reused:
 
 ``toolchain``   ``{prefix}-toolchain:<hash>``: the language's base image (a build argument:
                 ``python:{python}-slim-bookworm`` and ``maven:3.9-eclipse-temurin-17`` by
-                default) with bash and git, and git told that any folder is safe.
+                default; Go, Rust, C++ and JavaScript have their official images) with bash
+                and git, and git told that any folder is safe.
 ``environment`` ``{prefix}-env/<owner>__<name>:<hash>``, one per repository and interpreter:
                 for Python, the virtual environment the install commands fill, first on
-                ``PATH`` (the local sandbox's venv, at ``/opt/crl/venv``).
+                ``PATH`` (the local sandbox's venv, at ``/opt/crl/venv``); for Go, Rust, C++
+                and JavaScript, the language's tools checked (CMake and make installed with
+                apt where missing); for JavaScript, the local sandboxes' shared Jest install
+                copied to ``/opt/crl/jest`` (a ``jest`` command, ``NODE_PATH``).
 ``instance``    ``{prefix}-task/<instance id>:<hash>``: the repository at its base commit in the
                 task's workdir, cloned by the local sandbox's own code
                 (:func:`crl_worker.sandbox.repos.checkout`), the task's environment variables,
@@ -43,7 +47,7 @@ import docker
 import docker.errors
 
 from crl_worker.errors import SandboxError
-from crl_worker.sandbox import repos
+from crl_worker.sandbox import node, repos
 from crl_worker.sandbox.docker import connect
 from crl_worker.tasks.model import Task
 
@@ -53,6 +57,21 @@ logger = logging.getLogger(__name__)
 DEFAULT_BASES: dict[str, str] = {
     "python": "python:{python}-slim-bookworm",
     "java": "maven:3.9-eclipse-temurin-17",
+    "go": "golang:1.24-bookworm",
+    "rust": "rust:1-bookworm",
+    "cpp": "gcc:14-bookworm",
+    "javascript": "node:20-bookworm",
+}
+#: Where the environment layer installs Jest for JavaScript tasks (the local sandbox's shared
+#: install, :mod:`crl_worker.sandbox.node`, from the same lock file).
+JEST_HOME = "/opt/crl/jest"
+#: Tools a language's environment layer checks, with the Debian packages that bring them when
+#: the base image lacks them (a plain ``gcc`` image has no CMake).
+_LANGUAGE_TOOLS: dict[str, tuple[tuple[str, str], ...]] = {
+    "go": (("go", ""),),
+    "rust": (("cargo", ""), ("rustc", "")),
+    "cpp": (("cmake", "cmake"), ("make", "make"), ("g++", "g++")),
+    "javascript": (("node", ""),),
 }
 #: Interpreter version of Python tasks that name none.
 DEFAULT_PYTHON = "3.12"
@@ -148,7 +167,9 @@ def toolchain_dockerfile(base: str) -> str:
 
 def environment_dockerfile(parent: str, task: Task) -> str:
     """The environment layer: for Python, the task's interpreter checked and its virtual
-    environment first on ``PATH``; for Java, the JDK checked."""
+    environment first on ``PATH``; for Java, the JDK checked; for Go, Rust, C++ and JavaScript,
+    the language's tools checked, and for JavaScript a ``jest`` command over the Jest install
+    the layer's files bring (:func:`environment_layer`)."""
     lines = [f"FROM {parent}"]
     if task.language == "python":
         wanted = task.python or ""
@@ -167,8 +188,46 @@ def environment_dockerfile(parent: str, task: Task) -> str:
         ]
     elif task.language == "java":
         lines.append(_exec_form("java -version"))
+    elif task.language in _LANGUAGE_TOOLS:
+        lines += _tool_checks(task.language)
+        if task.language == "javascript":
+            lines += [
+                f"COPY repo/ {JEST_HOME}/",
+                _exec_form(
+                    f"printf '#!/bin/sh\\nexec node {JEST_HOME}/node_modules/jest/bin/jest.js"
+                    ' "$@"\\n\' > /usr/local/bin/jest && chmod 755 /usr/local/bin/jest '
+                    "&& jest --version"
+                ),
+                f"ENV NODE_PATH={JEST_HOME}/node_modules",
+            ]
     lines.append("")
     return "\n".join(lines)
+
+
+def _tool_checks(language: str) -> list[str]:
+    """``RUN`` steps that install the language's missing tools where Debian packages them, then
+    fail, naming the tool and the ``--base`` option, when one is still missing."""
+    tools = _LANGUAGE_TOOLS[language]
+    packages = " ".join(package for _, package in tools if package)
+    steps: list[str] = []
+    if packages:
+        missing = " || ".join(f"! command -v {tool} >/dev/null" for tool, _ in tools)
+        steps.append(
+            _exec_form(
+                f"if {{ {missing}; }} && command -v apt-get >/dev/null; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+                f"apt-get install -y -qq --no-install-recommends {packages} >/dev/null "
+                "&& rm -rf /var/lib/apt/lists/*; fi"
+            )
+        )
+    names = " ".join(tool for tool, _ in tools)
+    steps.append(
+        _exec_form(
+            f'for t in {names}; do command -v $t >/dev/null || {{ echo "the base image has no '
+            f"$t, which {language} tasks need: give a base image with it (--base {language}=...)"
+            '"; exit 1; }; done'
+        )
+    )
+    return steps
 
 
 #: Fetches a Maven build's plugins and dependencies into the image (``~/.m2``), so the tests
@@ -230,6 +289,28 @@ def _stream_lines(chunks: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, st
         for line in str(chunk.get("stream") or "").splitlines():
             if line.strip():
                 yield "stream", line.rstrip()
+
+
+def environment_layer(prefix: str, toolchain: str, task: Task, jest: Path | None = None) -> Layer:
+    """The environment layer of `task` on `toolchain`. A JavaScript task's copies in `jest`,
+    the local sandboxes' shared Jest install (:func:`crl_worker.sandbox.node.ensure_jest`),
+    so the image needs ``node`` only; its lock file's digest is part of the layer's tag."""
+    files, identity = None, ""
+    if task.language == "javascript":
+        if jest is None:
+            raise ImageBuildError(f"{task.instance_id}: a JavaScript task's image needs Jest")
+        files = jest
+        identity = hashlib.sha256(
+            (node.MANIFEST_DIR / "package-lock.json").read_bytes()
+        ).hexdigest()
+    return Layer(
+        "environment",
+        f"{prefix}-env/{_safe(task.owner)}__{_safe(task.name)}",
+        environment_dockerfile(toolchain, task),
+        toolchain,
+        identity=identity,
+        files=files,
+    )
 
 
 class TaskImageBuilder:
@@ -362,15 +443,11 @@ class TaskImageBuilder:
                 ),
                 result,
             )
+            jest = None
+            if task.language == "javascript":  # npm ci once per machine, as for local sandboxes
+                jest = await asyncio.to_thread(node.ensure_jest)
             environment = await self._ensure(
-                task,
-                Layer(
-                    "environment",
-                    f"{self.prefix}-env/{_safe(task.owner)}__{_safe(task.name)}",
-                    environment_dockerfile(toolchain, task),
-                    toolchain,
-                ),
-                result,
+                task, environment_layer(self.prefix, toolchain, task, jest), result
             )
             recipe = instance_dockerfile(environment, task)
             repository = f"{self.prefix}-task/{_safe(task.instance_id)}"
