@@ -212,11 +212,11 @@ async def test_quixbugs_programs_convert_and_resolve_with_gold_and_not_without(
         assert (check.gold_verdict, check.no_patch_verdict) == ("resolved", "unresolved")
 
 
-def _bugsinpy(project: str, repo: str, bugs: Sequence[str], out: Path) -> list[Task]:
+def _bugsinpy(project: str, repo: str, bugs: Sequence[str], out: Path, *extra: str) -> list[Task]:
     """scripts/bugsinpy_tasks.py on the fetched BugsInPy and project copies; the loaded tasks."""
     copies = require("soarsmu/BugsInPy", repo)
     script = Path(__file__).resolve().parents[1] / "scripts" / "bugsinpy_tasks.py"
-    args = [str(copies["soarsmu/BugsInPy"]), str(copies[repo]), "--project", project]
+    args = [str(copies["soarsmu/BugsInPy"]), str(copies[repo]), "--project", project, *extra]
     for bug in bugs:
         args += ["--bug", bug]
     done = subprocess.run([sys.executable, str(script), *args, "--out", str(out)],
@@ -241,13 +241,15 @@ def test_bugsinpy_conversion_follows_tox_and_carries_the_tests_data(tmp_path: Pa
 async def test_bugsinpy_bugs_resolve_with_gold_and_not_without(
     mirror: Path, tmp_path: Path
 ) -> None:
-    """A thefuck bug through scripts/bugsinpy_tasks.py (Python 3.7, BugsInPy's pinned
-    requirements installed by name): the gold patch resolves and no patch does not; the agent's
-    checkout is the buggy commit and does not hold the fixed test."""
-    tasks = _bugsinpy("thefuck", "nvbn/thefuck", ["2"], tmp_path / "records")
+    """PySnooper-3 through scripts/bugsinpy_tasks.py (Python 3.8, with the test dependency
+    BugsInPy does not list): the gold patch resolves and no patch does not. The smallest
+    install of the valid bugs in docs/validation.md."""
+    tasks = _bugsinpy("PySnooper", "cool-RR/PySnooper", ["3"], tmp_path / "records",
+                      "--requirement", "python-toolbox")  # fmt: skip
     _require_tools(tasks)
     (task,) = tasks
-    assert task.fail_to_pass == ["tests/test_utils.py::test_get_all_executables_pathsep"]
+    assert task.fail_to_pass == ["tests/test_pysnooper.py::test_file_output"]
+    assert "python-toolbox pytest" in task.install[0]
     sandbox = {"type": "local", "root": str(tmp_path / "sandboxes")}
     (check,) = await check_tasks(tasks, sandbox_config=sandbox)
     assert check.ok, (check.instance_id, check.problems)
