@@ -14,6 +14,7 @@ import pytest
 from crl_worker.harness.check import check_tasks
 from crl_worker.sandbox.images import (
     DEFAULT_BASES,
+    WARM_PATCH,
     ImageBuildError,
     TaskImageBuilder,
     environment_dockerfile,
@@ -53,6 +54,24 @@ def test_recipes_follow_the_local_sandbox() -> None:
     assert runs == [["/bin/bash", "-c", command] for command in task.install]
     env = environment_dockerfile("toolchain:1", task)
     assert "ENV PATH=/opt/crl/venv/bin:$PATH" in env
+
+
+def test_java_tests_that_arrive_with_the_test_patch_warm_maven_and_leave_no_trace(
+    tmp_path: Path,
+) -> None:
+    """Surefire fetches its JUnit provider only for a build that has tests: a Java task whose
+    tests come with its test patch warms Maven with the patch applied, then restores the tree
+    and deletes the patch in that same step (QuixBugs' Java programs ran offline with every
+    test missing before)."""
+    java = java_repo(tmp_path).task
+    assert java.test_patch.strip()
+    steps = instance_dockerfile("parent:1", java).splitlines()
+    warm = next(json.loads(line[4:])[2] for line in steps if WARM_PATCH in line and "RUN" in line)
+    assert f"COPY {WARM_PATCH} /tmp/{WARM_PATCH}" in steps
+    assert warm.startswith(f"git apply --whitespace=nowarn /tmp/{WARM_PATCH} && rm -f /tmp/")
+    assert warm.endswith("git checkout -q -- . && git clean -fdxq && exit $rc")
+    plain = instance_dockerfile("parent:1", java.model_copy(update={"test_patch": ""}))
+    assert WARM_PATCH not in plain and "-Dmaven.test.failure.ignore=true test" in plain
 
 
 def test_compiled_languages_and_javascript_get_their_tools_checked(tmp_path: Path) -> None:

@@ -102,6 +102,8 @@ class Layer:
     """What the copied files are (the base commit), for the content hash."""
     files: Path | None = None
     """A folder sent as ``repo/`` in the build context."""
+    patch: str = ""
+    """A test patch sent as :data:`WARM_PATCH` in the build context (part of the tag)."""
 
 
 @dataclass
@@ -230,6 +232,9 @@ def _tool_checks(language: str) -> list[str]:
     return steps
 
 
+#: The task's test patch in an instance image's build context (Java tasks whose tests arrive
+#: with it: :func:`instance_dockerfile`).
+WARM_PATCH = "crl-warm-tests.patch"
 #: Fetches a Maven build's plugins and dependencies into the image (``~/.m2``), so the tests
 #: run offline in the sandbox; the run's result is discarded and its outputs removed.
 MAVEN_WARM = (
@@ -242,7 +247,13 @@ MAVEN_WARM = (
 
 
 def instance_dockerfile(parent: str, task: Task) -> str:
-    """The instance layer: the checkout, the task's variables, each install command."""
+    """The instance layer: the checkout, the task's variables, each install command.
+
+    A Java task's Maven build is fetched by one test run. Where the task's tests arrive with
+    its test patch (QuixBugs, Aider's exercises), that run has the patch applied, since
+    Surefire fetches its JUnit provider only for a build that has tests; the tree is then
+    restored and the patch deleted in the same step, so the sandbox's file system holds
+    neither."""
     lines = [
         f"FROM {parent}",
         f"COPY repo/ {task.workdir}/",
@@ -250,7 +261,16 @@ def instance_dockerfile(parent: str, task: Task) -> str:
         *_env_lines(task.env),
         *(_exec_form(command) for command in task.install),
     ]
-    if task.language == "java":
+    if task.language == "java" and task.test_patch.strip():
+        lines += [
+            f"COPY {WARM_PATCH} /tmp/{WARM_PATCH}",
+            _exec_form(
+                f"git apply --whitespace=nowarn /tmp/{WARM_PATCH} && rm -f /tmp/{WARM_PATCH} "
+                f"&& {{ {MAVEN_WARM}; }}; rc=$?; rm -f /tmp/{WARM_PATCH}; "
+                "git checkout -q -- . && git clean -fdxq && exit $rc"
+            ),
+        ]
+    elif task.language == "java":
         lines.append(_exec_form(MAVEN_WARM))
     lines += [
         "LABEL "
@@ -267,7 +287,7 @@ def instance_dockerfile(parent: str, task: Task) -> str:
     return "\n".join(lines)
 
 
-def _context(dockerfile: str, files: Path | None) -> bytes:
+def _context(dockerfile: str, files: Path | None, patch: str = "") -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         data = dockerfile.encode()
@@ -277,6 +297,11 @@ def _context(dockerfile: str, files: Path | None) -> bytes:
         tar.addfile(info, io.BytesIO(data))
         if files is not None:
             tar.add(str(files), arcname="repo")
+        if patch:
+            data = patch.encode()
+            info = tarfile.TarInfo(WARM_PATCH)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
 
 
@@ -369,7 +394,8 @@ class TaskImageBuilder:
     def tag_of(self, layer: Layer) -> str:
         """`layer`'s name and content tag (hash of its Dockerfile, parent id and files)."""
         digest = hashlib.sha256()
-        for part in (layer.dockerfile, self._image_id(layer.parent), layer.identity):
+        parts = [layer.dockerfile, self._image_id(layer.parent), layer.identity]
+        for part in parts + ([layer.patch] if layer.patch else []):
             digest.update(part.encode())
             digest.update(b"\0")
         return f"{layer.repository}:{digest.hexdigest()[:20]}"
@@ -383,7 +409,7 @@ class TaskImageBuilder:
 
     def _build(self, task: Task, layer: Layer, tag: str) -> None:
         """Build `layer` as `tag` (blocking); an :class:`ImageBuildError` naming the step."""
-        context = _context(layer.dockerfile, layer.files)
+        context = _context(layer.dockerfile, layer.files, layer.patch)
         step, tail = "before the first step", list[str]()
         try:
             chunks = self.client.api.build(
@@ -451,7 +477,10 @@ class TaskImageBuilder:
             )
             recipe = instance_dockerfile(environment, task)
             repository = f"{self.prefix}-task/{_safe(task.instance_id)}"
-            probe = Layer("instance", repository, recipe, environment, identity=task.base_commit)
+            patch = task.test_patch if WARM_PATCH in recipe else ""
+            probe = Layer(
+                "instance", repository, recipe, environment, identity=task.base_commit, patch=patch
+            )
             tag = await asyncio.to_thread(self.tag_of, probe)
             if not await asyncio.to_thread(self._exists, tag):
                 checkout = Path(tempfile.mkdtemp(prefix="crl-image-"))
@@ -465,6 +494,7 @@ class TaskImageBuilder:
                         environment,
                         identity=task.base_commit,
                         files=checkout / "repo",
+                        patch=patch,
                     ),
                     result,
                 )
