@@ -501,3 +501,28 @@ async def test_the_runner_job_command_with_a_pool_gateway(
     assert summary["resolveRate"] == 1.0 and summary["finished"] is True
     # Every lease went back to the pool, and the pool closed its sandboxes on shutdown.
     assert list(sandboxes.iterdir()) == []
+
+
+def test_a_file_of_native_tasks_replaces_a_suite_of_another_format(tmp_path: Path) -> None:
+    """``crl tasks images --out`` writes native tasks for any suite: ``--tasks`` reads such a
+    file as native even where the Benchmark's suite says ``polyglot`` (it was refused, every
+    record lacking ``exercise``), and a file in the suite's own format as before."""
+    from crl_cli.bench import _benchmark, _native_tasks
+    from crl_worker.bench.config import BenchTasksError, load_benchmark_tasks
+    from crl_worker.tasks.loaders import load_tasks
+
+    manifest = ROOT / "examples" / "local-benchmark-polyglot.yaml"
+    suite = ROOT / "examples" / "suites" / "polyglot" / "tasks.jsonl"
+    native = tmp_path / "native.jsonl"
+    tasks = load_tasks(suite, "polyglot").tasks
+    native.write_text("".join(t.model_dump_json() + "\n" for t in tasks))
+    config = _benchmark(manifest)
+    assert config.spec.suite.tasks.format == "polyglot"
+    with pytest.raises(BenchTasksError, match="'exercise': required field is missing"):
+        load_benchmark_tasks(config, tasks_file=native)
+    as_native = _native_tasks(config, native)
+    assert as_native.spec.suite.tasks.format == "task"
+    loaded = load_benchmark_tasks(as_native, tasks_file=native)
+    assert [t.instance_id for t in loaded] == [t.instance_id for t in tasks]
+    assert _native_tasks(config, suite) is config
+    assert _native_tasks(config, None) is config
