@@ -20,6 +20,7 @@ from crl_worker.sandbox.images import (
     environment_dockerfile,
     environment_layer,
     instance_dockerfile,
+    maven_warm,
 )
 from crl_worker.tasks.loaders import load_tasks
 from crl_worker.tasks.model import Task
@@ -72,6 +73,12 @@ def test_java_tests_that_arrive_with_the_test_patch_warm_maven_and_leave_no_trac
     assert warm.endswith("git checkout -q -- . && git clean -fdxq && exit $rc")
     plain = instance_dockerfile("parent:1", java.model_copy(update={"test_patch": ""}))
     assert WARM_PATCH not in plain and "-Dmaven.test.failure.ignore=true test" in plain
+    # The warm run builds as the tests will: the test command's properties (a Defects4J
+    # record's Java 17 options), not its selection.
+    command = "mvn -B -q test -Dmaven.compiler.source=8 -Djacoco.skip=true -Dtest={tests}"
+    d4j = java.model_copy(update={"test": java.test.model_copy(update={"command": command})})
+    warm = maven_warm(d4j)
+    assert "-Dmaven.compiler.source=8 -Djacoco.skip=true test" in warm and "-Dtest" not in warm
 
 
 def test_compiled_languages_and_javascript_get_their_tools_checked(tmp_path: Path) -> None:

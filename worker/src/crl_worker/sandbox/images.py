@@ -34,6 +34,7 @@ import io
 import json
 import logging
 import re
+import shlex
 import shutil
 import tarfile
 import tempfile
@@ -237,13 +238,29 @@ def _tool_checks(language: str) -> list[str]:
 WARM_PATCH = "crl-warm-tests.patch"
 #: Fetches a Maven build's plugins and dependencies into the image (``~/.m2``), so the tests
 #: run offline in the sandbox; the run's result is discarded and its outputs removed.
+#: ``{properties}``: the ``-Dkey=value`` words of the task's own test command (:func:`maven_warm`).
 MAVEN_WARM = (
     "if [ -f pom.xml ]; then "
     "if [ -x ./mvnw ]; then m=./mvnw; else m=mvn; fi; "
-    "$m -B -q -Dmaven.test.failure.ignore=true test >/tmp/crl-maven-warm.log 2>&1 "
+    "$m -B -q -Dmaven.test.failure.ignore=true{properties} test >/tmp/crl-maven-warm.log 2>&1 "
     "|| { tail -n 30 /tmp/crl-maven-warm.log; echo 'fetching the Maven build failed'; exit 1; }; "
     "git clean -fdxq; rm -f /tmp/crl-maven-warm.log; fi"
 )
+#: Test command words the warm run leaves out: its test selection.
+_SELECTION = ("-Dtest=", "-DfailIfNoTests=", "-Dsurefire.failIfNoSpecifiedTests=")
+
+
+def maven_warm(task: Task) -> str:
+    """:data:`MAVEN_WARM` with the Maven properties of the task's test command (a Defects4J
+    record's ``-Dmaven.compiler.source=8``, without which an old revision does not compile on
+    Java 17), less its test selection."""
+    try:
+        words = shlex.split(task.test_spec.command)
+    except ValueError:
+        words = []
+    keep = [w for w in words if w.startswith("-D") and "=" in w and "{" not in w
+            and not w.startswith(_SELECTION)]  # fmt: skip
+    return MAVEN_WARM.replace("{properties}", "".join(" " + shlex.quote(w) for w in keep))
 
 
 def instance_dockerfile(parent: str, task: Task) -> str:
@@ -266,12 +283,12 @@ def instance_dockerfile(parent: str, task: Task) -> str:
             f"COPY {WARM_PATCH} /tmp/{WARM_PATCH}",
             _exec_form(
                 f"git apply --whitespace=nowarn /tmp/{WARM_PATCH} && rm -f /tmp/{WARM_PATCH} "
-                f"&& {{ {MAVEN_WARM}; }}; rc=$?; rm -f /tmp/{WARM_PATCH}; "
+                f"&& {{ {maven_warm(task)}; }}; rc=$?; rm -f /tmp/{WARM_PATCH}; "
                 "git checkout -q -- . && git clean -fdxq && exit $rc"
             ),
         ]
     elif task.language == "java":
-        lines.append(_exec_form(MAVEN_WARM))
+        lines.append(_exec_form(maven_warm(task)))
     lines += [
         "LABEL "
         + " ".join(
