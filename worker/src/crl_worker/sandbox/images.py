@@ -63,8 +63,8 @@ DEFAULT_BASES: dict[str, str] = {
     "cpp": "gcc:14-bookworm",
     "javascript": "node:20-bookworm",
 }
-#: Where the environment layer installs Jest for JavaScript tasks (the local sandbox's shared
-#: install, :mod:`crl_worker.sandbox.node`, from the same lock file).
+#: Where the environment layer puts Jest for JavaScript tasks (a copy of the local sandboxes'
+#: shared install, :mod:`crl_worker.sandbox.node`).
 JEST_HOME = "/opt/crl/jest"
 #: Tools a language's environment layer checks, with the Debian packages that bring them when
 #: the base image lacks them (a plain ``gcc`` image has no CMake).
@@ -217,7 +217,8 @@ def _tool_checks(language: str) -> list[str]:
         missing = " || ".join(f"! command -v {tool} >/dev/null" for tool, _ in tools)
         steps.append(
             _exec_form(
-                f"if {{ {missing}; }} && command -v apt-get >/dev/null; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+                f"if {{ {missing}; }} && command -v apt-get >/dev/null; then apt-get update -qq "
+                "&& DEBIAN_FRONTEND=noninteractive "
                 f"apt-get install -y -qq --no-install-recommends {packages} >/dev/null "
                 "&& rm -rf /var/lib/apt/lists/*; fi"
             )
@@ -238,7 +239,7 @@ def _tool_checks(language: str) -> list[str]:
 WARM_PATCH = "crl-warm-tests.patch"
 #: Fetches a Maven build's plugins and dependencies into the image (``~/.m2``), so the tests
 #: run offline in the sandbox; the run's result is discarded and its outputs removed.
-#: ``{properties}``: the ``-Dkey=value`` words of the task's own test command (:func:`maven_warm`).
+#: ``{properties}``: the ``-Dkey=value`` words of the task's test command (:func:`maven_warm`).
 MAVEN_WARM = (
     "if [ -f pom.xml ]; then "
     "if [ -x ./mvnw ]; then m=./mvnw; else m=mvn; fi; "
