@@ -26,16 +26,8 @@ from crl_worker.tasks.model import JEST_REPORT_MARKER, Task
 from crl_worker.train.settings import TrainConfigError, resolve_settings
 
 from .fixtures.paths import ROOT
-from .fixtures.second_try import TwoTries, apply_patch_command
+from .fixtures.second_try import LOOK_FOR_THE_TESTS, TwoTries, apply_patch_command
 from .fixtures.task_types import IMPLEMENT, local_sandboxes, suite_tasks
-
-#: What the second try runs before fixing: every place the hidden tests could be read from.
-LOOK_FOR_THE_TESTS = (
-    "ls -a tests; find . -name 'test_parser*' | grep -c . ; "
-    "git cat-file --batch-all-objects --batch 2>/dev/null | grep -c 'class ParseTests' ; "
-    "grep -rl 'class ParseTests' . 2>/dev/null | grep -c . ; ls .git | grep -c crl-eval ; true"
-)
-
 
 IDENTITY = {"suite": "implement", "model": "two-tries", "agent": {"tries": 2}}
 
