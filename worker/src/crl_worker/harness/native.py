@@ -62,14 +62,16 @@ REFUSED = "crl-integrity: refused: "
 OLD_TOOLCHAIN = 86
 
 
-def _needs(version: str, prefix: str, minor: int, what: str) -> list[str]:
-    """Lines that stop the run with :data:`OLD_TOOLCHAIN` when ``version`` (a command printing
-    the toolchain's version) gives a minor version of 1 below ``minor``."""
+def _needs(version: str, prefix: str, minor: int) -> list[str]:
+    """Lines that stop the run with :data:`OLD_TOOLCHAIN` unless ``version`` (a command that
+    prints the toolchain's version) prints ``prefix`` and a minor version of at least
+    ``minor`` (``go1.20``, ``rustc 1.66``)."""
     return [
         f"__crl_v=$({version} 2>/dev/null); __crl_m=${{__crl_v#{prefix}}}",
         "__crl_m=${__crl_m%%[!0-9]*}",
         f'if [ -z "$__crl_m" ] || [ "$__crl_m" -lt {minor} ]; then',
-        f'  echo "crl-integrity: ${{__crl_v:-no version}} is older than this run needs ({what})"',
+        f'  echo "crl-integrity: ${{__crl_v:-no version}} is older than this run needs'
+        f' ({prefix}{minor})"',
         f"  exit {OLD_TOOLCHAIN}",
         "fi",
     ]
@@ -92,7 +94,7 @@ def _go(folder: str, hidden: list[str]) -> str:
     return "\n".join(
         [
             f"cd {shlex.quote(folder)} || exit 1",
-            *_needs("go env GOVERSION", "go1.", 20, "go1.20"),
+            *_needs("go env GOVERSION", "go1.", 20),
             "__crl_t=$(mktemp -d) || exit 1",
             "trap 'rm -rf \"$__crl_t\"' EXIT",
             # No module index: loading a package may write one to the build cache, which a local
@@ -126,7 +128,7 @@ def _cargo(folder: str, hidden: list[str], args: str) -> str:
     return "\n".join(
         [
             f"cd {shlex.quote(folder)} || exit 1",
-            *_needs("rustc --version", "rustc 1.", 66, "rustc 1.66"),
+            *_needs("rustc --version", "rustc 1.", 66),
             "__crl_t=$(mktemp -d) || exit 1",
             "trap 'rm -rf \"$__crl_t\"' EXIT",
             f'tar -cf "$__crl_t/hidden.tar" -- {files} && rm -f -- {files} || exit 1',

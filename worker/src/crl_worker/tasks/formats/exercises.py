@@ -149,8 +149,9 @@ _UNINSTALLABLE = re.compile(r"^(?:-e\s|\S*(?:git|hg|svn)\+|pkg[-_]resources==0\.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-def _bugsinpy_requirements(requirements: str) -> tuple[list[str], list[str]]:
-    """(requirements pip can install, lines left out) from a BugsInPy ``requirements.txt``.
+def _bugsinpy_requirements(requirements: str) -> tuple[dict[str, str], list[str]]:
+    """(requirements pip can install, by normalized project name; lines left out) from a
+    BugsInPy ``requirements.txt``.
 
     A package named twice (a pinned freeze line, then ``setup.sh``'s bare ``pip install nose``)
     is kept once, pinned where either is: older pips refuse a double requirement."""
@@ -167,7 +168,7 @@ def _bugsinpy_requirements(requirements: str) -> tuple[list[str], list[str]]:
         key = re.sub(r"[-_.]+", "-", name.group(0)).lower() if name else line
         if key not in kept or _NAME.fullmatch(kept[key]):  # new, or only named so far
             kept[key] = line
-    return list(kept.values()), dropped
+    return kept, dropped
 
 
 def convert_bugsinpy(record: Record, ref: RecordRef, options: ConvertOptions) -> Task:
@@ -189,9 +190,9 @@ def convert_bugsinpy(record: Record, ref: RecordRef, options: ConvertOptions) ->
         test = TestSpec(command="python -m unittest -v {tests}", log_format="unittest",
                         select="ids")  # fmt: skip
     python = optional_text(record, ref, "python_version")
-    requirements, dropped = _bugsinpy_requirements(text(record, ref, "requirements"))
-    names = {(m.group(0).lower() if (m := _NAME.match(r)) else r) for r in requirements}
-    if runner == "pytest" and "pytest" not in names:
+    kept, dropped = _bugsinpy_requirements(text(record, ref, "requirements"))
+    requirements = list(kept.values())
+    if runner == "pytest" and "pytest" not in kept:
         requirements.append("pytest")  # run_test.sh calls it; BugsInPy's freeze may not list it
     install = ["python -m pip install " + shlex.join(requirements)] if requirements else []
     install.append("python -m pip install -e .")
