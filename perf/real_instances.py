@@ -51,11 +51,10 @@ from crl_worker.sandbox.images import TaskImageBuilder
 from crl_worker.tasks.loaders import load_records
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.records import rows_with_refs
-from tests.fixtures.docker import SANDBOX_PACKAGES, debian_image, running_engine
+from tests.fixtures.docker import JAVA_PACKAGES, SANDBOX_PACKAGES, debian_image, running_engine
 from tests.fixtures.fetched import fetched, git_mirror
 from tests.fixtures.real_instances import DATA, PAIRS, gitbug_records, swebench_record
 
-JAVA_PACKAGES = ("git", "openjdk-17-jdk-headless", "maven")
 #: The Python of the Debian bookworm base images.
 DOCKER_PYTHON = "3.11"
 DEFAULT_REPOS = ("pallets/flask", "pytest-dev/pytest", "psf/requests")

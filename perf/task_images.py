@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -42,6 +43,7 @@ from crl_worker.sandbox.images import TaskImage, TaskImageBuilder
 from crl_worker.tasks.loaders import load_tasks
 from crl_worker.tasks.model import Task
 from tests.fixtures.docker import (
+    JAVA_PACKAGES,
     POLYGLOT_PACKAGES,
     POLYGLOT_SUITE,
     SANDBOX_PACKAGES,
@@ -53,7 +55,6 @@ from tests.fixtures.repos import java_repo
 
 SUITE = Path(__file__).resolve().parents[1] / "examples" / "suites" / "mini" / "tasks.jsonl"
 POLYGLOT = SUITE.parents[1] / "polyglot" / "tasks.jsonl"
-JAVA_PACKAGES = ("git", "openjdk-17-jdk-headless", "maven")
 
 
 def _timed_build(
@@ -87,7 +88,7 @@ def _sizes(engine: DockerEngine, prefix: str) -> list[str]:
     return sorted({line for line in out if line.strip()})
 
 
-def _gold_seconds(task: Task, config: dict[str, object]) -> float | None:
+def _gold_seconds(task: Task, config: Mapping[str, object]) -> float | None:
     """The gold patch's test run in one sandbox of ``config`` (the evaluation's duration)."""
     (check,) = asyncio.run(check_tasks([task], sandbox_config=config))
     runs = [r.duration for r in check.gold if r.duration is not None and r.resolved]
@@ -95,7 +96,7 @@ def _gold_seconds(task: Task, config: dict[str, object]) -> float | None:
 
 
 def _polyglot(
-    engine: DockerEngine, prefix: str, docker_config: dict[str, object], jobs: int
+    engine: DockerEngine, prefix: str, docker_config: Mapping[str, object], jobs: int
 ) -> None:
     """The polyglot suite's images on a trixie base, and its gold runs per backend."""
     started = time.perf_counter()

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from crl_worker.agent.episode import run_episode
 from crl_worker.agent.trajectory import Trajectory
 from crl_worker.agent.tries import failing_output, feedback_message, may_try_again
 from crl_worker.api.common import AgentSpec
@@ -26,27 +25,15 @@ from crl_worker.tasks.model import JEST_REPORT_MARKER, Task
 from crl_worker.train.settings import TrainConfigError, resolve_settings
 
 from .fixtures.paths import ROOT
-from .fixtures.second_try import LOOK_FOR_THE_TESTS, TwoTries, apply_patch_command
+from .fixtures.second_try import (
+    LOOK_FOR_THE_TESTS,
+    TwoTries,
+    apply_patch_command,
+    two_try_episode,
+)
 from .fixtures.task_types import IMPLEMENT, local_sandboxes, suite_tasks
 
 IDENTITY = {"suite": "implement", "model": "two-tries", "agent": {"tries": 2}}
-
-
-async def _episode(task: Task, policy: TwoTries, tmp_path: Path) -> tuple[Trajectory, int]:
-    """The episode with two tries, and how many sandboxes it made."""
-    made: list[Sandbox] = []
-
-    async def keep(_: Trajectory) -> None:
-        return None
-
-    def factory(t: Task) -> Sandbox:
-        made.append(create_sandbox(local_sandboxes(tmp_path), t))
-        return made[-1]
-
-    agent = AgentSpec(max_turns=6, timeout_seconds=300, tries=2)
-    trajectory, started = await run_episode(task, 0, factory, policy, agent, keep_cancelled=keep)
-    assert started
-    return trajectory, len(made)
 
 
 async def test_the_second_try_sees_the_failures_not_the_tests(tmp_path: Path) -> None:
@@ -136,7 +123,7 @@ async def test_a_first_try_resolved_or_tampered_is_final(tmp_path: Path) -> None
     is the episode's verdict, and no test output is shown."""
     task = suite_tasks(IMPLEMENT / "tasks.jsonl")[0]
     policy = TwoTries((apply_patch_command(task.patch),), ("false",), "")
-    trajectory, made = await _episode(task, policy, tmp_path)
+    trajectory, made = await two_try_episode(task, policy, local_sandboxes(tmp_path))
     assert len(trajectory.tries) == 1 and policy.shown is None
     assert trajectory.evaluation is not None and trajectory.evaluation.resolved
     assert trajectory.evaluation.confirmed is True
@@ -145,7 +132,7 @@ async def test_a_first_try_resolved_or_tampered_is_final(tmp_path: Path) -> None
 
     tamper = f"cat >> iniconf/__init__.py <<'EOF'\n{TAMPER}EOF"
     policy = TwoTries((tamper,), ("false",), "")
-    trajectory, _ = await _episode(task, policy, tmp_path)
+    trajectory, _ = await two_try_episode(task, policy, local_sandboxes(tmp_path))
     assert len(trajectory.tries) == 1 and policy.shown is None
     assert [m["role"] for m in trajectory.messages].count("user") == 1
     assert trajectory.evaluation is not None and not trajectory.evaluation.resolved

@@ -3,16 +3,15 @@ container of its own, the second continues in the agent's, where the hidden test
 
 from __future__ import annotations
 
-from crl_worker.agent.episode import run_episode
-from crl_worker.agent.trajectory import Trajectory
-from crl_worker.api.common import AgentSpec
-from crl_worker.sandbox.base import Sandbox
 from crl_worker.sandbox.images import TaskImageBuilder
-from crl_worker.sandbox.registry import create_sandbox
-from crl_worker.tasks.model import Task
 
 from .fixtures.docker import DockerEngine
-from .fixtures.second_try import LOOK_FOR_THE_TESTS, TwoTries, apply_patch_command
+from .fixtures.second_try import (
+    LOOK_FOR_THE_TESTS,
+    TwoTries,
+    apply_patch_command,
+    two_try_episode,
+)
 from .fixtures.task_types import IMPLEMENT, suite_tasks
 
 
@@ -32,18 +31,7 @@ async def test_the_second_try_in_docker_sees_the_failures_not_the_tests(
     task = task.model_copy(update={"image": built.image})
     policy = TwoTries((), (LOOK_FOR_THE_TESTS, apply_patch_command(task.patch)), "NotImplemented")
     config = {"type": "docker", "base_url": docker_engine.host, "pull": "never"}
-    made: list[Sandbox] = []
-
-    def factory(t: Task) -> Sandbox:
-        made.append(create_sandbox(config, t))
-        return made[-1]
-
-    async def keep(_: Trajectory) -> None:
-        return None
-
-    agent = AgentSpec(max_turns=6, timeout_seconds=300, tries=2)
-    trajectory, started = await run_episode(task, 0, factory, policy, agent, keep_cancelled=keep)
-    assert started
+    trajectory, made = await two_try_episode(task, policy, config)
     assert [t.exit_reason for t in trajectory.tries] == ["submitted", "submitted"]
     first = trajectory.tries[0].evaluation
     assert first is not None and not first.resolved and first.tampered is None
@@ -53,4 +41,4 @@ async def test_the_second_try_in_docker_sees_the_failures_not_the_tests(
     looked = trajectory.turns[trajectory.tries[1].first_turn].tool_calls[0].output
     assert looked.split()[-4:] == ["0", "0", "0", "0"], looked
     # The agent's container, the first try's and the confirmation's: three sandboxes.
-    assert len(made) >= 3
+    assert made >= 3

@@ -26,12 +26,17 @@ from crl_worker.tasks.loaders import load_tasks
 from crl_worker.tasks.model import Task
 
 from .fixtures.cli import crl
-from .fixtures.docker import POLYGLOT_PACKAGES, POLYGLOT_SUITE, DockerEngine, debian_image
+from .fixtures.docker import (
+    JAVA_PACKAGES,
+    POLYGLOT_PACKAGES,
+    POLYGLOT_SUITE,
+    DockerEngine,
+    debian_image,
+)
 from .fixtures.paths import ROOT
 from .fixtures.repos import java_repo
 
 SUITE = ROOT / "examples" / "suites" / "mini" / "tasks.jsonl"
-JAVA_PACKAGES = ("git", "openjdk-17-jdk-headless", "maven")
 POLYGLOT = ROOT / "examples" / "suites" / "polyglot" / "tasks.jsonl"
 
 
