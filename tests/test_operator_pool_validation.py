@@ -152,6 +152,8 @@ def test_a_validating_pool_is_not_ready_until_its_gateway_says_it_is_done() -> N
     assert _conds(trun)["SandboxesReady"] == ("False", c.VALIDATING)
     assert (trun["validation"]["validated"], trun["validation"]["quarantined"]) == (4, 3)
     assert status_patch("TrainingRun", None, trun)["validation"] == trun["validation"]
+    # The run's inline pool goes with its cleanup when it ends: the counts stay.
+    assert trainingrun_status(run, Observed(), trun, T1)["validation"] == trun["validation"]
 
     # So does a Benchmark, in its status and its QUARANTINED column, and after the cleanup
     # took its pool away.

@@ -323,15 +323,18 @@ def trainingrun_status(
     }
     if run.spec.rollout.pool_ref is not None and seen.pool is not None:
         out["children"]["rolloutPool"] = name_of(seen.pool)
-    out["validation"] = _pool_validation(seen)
+    out["validation"] = _pool_validation(seen, prev)
     if seen.admission is not None:
         out["queue"] = seen.admission.status()
     out["completionTime"] = _completion_time(prev, js, now)
     return _drop_none(out)
 
 
-def _pool_validation(seen: Observed) -> dict[str, Any] | None:
-    """A copy of the observed RolloutPool's ``status.validation``, when it has one."""
+def _pool_validation(seen: Observed, prev: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A copy of the observed RolloutPool's ``status.validation``, when it has one; once the
+    pool is gone (an inline pool goes with the run's cleanup), the copy made before."""
+    if seen.pool is None and isinstance(prev.get("validation"), Mapping):
+        return dict(prev["validation"])
     validation = ((seen.pool or {}).get("status") or {}).get("validation")
     return dict(validation) if isinstance(validation, Mapping) else None
 
@@ -544,9 +547,7 @@ def benchmark_status(
     }
     if bench.spec.pool_ref is not None and seen.pool is not None:
         out["children"]["rolloutPool"] = name_of(seen.pool)
-    out["validation"] = _pool_validation(seen)
-    if seen.pool is None and isinstance(prev.get("validation"), Mapping):
-        out["validation"] = dict(prev["validation"])  # the pool went with the cleanup
+    out["validation"] = _pool_validation(seen, prev)
     out.update(benchmark_results(seen.report, progress, prev))
     if seen.admission is not None:
         out["queue"] = seen.admission.status()
