@@ -124,6 +124,7 @@ from crl_worker.sandbox.kubernetes import KubernetesSandbox  # noqa: E402
 from crl_worker.sandbox.pods import KubernetesSandboxConfig, build_pod, pod_ready  # noqa: E402
 from crl_worker.tasks.loaders import load_tasks  # noqa: E402
 from crl_worker.tasks.model import Task, TestSpec  # noqa: E402
+from perf.pool_validation import measure as validate_locally  # noqa: E402
 from tests.fixtures.cluster import Cluster  # noqa: E402
 from tests.fixtures.docker import (  # noqa: E402
     SANDBOX_PACKAGES,
@@ -137,7 +138,15 @@ from tests.fixtures.incluster import (  # noqa: E402
     install_operator,
     run_gold_benchmark,
     start_pool,
+    suite_on_node,
     uninstall_operator,
+    until,
+)
+from tests.fixtures.incluster_validation import (  # noqa: E402
+    delete_pool,
+    progress_report,
+    validate_pool,
+    with_broken_copy,
 )
 from tests.fixtures.node import RealNode  # noqa: E402
 
@@ -430,6 +439,45 @@ def bench_figures(
     }
 
 
+def validation_figures(
+    cluster: Cluster, node: RealNode, engine: DockerEngine, base: str, max_sandboxes: int
+) -> dict[str, Any]:
+    """The bundled suite and its broken copy validated by a RolloutPool in the cluster
+    (tests/fixtures/incluster_validation.py: the gateway pod, sandbox pods of the task images,
+    the verdicts on a local volume; timed from ``kubectl apply`` until the gateway reports the
+    end), then by a new gateway pod from that cache (timed from the old pod's deletion); and the
+    same tasks by a gateway on this machine (perf/pool_validation.py: local sandboxes), cold
+    then cached, at the same ``maxSandboxes``. Image builds and loading are in neither."""
+    local = validate_locally(runs=1, max_sandboxes=max_sandboxes)
+    node.load_image(engine.env(), build_image(engine, base, "operator"))
+    namespace = cluster.namespace("perf-validate")
+    install_operator(cluster, node, namespace)
+    try:
+        tasks = with_broken_copy(suite_on_node(node, engine, base))
+        pool = validate_pool(cluster, node, namespace, "perf-valid", tasks,
+                             max_sandboxes=max_sandboxes)  # fmt: skip
+        began = time.monotonic()
+        cluster.kubectl("delete", "pods", "-n", namespace, "-l",
+                        "app.kubernetes.io/component=gateway", "--wait=false")  # fmt: skip
+        until("the new gateway's report", lambda: (
+            (found := progress_report(cluster, namespace, pool.name)) and found.get("finished")
+            and found.get("cached") == len(tasks)), timeout=300)  # fmt: skip
+        cached_wall = time.monotonic() - began
+        delete_pool(cluster, namespace, pool.name)
+    finally:
+        uninstall_operator(cluster, namespace)
+        cluster.delete_namespace(namespace)
+    count = len(tasks)
+    return {
+        "in the cluster, first": f"{count} tasks in {pool.wall:.1f} s = "
+        f"{count / pool.wall * 60:.1f}/min ({pool.report['quarantined']} quarantined)",
+        "in the cluster, new gateway pod (cache)": f"{cached_wall:.1f} s",
+        "locally, first": f"{count} tasks in {local['cold']['seconds']} s = "
+        f"{local['cold']['tasks_per_minute']}/min ({local['cold']['quarantined']} quarantined)",
+        "locally, second gateway (cache)": f"{local['cached']['seconds']} s",
+    }
+
+
 def main() -> None:
     """Start the cluster and node, measure, print."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -449,6 +497,14 @@ def main() -> None:
         "--bench",
         action="store_true",
         help="also the gold benchmark of the bundled suite in the cluster vs crl bench locally",
+    )
+    parser.add_argument(
+        "--validate",
+        type=int,
+        metavar="N",
+        default=0,
+        help="also a pool validating the bundled suite and a broken copy, N sandboxes at a time,"
+        " in the cluster vs a gateway on this machine",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
@@ -477,6 +533,10 @@ def main() -> None:
                     else pool_figures(cluster, node, engine, image, args.leases)
                 )  # fmt: skip
                 gold = bench_figures(cluster, node, engine, image, work) if args.bench else None
+                valid = (
+                    validation_figures(cluster, node, engine, image, args.validate)
+                    if args.validate else None
+                )  # fmt: skip
     figures: dict[str, Any] = {
         "cold pod create -> Ready": summary(cold),
         "cold KubernetesSandbox.start()": summary(sbx["start"]),
@@ -492,6 +552,8 @@ def main() -> None:
         figures["gateway run round trip (true)"] = summary(pool["run"])
     if gold is not None:
         figures["gold benchmark, 8 instances, parallelism 2"] = gold
+    if valid is not None:
+        figures[f"pool validation, 9 tasks, maxSandboxes {args.validate}"] = valid
     if args.json:
         sys.stdout.write(json.dumps(figures, indent=2) + "\n")
         return

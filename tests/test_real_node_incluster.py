@@ -1,4 +1,6 @@
-"""The operator installed with its chart on the real node, as a user runs it: its pod, a RolloutPool\nleasing real sandbox pods, a gold Benchmark, a toy TrainingRun, the README's cluster section."""
+"""The operator installed with its chart on the real node, as a user runs it: its pod, a RolloutPool
+leasing real sandbox pods, one validating its tasks, a gold Benchmark, a toy TrainingRun on a
+validating pool, the README's cluster section."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import json
 import logging
 import os
 import re
-import shlex
 import subprocess
 import time
 import urllib.error
@@ -28,7 +29,6 @@ from .fixtures.cluster import Cluster
 from .fixtures.docker import DockerEngine
 from .fixtures.incluster import (
     HOST_PYTHON_DIR,
-    HOST_PYTHON_PATH,
     REGISTRY,
     RUNNER_UID,
     TRAINER_UID,
@@ -44,15 +44,25 @@ from .fixtures.incluster import (
     sandbox_pods,
     share_host_python,
     start_pool,
+    suite_on_node,
     uninstall_operator,
     until,
 )
 from .fixtures.incluster_sft import sft_on_rollouts
+from .fixtures.incluster_toy import TOY_STEPS, toy_trainingrun
+from .fixtures.incluster_validation import (
+    BROKEN_ID,
+    BROKEN_REASON,
+    delete_pool,
+    progress_report,
+    validate_pool,
+    with_broken_copy,
+)
 from .fixtures.node import RealNode
 from .fixtures.node_build import NodeError
 from .fixtures.operator_process import session_operator_paused
 from .fixtures.paths import ROOT
-from .fixtures.real_node import SUITE, Release
+from .fixtures.real_node import SUITE, Release, readme_cluster_commands
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +234,57 @@ def test_a_rolloutpool_leases_real_sandbox_pods(
     until("the sandbox pods gone", lambda: not sandbox_pods(cluster, namespace, "mini"))
 
 
+def test_a_rolloutpool_validates_its_tasks_and_quarantines_a_broken_one(
+    cluster: Cluster, real_node: RealNode, docker_engine: DockerEngine, docker_base: str,
+    operator_release: Release,
+) -> None:  # fmt: skip
+    """The bundled suite plus a broken copy of one task in a RolloutPool with `validation` on:
+    the gateway pod checks each task in real sandbox pods of its task image and quarantines the
+    copy with its reason; `kubectl get rpool`, the progress ConfigMap, `quarantine.json` on the
+    cache claim and an Event say so; a lease of the copy is refused with the reason; a new
+    gateway pod takes every verdict from the cache."""
+    namespace = operator_release.namespace
+    tasks = with_broken_copy(suite_on_node(real_node, docker_engine, docker_base))
+    pool = validate_pool(cluster, real_node, namespace, "mini-valid", tasks)
+    try:
+        log.info("validating 9 tasks took %.1f s in the cluster", pool.wall)
+        report = pool.report
+        assert (report["total"], report["validated"], report["quarantined"]) == (9, 9, 1), report
+        assert report["reasons"] == {BROKEN_REASON: 1}, report
+        assert report["tasks"] == [{"instanceId": BROKEN_ID, "reason": BROKEN_REASON}], report
+        listed = json.loads((pool.cache / "quarantine" / pool.name / "quarantine.json").read_text())
+        assert [t["instance_id"] for t in listed["tasks"]] == [BROKEN_ID], listed
+        assert listed["valid"] == 8 and listed["tasks"][0]["problems"], listed
+        # What a user sees: the status and `kubectl get rpool`, once the operator copied them.
+        until("the pool's status", lambda: json.loads(cluster.kubectl(
+            "get", "rpool", pool.name, "-n", namespace, "-o", "json").stdout)["status"].get(
+            "validation", {}).get("state") == "Done")  # fmt: skip
+        header, row = cluster.kubectl(
+            "get", "rpool", pool.name, "-n", namespace
+        ).stdout.splitlines()
+        cell = {name: row[header.index(name) :].split()[0] for name in ("VALIDATED", "QUARANTINED")}
+        assert cell == {"VALIDATED": "9", "QUARANTINED": "1"}, (header, row)
+        events = json.loads(cluster.kubectl(
+            "get", "events", "-n", namespace, "-o", "json", "--field-selector",
+            f"involvedObject.name={pool.name},reason=TasksQuarantined").stdout)["items"]  # fmt: skip
+        assert events and BROKEN_REASON in events[0]["message"], events
+        # The copy is never leased; a valid task is.
+        code, refused = pool.gateway.call("POST", "/v1/leases", {"instance_id": BROKEN_ID})
+        assert code == 404 and BROKEN_REASON in refused, (code, refused)
+        code, lease = pool.gateway.call("POST", "/v1/leases", {"instance_id": tasks[0].instance_id})
+        assert code == 201, lease
+        pool.gateway.call("DELETE", f"/v1/leases/{lease['lease_id']}", {})
+        # A new gateway pod validates nothing again: every verdict from the cache on the claim.
+        cluster.kubectl("delete", "pods", "-n", namespace, "-l",
+                        f"app.kubernetes.io/component=gateway,app.kubernetes.io/instance={pool.name}")  # fmt: skip
+        again = until("the new gateway's report", lambda: (
+            (found := progress_report(cluster, namespace, pool.name)) and found.get("finished")
+            and found.get("cached") == 9 and found), timeout=180)  # fmt: skip
+        assert (again["validated"], again["quarantined"]) == (9, 1), again
+    finally:
+        delete_pool(cluster, namespace, pool.name)
+
+
 def test_a_gold_benchmark_runs_in_the_cluster(
     cluster: Cluster, real_node: RealNode, docker_engine: DockerEngine, docker_base: str,
     operator_release: Release,
@@ -298,68 +359,6 @@ def test_a_gold_benchmark_runs_in_the_cluster(
         delete_benchmark(cluster, namespace, run)
 
 
-def _toy_trainingrun(namespace: str, image: str) -> dict[str, Any]:
-    """The toy (crl_worker.train.toy) as a CPU-only TrainingRun: in-process generation, one
-    trainer pod without GPUs, a checkpoint after every step; the model and the trainer's Python
-    packages on the ``toy-model`` claim, the checkpoints on ``toy-checkpoints``."""
-    return {
-        "apiVersion": "coderepair.io/v1alpha1",
-        "kind": "TrainingRun",
-        "metadata": {"name": "toy", "namespace": namespace},
-        "spec": {
-            "model": {"name": "toy", "dtype": "float32", "volume": {"claimName": "toy-model"}},
-            "tasks": {"format": "task", "configMap": {"name": "toy-tasks"}},
-            "generation": "in-process",
-            "rollout": {
-                "pool": {
-                    "replicas": 0,
-                    "maxSandboxes": 4,
-                    "prefetch": 0,
-                    "sandbox": {
-                        "startupTimeoutSeconds": 120,
-                        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}},
-                    },
-                },
-                "agent": {
-                    "maxTurns": 3,
-                    "maxTokensPerTurn": 16,
-                    "maxTotalTokens": 256,
-                    "timeoutSeconds": 120,
-                },
-            },
-            "algorithm": {
-                "numGenerations": 4,
-                "tasksPerStep": 1,
-                "steps": TOY_STEPS,
-                "learningRate": 0.01,
-                "seed": 1,
-            },
-            "trainer": {
-                "image": image,
-                "nodes": 1,
-                "gpusPerNode": 0,
-                "deepspeed": {"zeroStage": 0},
-                "gradientCheckpointing": False,
-                "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}},
-                "env": [
-                    {"name": "PYTHONPATH", "value": HOST_PYTHON_PATH},
-                    {"name": "OMP_NUM_THREADS", "value": "1"},
-                    {"name": "TOKENIZERS_PARALLELISM", "value": "false"},
-                    {"name": "TRL_EXPERIMENTAL_SILENCE", "value": "1"},
-                ],
-            },
-            "checkpoints": {
-                "volume": {"claimName": "toy-checkpoints"},
-                "everySteps": 1,
-                "keepLast": 2,
-            },
-        },
-    }
-
-
-TOY_STEPS = 4
-
-
 def test_a_toy_trainingrun_trains_in_the_cluster(
     cluster: Cluster, real_node: RealNode, docker_engine: DockerEngine, docker_base: str,
     operator_release: Release, tmp_path: Path,
@@ -388,10 +387,14 @@ def test_a_toy_trainingrun_trains_in_the_cluster(
     trainer_image = host_python_trainer_image(docker_engine, docker_base)
     real_node.load_image(docker_engine.env(), build_image(docker_engine, docker_base, "worker"),
                          trainer_image, *[str(b.image) for b in built])  # fmt: skip
-    jsonl = "".join(
-        json.dumps(t.model_copy(update={"image": b.image}).model_dump(mode="json")) + "\n"
-        for t, b in zip(tasks, built, strict=True)
-    )
+    [toy_task] = [
+        t.model_copy(update={"image": b.image}) for t, b in zip(tasks, built, strict=True)
+    ]
+    # A broken copy (its FAIL_TO_PASS test passes without the fix): the run's pool validates
+    # both, quarantines it and the trainer never draws it.
+    broken = toy_task.model_copy(update={"instance_id": f"{toy_task.instance_id}-broken",
+                                         "fail_to_pass": toy_task.pass_to_pass, "pass_to_pass": []})  # fmt: skip
+    jsonl = "".join(json.dumps(t.model_dump(mode="json")) + "\n" for t in (toy_task, broken))
     cluster.kubectl("create", "configmap", "toy-tasks", "-n", namespace,
                     "--from-file=tasks.jsonl=/dev/stdin", input=jsonl)  # fmt: skip
     models = local_volume(cluster, real_node, namespace, "toy-model", uid=0)
@@ -429,9 +432,9 @@ def test_a_toy_trainingrun_trains_in_the_cluster(
         return f"status: {status[:3000]}\ntrainer log:\n{logs[-5000:]}"
 
     began = time.monotonic()
-    cluster.kubectl(
-        "apply", "-f", "-", input=json.dumps(_toy_trainingrun(namespace, trainer_image))
-    )
+    manifest = toy_trainingrun(namespace, trainer_image)
+    manifest["spec"]["rollout"]["pool"]["validation"] = {"enabled": True}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     try:
         try:
             until("the trainer Job", lambda: owned_by(cluster, "jobs", namespace, "toy"))
@@ -468,11 +471,23 @@ def test_a_toy_trainingrun_trains_in_the_cluster(
         assert status["step"] == TOY_STEPS, status
         assert status["lastCheckpoint"]["step"] == TOY_STEPS, status
         assert status["metrics"]["rewardMean"] is not None, status
-        # What a user sees: `kubectl get trun` prints the step and the reward.
+        # Its pool validated both tasks and quarantined the broken one, with the reason.
+        validation = status["validation"]
+        assert (validation["state"], validation["validated"], validation["quarantined"]) == (
+            "Done", 2, 1), validation  # fmt: skip
+        assert validation["reasons"][0]["reason"] == "resolved without the fix", validation
+        # What a user sees: `kubectl get trun` prints the step, the reward and those counts.
         header, row = cluster.kubectl("get", "trun", "toy", "-n", namespace).stdout.splitlines()
-        cell = {name: row[header.index(name) :].split()[0] for name in ("STEP", "REWARD")}
+        cell = {name: row[header.index(name) :].split()[0]
+                for name in ("STEP", "REWARD", "VALIDATED", "QUARANTINED")}  # fmt: skip
         assert cell["STEP"] == str(TOY_STEPS), (header, row)
         assert float(cell["REWARD"]) == status["metrics"]["rewardMean"], (header, row)
+        assert (cell["VALIDATED"], cell["QUARANTINED"]) == ("2", "1"), (header, row)
+        # It trained only on the valid task: every rollout of every step is of that one.
+        drawn = {json.loads(line)["instance_id"]
+                 for path in (output / "trajectories").glob("step-*.jsonl")
+                 for line in path.read_text().splitlines() if line.strip()}  # fmt: skip
+        assert drawn == {toy_task.instance_id}, drawn
         # One trainer Job all along; its second pod finished the run, on the real node.
         [job] = owned_by(cluster, "jobs", namespace, "toy")
         assert job["metadata"]["uid"] == job_uid
@@ -488,7 +503,7 @@ def test_a_toy_trainingrun_trains_in_the_cluster(
         assert [r["step"] for r in records] == list(range(1, TOY_STEPS + 1)), records
         assert (output / f"step-{TOY_STEPS}").is_dir()
         # The recipe's next step: SFT on this run's resolved rollouts, a trainer Job alone.
-        sft_on_rollouts(cluster, real_node, namespace, _toy_trainingrun(namespace, trainer_image),
+        sft_on_rollouts(cluster, real_node, namespace, toy_trainingrun(namespace, trainer_image),
                         output)  # fmt: skip
     finally:
         cluster.kubectl("delete", "trun", "toy", "-n", namespace, "--timeout=120s",
@@ -499,17 +514,6 @@ def test_a_toy_trainingrun_trains_in_the_cluster(
             cluster.kubectl("delete", "pv", f"{namespace}-{claim}", "--wait=false",
                             check=False)  # fmt: skip
         cluster.kubectl("delete", "configmap", "toy-tasks", "-n", namespace, check=False)
-
-
-def _readme_cluster_commands() -> list[list[str]]:
-    """The commands of the README's cluster section (its first bash block), comments dropped,
-    continuation lines joined."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## On a cluster") :]
-    start = section.index("```bash\n") + len("```bash\n")
-    block = section[start : section.index("\n```", start)]
-    joined = block.replace("\\\n", " ")
-    return [shlex.split(line, comments=True) for line in joined.splitlines() if line.strip()]
 
 
 def test_the_readme_cluster_section_works_as_written(
@@ -524,7 +528,7 @@ def test_the_readme_cluster_section_works_as_written(
     The module's own release (one namespace) is uninstalled first: the README's operator
     watches the whole cluster."""
     uninstall_operator(cluster, operator_release.namespace)
-    commands = _readme_cluster_commands()
+    commands = readme_cluster_commands()
     assert [c[:2] for c in commands] == [
         ["bash", "images/build.sh"], ["helm", "install"], ["kubectl", "create"],
         ["kubectl", "apply"], ["kubectl", "get"], ["kubectl", "scale"], ["kubectl", "explain"],
