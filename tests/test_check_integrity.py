@@ -18,7 +18,7 @@ from crl_worker.sandbox.registry import create_sandbox
 
 from .fixtures import forgery
 from .fixtures.cli import crl
-from .fixtures.redteam import UNITTEST, suite
+from .fixtures.redteam import PYTEST, UNITTEST, suite
 
 
 async def test_the_integrity_check_of_gold_patches_finds_what_an_episode_would_grade_zero(
@@ -48,3 +48,20 @@ async def test_the_integrity_check_of_gold_patches_finds_what_an_episode_would_g
 
     refused = crl("tasks", "check", str(tasks), "--integrity", "--patch", str(tasks))
     assert refused.returncode == 2 and "use one of them" in refused.stderr
+
+
+async def test_a_runner_attribute_loaded_lazily_is_not_taken_for_tampering() -> None:
+    """``unittest.IsolatedAsyncioTestCase`` is loaded on first use (a module ``__getattr__``):
+    package code that first uses it after the runner was configured (moto's decorators, getmoto
+    6920 of SWE-Gym) changed nothing of the runner, and a correct answer must still count."""
+    task = suite()[PYTEST]
+    async with create_sandbox({"type": "local"}, task) as sandbox:
+        applied = await sandbox.run(f"git apply - <<'CRL_GOLD_EOF'\n{task.patch}CRL_GOLD_EOF")
+        assert applied.exit_code == 0, applied.output
+        uses = "import unittest\nASYNC_BASE = unittest.IsolatedAsyncioTestCase\n"
+        done = await sandbox.run(forgery.append_to_package("intervals", uses))
+        assert done.exit_code == 0, done.output
+        gold = await sandbox.diff()
+    checked = await check_task(task.model_copy(update={"patch": gold}), integrity=True)
+    assert checked.ok, checked.problems
+    assert checked.integrity_verdict == "resolved"

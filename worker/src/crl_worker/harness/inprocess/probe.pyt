@@ -339,6 +339,22 @@ def _callables(namespace):
     return kept
 
 
+def _resolve_lazy():
+    """Load what runner modules load on first use (a module ``__getattr__`` for a name of
+    ``__all__``: unittest's ``IsolatedAsyncioTestCase``) before a snapshot: a later first use
+    is not a change to the runner."""
+    for name, module in list(sys.modules.items()):
+        if module is None or name.split(".")[0] not in _RUNNERS:
+            continue
+        namespace = vars(module)
+        for attr in list(namespace.get("__all__", ()) or ()) if "__getattr__" in namespace else ():
+            if isinstance(attr, str) and attr not in namespace:
+                try:
+                    getattr(module, attr)
+                except Exception:
+                    pass
+
+
 def _take_snapshot(critical_only=False):
     shot = {}
     for name, module in list(sys.modules.items()):
@@ -439,6 +455,7 @@ def _start():
         inodes.add((info.st_dev, info.st_ino))
     _CONFIG["inodes"] = inodes
     _emit({"kind": "start", "pid": os.getpid()})
+    _resolve_lazy()
     _SNAPSHOT = _take_snapshot()
     if hasattr(sys, "addaudithook") and not _CONFIG["runner_in_repo"]:
         _guard_linecache()
@@ -496,6 +513,7 @@ if _CONFIG is not None and "pytest" in sys.modules:
 
     @_pytest_module.hookimpl(trylast=True)
     def pytest_configure(config):
+        _resolve_lazy()
         _CONFIGURED.update(_take_snapshot())
 
     @_pytest_module.hookimpl(tryfirst=True)
