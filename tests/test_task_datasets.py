@@ -168,6 +168,20 @@ def test_r2egym_bare_repository_names_and_errors() -> None:
     assert "defined in 2 of the held-out test files" in str(result.errors[2])
 
 
+def test_an_r2egym_record_may_name_its_own_environment() -> None:
+    """Outside R2E-Gym's image (a local sandbox) a record may give the environment its image
+    holds: the per-record harness keys of swe-bench (the coverage.py records of
+    docs/validation.md need Python 3.8, pinned test tools and a test command)."""
+    own = {**r2egym_record(), "python": "3.8", "install": ["python -m pip install toml", "python -m pip install -e ."],
+           "test_cmd": "python -m pytest -rA -p no:cacheprovider -o addopts= {tests}"}  # fmt: skip
+    (task,) = _load("r2e-gym", [own]).tasks
+    assert (task.python, task.install) == ("3.8", own["install"])
+    assert task.test.command == own["test_cmd"]
+    assert task.metadata["record_keys"] == ["python", "install", "test_cmd"]
+    (plain,) = _load("r2e-gym", [r2egym_record()]).tasks
+    assert plain.python is None and "record_keys" not in plain.metadata
+
+
 # --- SWE-rebench -------------------------------------------------------------------------------
 
 

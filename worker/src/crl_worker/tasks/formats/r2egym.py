@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from crl_worker.tasks.formats.common import finish, recipe_fields
+from crl_worker.tasks.formats.swebench import record_harness
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.recipes import GENERIC_PYTHON
 from crl_worker.tasks.records import ConvertOptions, Record, RecordRef, optional_text, text
@@ -232,7 +233,12 @@ def convert_r2egym(record: Record, ref: RecordRef, options: ConvertOptions) -> T
             "expects no test to pass that failed before the fix: nothing checks the fix",
             "expected_output_json",
         )
+    # R2E-Gym's environment is its image's; without the image, a record may give its own
+    # (python, install, test_cmd, env: the per-record harness keys of swe-bench).
+    harness, used = record_harness(record, ref, recipe_fields(GENERIC_PYTHON))
     metadata: dict[str, Any] = {"recipe": "generic"}
+    if used:
+        metadata["record_keys"] = used
     if not_passing:
         # R2E-Gym also checks that these still fail; a task here grades only passing tests.
         metadata["expected_not_passing"] = not_passing
@@ -242,7 +248,7 @@ def convert_r2egym(record: Record, ref: RecordRef, options: ConvertOptions) -> T
         ref,
         options,
         record,
-        R2EGYM_FIELDS,
+        (*R2EGYM_FIELDS, *used),
         default_image=optional_text(record, ref, "docker_image")
         or R2EGYM_IMAGE.format(name=name.lower(), commit=commit),
         metadata=metadata,
@@ -254,7 +260,7 @@ def convert_r2egym(record: Record, ref: RecordRef, options: ConvertOptions) -> T
         fail_to_pass=fail_to_pass,
         pass_to_pass=pass_to_pass,
         problem_statement=_issue_text(text(record, ref, "problem_statement")),
-        **recipe_fields(GENERIC_PYTHON),
+        **harness,
     )
 
 
