@@ -354,17 +354,23 @@ def test_recipe_table_covers_the_asked_repositories() -> None:
         for t in xarray
     )
     assert recipes.swebench_recipe("django/django", "1.9").test_command.find("--parallel") == -1  # type: ignore[union-attr]
+    # SWE-Gym's moto: `make init`, without which freezegun's test modules do not collect.
+    moto = recipes.swebench_recipe("getmoto/moto", "4.2")
+    assert moto is not None and "requirements-dev.txt" in moto.install[-1]
     assert recipes.swegym_image("getmoto__moto-5406") == (
         "xingyaoww/sweb.eval.x86_64.getmoto_s_moto-5406:latest"
     )
     swegym = load_records(
         [(RecordRef("index 0"), {**read_rows(LITE)[0], "repo": "getmoto/moto",
-                                 "instance_id": "getmoto__moto-5406"})],
+                                 "instance_id": "getmoto__moto-5406"}),
+         (RecordRef("index 1"), {**read_rows(LITE)[0], "repo": "conan-io/conan",
+                                 "instance_id": "conan-io__conan-13610"})],
         "swe-gym",
     )  # fmt: skip
-    (task,) = swegym.tasks
-    assert task.metadata["recipe"] == "generic" and task.test.log_format == "pytest"
+    task, other = swegym.tasks
+    assert task.metadata["recipe"] == "table" and task.test.log_format == "pytest"
     assert task.image == "xingyaoww/sweb.eval.x86_64.getmoto_s_moto-5406:latest"
+    assert other.metadata["recipe"] == "generic" and other.test.log_format == "pytest"
 
 
 # --- a real Maven run of a Java recipe ----------------------------------------------------------------------

@@ -429,6 +429,13 @@ _add("mwaskom/seaborn", ["0.11", "0.12", "0.13", "0.14", "*"], Recipe(language="
      python="3.9", install=(_pip(*_SEABORN_PINS), EDITABLE), test_command=PYTEST,
      log_format="pytest"))  # fmt: skip
 
+# getmoto/moto (SWE-Gym): its `make init`, as SWE-Gym's environments run it: the checkout
+# editable, then requirements-dev.txt (the `all` and `server` extras, the test tools: freezegun,
+# pytest-xdist, ...). With only the checkout, test modules that import freezegun do not collect.
+_add("getmoto/moto", ["*"], Recipe(language="python", python="3.12", install=(EDITABLE,
+     "python -m pip install -r requirements-dev.txt"), test_command=PYTEST,
+     log_format="pytest"))  # fmt: skip
+
 #: The generic recipe's test command: the task environment's own pytest (``python -m``, never a
 #: ``pytest`` found elsewhere), no cache folder written into the checkout, and per-test lines.
 GENERIC_PYTEST = "python -m pytest -rA -v -p no:cacheprovider {tests}"
