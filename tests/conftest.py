@@ -17,6 +17,7 @@ from .fixtures.cluster import Cluster
 from .fixtures.cluster_build import ClusterError, build
 from .fixtures.crdcheck import crdcheck  # noqa: F401  (a fixture for every module)
 from .fixtures.docker import SANDBOX_PACKAGES, DockerEngine, debian_image, engine_or_skip
+from .fixtures.fetched import mirror  # noqa: F401  (a fixture for every module)
 from .fixtures.gateway import start_gateway, task_file, tasks  # noqa: F401  (fixtures for every module)
 from .fixtures.local_sandbox import repo  # noqa: F401  (fixtures for every module)
 from .fixtures.node import RealNode

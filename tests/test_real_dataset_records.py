@@ -28,16 +28,6 @@ from tests.fixtures.real_records import (
 )
 
 
-@pytest.fixture
-def mirror(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """An empty ``$CRL_GIT_MIRROR`` folder and a clone cache of this test's own."""
-    root = tmp_path / "mirror"
-    root.mkdir()
-    monkeypatch.setenv("CRL_GIT_MIRROR", str(root))
-    monkeypatch.setenv("CRL_CACHE_DIR", str(tmp_path / "cache"))
-    return root
-
-
 def _load(tmp_path: Path, record: dict[str, Any], format: str) -> Task:
     path = tmp_path / "records.jsonl"
     path.write_text(json.dumps(record) + "\n")

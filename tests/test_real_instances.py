@@ -71,16 +71,6 @@ def _statuses(check: InstanceCheck) -> list[dict[str, str]]:
     ]
 
 
-@pytest.fixture
-def mirror(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """An empty ``$CRL_GIT_MIRROR`` folder and a clone cache of this test's own."""
-    root = tmp_path / "mirror"
-    root.mkdir()
-    monkeypatch.setenv("CRL_GIT_MIRROR", str(root))
-    monkeypatch.setenv("CRL_CACHE_DIR", str(tmp_path / "cache"))
-    return root
-
-
 async def test_swebench_records_of_unfamiliar_repositories_grade_like_native_ones(
     mirror: Path, tmp_path: Path
 ) -> None:
