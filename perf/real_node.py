@@ -1,7 +1,7 @@
 """Sandbox pods on a real node of the test cluster: how long a cold sandbox takes, and exec.
 
     python perf/real_node.py [--cold N] [--burst N] [--execs N] [--leases N] [--no-pool] [--bench]
-                             [--json]
+                             [--validate N] [--json]
 
 Prints figures; asserts nothing. Needs root, Go, Debian's containerd, containernetworking-plugins,
 tini, docker.io and debootstrap (what ``.ci/run`` installs): it starts the test control plane
@@ -42,6 +42,13 @@ python3) and copy it into the node's containerd, then:
   examples/local-benchmark-mini.yaml --agent gold``: the same instances, agent settings and
   parallelism 2, local sandboxes: a clone and a virtual environment each; timed around the
   command). Image builds and loading are not in either figure.
+
+- **pool validation** (``--validate N``): the bundled suite plus a broken copy (9 tasks) validated
+  by a RolloutPool with ``maxSandboxes: N`` in the cluster (the gateway pod checks each task in
+  sandbox pods of its task image; timed from ``kubectl apply`` until the gateway reports the end),
+  then by a new gateway pod from the cache claim (timed from the old pod's deletion), beside a
+  gateway on this machine over the same tasks (perf/pool_validation.py); figures in
+  perf/pool_validation.md.
 
 Figures (a 2-core VM shared with four other sessions, load average 15-20 during both runs;
 Kubernetes v1.37.1, containerd 1.6.20, runc 1.1.5, cgroup v1, overlayfs; 2026-11-25).
