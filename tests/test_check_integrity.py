@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from crl_worker.harness.check import check_task
 from crl_worker.sandbox.registry import create_sandbox
 
@@ -50,18 +52,37 @@ async def test_the_integrity_check_of_gold_patches_finds_what_an_episode_would_g
     assert refused.returncode == 2 and "use one of them" in refused.stderr
 
 
-async def test_a_runner_attribute_loaded_lazily_is_not_taken_for_tampering() -> None:
+#: Package code that uses a runner attribute unittest loads on first use, and code that replaces it.
+USES_LAZY = "import unittest\nASYNC_BASE = unittest.IsolatedAsyncioTestCase\n"
+REPLACES_LAZY = "import unittest\nunittest.IsolatedAsyncioTestCase = type('Mine', (), {})\n"
+
+
+@pytest.mark.parametrize(
+    ("instance", "package", "code", "resolved"),
+    [
+        (PYTEST, "intervals", USES_LAZY, True),
+        (UNITTEST, "lrukit", USES_LAZY, True),
+        (PYTEST, "intervals", REPLACES_LAZY, False),
+    ],
+)
+async def test_a_runner_attribute_loaded_lazily_is_not_taken_for_tampering(
+    instance: str, package: str, code: str, resolved: bool
+) -> None:
     """``unittest.IsolatedAsyncioTestCase`` is loaded on first use (a module ``__getattr__``):
-    package code that first uses it after the runner was configured (moto's decorators, getmoto
-    6920 of SWE-Gym) changed nothing of the runner, and a correct answer must still count."""
-    task = suite()[PYTEST]
+    package code that first uses it after pytest was configured (moto's decorators, SWE-Gym's
+    getmoto__moto-6920) changed nothing of the runner, and a correct answer still counts, under
+    either runner. Replacing it is still a change to the runner."""
+    task = suite()[instance]
     async with create_sandbox({"type": "local"}, task) as sandbox:
         applied = await sandbox.run(f"git apply - <<'CRL_GOLD_EOF'\n{task.patch}CRL_GOLD_EOF")
         assert applied.exit_code == 0, applied.output
-        uses = "import unittest\nASYNC_BASE = unittest.IsolatedAsyncioTestCase\n"
-        done = await sandbox.run(forgery.append_to_package("intervals", uses))
+        done = await sandbox.run(forgery.append_to_package(package, code))
         assert done.exit_code == 0, done.output
         gold = await sandbox.diff()
     checked = await check_task(task.model_copy(update={"patch": gold}), integrity=True)
-    assert checked.ok, checked.problems
-    assert checked.integrity_verdict == "resolved"
+    assert checked.gold_verdict == "resolved", checked.problems
+    if resolved:
+        assert checked.ok and checked.integrity_verdict == "resolved", checked.problems
+    else:
+        [confirmed] = checked.confirmed
+        assert "unittest.IsolatedAsyncioTestCase" in (confirmed.tampered or ""), checked.problems

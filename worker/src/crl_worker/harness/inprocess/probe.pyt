@@ -76,9 +76,8 @@ def _is_package_file(filename):
 
 
 def _provenance(frame):
-    """The file of the module whose own namespace ``frame`` runs in (``None`` for code run in
-    another namespace: ``exec`` with a dictionary of its own). Not the code's ``co_filename``,
-    which ``compile`` sets to anything."""
+    """The file of the module whose own namespace ``frame`` runs in (``None`` for ``exec`` in a
+    dictionary of its own); not the code's ``co_filename``, which ``compile`` sets to anything."""
     try:
         module = sys.modules.get(frame.f_globals.get("__name__") or "")
         if module is None or getattr(module, "__dict__", None) is not frame.f_globals:
@@ -90,11 +89,10 @@ def _provenance(frame):
 
 
 def _caller(frame):
-    """The frame that answers for an open made at ``frame``: the nearest one at or above it that
-    is not the standard library's (file helpers, readers such as ``configparser``, the import
-    machinery) nor code run in a namespace of its own, by the module it runs in. Package code
-    that reads through the standard library is the reader; an installed library (a linter's
-    parser, the runner) answers for itself."""
+    """The frame that answers for an open made at ``frame``: the nearest one at or above it not
+    of the standard library (file helpers, ``configparser``, the import machinery) nor run in a
+    namespace of its own. Package code reading through the standard library is the reader; an
+    installed library (a linter's parser, the runner) answers for itself."""
     while frame is not None:
         name = _provenance(frame)
         if name and not _is_stdlib(_real(name)):
@@ -340,19 +338,22 @@ def _callables(namespace):
 
 
 def _resolve_lazy():
-    """Load what runner modules load on first use (a module ``__getattr__`` for a name of
-    ``__all__``: unittest's ``IsolatedAsyncioTestCase``) before a snapshot: a later first use
-    is not a change to the runner."""
-    for name, module in list(sys.modules.items()):
-        if module is None or name.split(".")[0] not in _RUNNERS:
-            continue
-        namespace = vars(module)
-        for attr in list(namespace.get("__all__", ()) or ()) if "__getattr__" in namespace else ():
-            if isinstance(attr, str) and attr not in namespace:
-                try:
-                    getattr(module, attr)
-                except Exception:
-                    pass
+    """A snapshot once what runner modules load on first use (``__getattr__`` for an ``__all__``
+    name: ``unittest.IsolatedAsyncioTestCase``) is loaded, never from the repository."""
+    path = sys.path[:]
+    sys.path[:] = [p for p in path if p not in ("", ".") and not _under(_real(p), _CONFIG["root"])]
+    try:
+        for name, module in list(sys.modules.items()):
+            try:
+                namespace = vars(module) if name.split(".")[0] in _RUNNERS else {}
+                for attr in list(namespace.get("__all__", ())) if "__getattr__" in namespace else []:
+                    if isinstance(attr, str) and attr not in namespace:
+                        getattr(module, attr)
+            except Exception:
+                continue
+    finally:
+        sys.path[:] = path
+    return _take_snapshot()
 
 
 def _take_snapshot(critical_only=False):
@@ -455,7 +456,6 @@ def _start():
         inodes.add((info.st_dev, info.st_ino))
     _CONFIG["inodes"] = inodes
     _emit({"kind": "start", "pid": os.getpid()})
-    _resolve_lazy()
     _SNAPSHOT = _take_snapshot()
     if hasattr(sys, "addaudithook") and not _CONFIG["runner_in_repo"]:
         _guard_linecache()
@@ -513,8 +513,7 @@ if _CONFIG is not None and "pytest" in sys.modules:
 
     @_pytest_module.hookimpl(trylast=True)
     def pytest_configure(config):
-        _resolve_lazy()
-        _CONFIGURED.update(_take_snapshot())
+        _CONFIGURED.update(_resolve_lazy())
 
     @_pytest_module.hookimpl(tryfirst=True)
     def pytest_sessionfinish(session, exitstatus):
@@ -536,6 +535,7 @@ def _unittest_main():
     import unittest
 
     _start()
+    _SNAPSHOT.update(_resolve_lazy())  # before the package: unittest has no configure step
     base = unittest.TextTestResult
 
     class Result(base):
