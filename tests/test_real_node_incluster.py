@@ -475,7 +475,7 @@ def test_a_toy_trainingrun_trains_in_the_cluster(
         validation = status["validation"]
         assert (validation["state"], validation["validated"], validation["quarantined"]) == (
             "Done", 2, 1), validation  # fmt: skip
-        assert validation["reasons"][0]["reason"] == "resolved without the fix", validation
+        assert validation["reasons"][0]["reason"] == BROKEN_REASON, validation
         # What a user sees: `kubectl get trun` prints the step, the reward and those counts.
         header, row = cluster.kubectl("get", "trun", "toy", "-n", namespace).stdout.splitlines()
         cell = {name: row[header.index(name) :].split()[0]

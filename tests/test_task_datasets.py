@@ -180,6 +180,10 @@ def test_an_r2egym_record_may_name_its_own_environment() -> None:
     assert task.metadata["record_keys"] == ["python", "install", "test_cmd"]
     (plain,) = _load("r2e-gym", [r2egym_record()]).tasks
     assert plain.python is None and "record_keys" not in plain.metadata
+    # Its tests are pytest ids: another log format would find none of them.
+    unittest_log = {**r2egym_record(), "log_format": "unittest"}
+    [error] = _load("r2e-gym", [unittest_log]).errors
+    assert error.field == "log_format" and "pytest ids" in str(error)
 
 
 # --- SWE-rebench -------------------------------------------------------------------------------

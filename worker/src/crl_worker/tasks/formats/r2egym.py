@@ -15,7 +15,9 @@ An R2E-Gym record (``R2E-Gym/R2E-Gym-Lite``, ``-Subset``, ``-V1``) has no SWE-be
 
 The converter writes the held-out tests as a test patch adding ``r2e_tests/<name>``, turns each
 expected test into a pytest id of that folder, and splits the ones expected to pass into
-FAIL_TO_PASS (not passing at the old commit) and PASS_TO_PASS (passing there).
+FAIL_TO_PASS (not passing at the old commit) and PASS_TO_PASS (passing there). The environment
+is R2E-Gym's image's; without it a record may give its own with the per-record harness keys of
+``swe-bench`` (``python``, ``install``, ``test_cmd``, ...), its log format pytest's.
 """
 
 from __future__ import annotations
@@ -236,6 +238,10 @@ def convert_r2egym(record: Record, ref: RecordRef, options: ConvertOptions) -> T
     # R2E-Gym's environment is its image's; without the image, a record may give its own
     # (python, install, test_cmd, env: the per-record harness keys of swe-bench).
     harness, used = record_harness(record, ref, recipe_fields(GENERIC_PYTHON))
+    if harness["test"].log_format != "pytest":
+        raise ref.error(
+            "must be pytest: R2E-Gym's held-out tests are graded by their pytest ids", "log_format"
+        )
     metadata: dict[str, Any] = {"recipe": "generic"}
     if used:
         metadata["record_keys"] = used
