@@ -170,7 +170,7 @@ import org.junit.jupiter.api.Test;
 class AreaTest {
     @Test
     void areaOfRectangle() {
-        assertEquals(12, Area.of(3, 4));
+        assertEquals(45, Area.of(5, 9));
     }
 
     @Test
@@ -189,7 +189,7 @@ def test_a_renamed_junit_test_is_graded_under_the_task_id() -> None:
     assert "void areaOfRectangle()" not in derived.text
     name = new.split("#")[1]
     assert name[:1].islower() and not name.startswith("test")  # the class's style
-    assert f"void {name}() {{\n        assertEquals(12, Area.of(3, 4));" in derived.text
+    assert f"void {name}() {{\n        assertEquals(45, Area.of(5, 9));" in derived.text
     planted = canary.Canary(
         "AreaTest.java", derived.ids, text=derived.text, renamed=derived.renamed
     )

@@ -52,7 +52,8 @@ def test_a_copy_changes_a_column_or_a_constructor_argument(
         derived = mutants.derive(
             "test_shapes.py", module, "pytest", ids, [], random.Random(seed), 4
         )
-        assert derived is not None and len(derived.ids) == 4
+        # Up to four: a changed digit gives as many copies as it has digits on each side.
+        assert derived is not None and 2 <= len(derived.ids) <= 4
         assert "object()" not in derived.text and set(derived.sources) == set(ids)
         for package, copies_pass in ((HONEST, False), (SELECTIVE, True)):
             folder = tmp_path / f"{seed}-{'forged' if copies_pass else 'honest'}"

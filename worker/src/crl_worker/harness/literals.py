@@ -167,14 +167,7 @@ def variants(
     if isinstance(value, bool):
         return [b"False" if value else b"True"]
     if isinstance(value, int | float):
-        digits = [i for i, c in enumerate(text) if chr(c).isdigit()]
-        if not digits:
-            return []
-        i = rng.choice(digits)
-        lead = i == 0 or not chr(text[i - 1]).isalnum()
-        choices = [d for d in "0123456789" if ord(d) != text[i] and not (lead and d == "0")]
-        picked = rng.sample(choices, min(count, len(choices)))
-        return [text[:i] + d.encode() + text[i + 1 :] for d in picked]
+        return _number_variants(text, rng, count)
     if isinstance(value, str | bytes):
         quote = text[-1:]
         body_start = text.index(quote) + (3 if text.endswith(quote * 3) else 1)
@@ -200,6 +193,46 @@ def variants(
         picked = rng.sample([p for p in pool if p != c], min(count, len(pool) - 1))
         return [text[:i] + d.encode() + text[i + 1 :] for d in picked]
     return []
+
+
+def _number_variants(text: bytes, rng: random.Random, count: int) -> list[bytes]:
+    """Numerals for ``text``, each with the digit of one spot changed, the original's rank among
+    them and its variants drawn uniformly: a forgery that keeps the smallest (or largest) of a
+    group of copies keeps the real test no more often than any other (red team 13 kept the
+    smallest: a real ``0`` or leading ``1`` had only larger copies). So a spot gives as many
+    variants as it has digits on the smaller side and on the larger side of its own, ``count``
+    at most: ``12`` two (at its ``2``), ``1`` one, ``0``, ``9`` and ``10`` none. How many a numeral
+    gets depends on it alone, never on a draw, so that says nothing either."""
+    spots = _digit_spots(text, count)
+    size = max((spot[0] for spot in spots), default=0)
+    if size == 0:
+        return []
+    _, i, below, above = rng.choice([spot for spot in spots if spot[0] == size])
+    smaller = rng.randint(0, size)
+    picked = rng.sample(below, smaller) + rng.sample(above, size - smaller)
+    rng.shuffle(picked)
+    return [text[:i] + d.encode() + text[i + 1 :] for d in picked]
+
+
+def _digit_spots(text: bytes, count: int) -> list[tuple[int, int, list[str], list[str]]]:
+    """Per digit of the numeral ``text``: how many variants it gives (``count`` at most), its
+    index, and the digits below and above its own that may replace it."""
+    spots = []
+    for i, c in enumerate(text):
+        if not chr(c).isdigit():
+            continue
+        # A leading digit of a longer numeral is never 0 (``05`` is not Python).
+        lead = (i == 0 or not chr(text[i - 1]).isalnum()) and text[i + 1 : i + 2].isdigit()
+        allowed = [d for d in "0123456789" if not (lead and d == "0")]
+        below = [d for d in allowed if ord(d) < c]
+        above = [d for d in allowed if ord(d) > c]
+        spots.append((min(len(below), len(above), count), i, below, above))
+    return spots
+
+
+def number_room(value: float) -> int:
+    """How many variants the numeral of ``value`` gives at most (:func:`_number_variants`)."""
+    return max((spot[0] for spot in _digit_spots(repr(abs(value)).encode(), 9)), default=0)
 
 
 #: Names of code in a docstring: with an underscore, called, after a dot, in backquotes.

@@ -359,7 +359,11 @@ def derive(
     data = source.data
     # From the end; at one place a removal before an addition (a test moved off the place
     # right after the one a block goes beside).
-    for at, new, replaced in sorted(inserts, key=lambda i: (i[0], i[2]), reverse=True):
+    # Blocks added at one place land in a random order (red team 13: the renamed real test,
+    # added first, always stood after its copies).
+    for at, new, replaced in sorted(
+        inserts, key=lambda i: (i[0], i[2], rng.random()), reverse=True
+    ):
         data = data[:at] + new + data[at + replaced :]
     if not data.endswith(b"\n"):
         data += b"\n"
@@ -525,14 +529,10 @@ def _plan(
         groups = with_literal[:count]
         sizes = group_sizes(count, len(groups))
         for test, size in zip(groups, sizes, strict=True):
-            literal = rng.choice(expectations(test))
-            try:
-                start, end, texts = mutate(
-                    source, literal, rng, size, _input_words(test, literal, words)
-                )
-            except ValueError:
-                continue
-            plan.extend((test, (start, end, t)) for t in texts)
+            changed = _mutate_one_of(source, test, rng, size, words)
+            if changed is not None:
+                start, end, texts = changed
+                plan.extend((test, (start, end, t)) for t in texts)
     if plan:
         return plan
     rest = [
@@ -546,10 +546,22 @@ def _plan(
         if not literals:
             single.append((test, None))
             continue
-        literal = rng.choice(literals)
+        changed = _mutate_one_of(source, test, rng, 1, words)
+        if changed is not None:
+            single.append((test, (changed[0], changed[1], changed[2][0])))
+    return single
+
+
+def _mutate_one_of(
+    source: Text, test: TestDef, rng: random.Random, count: int, words: Words | None
+) -> tuple[int, int, list[bytes]] | None:
+    """``count`` changed texts of one of ``test``'s expectations, tried in a random order (a
+    numeral without a digit that can move both ways has none: :mod:`~crl_worker.harness.literals`),
+    or ``None``."""
+    literals = expectations(test)
+    for literal in rng.sample(literals, len(literals)):
         try:
-            start, end, texts = mutate(source, literal, rng, 1, _input_words(test, literal, words))
+            return mutate(source, literal, rng, count, _input_words(test, literal, words))
         except ValueError:
             continue
-        single.append((test, (start, end, texts[0])))
-    return single
+    return None

@@ -334,12 +334,12 @@ def _callables(namespace):
     for key, value in list(namespace.items()):
         if callable(value) or isinstance(value, (classmethod, staticmethod, property)):
             kept[key] = value
+            kept[key + ".__code__"] = value.__code__ if type(value) is type(_callables) else None
     return kept
 
 
 def _resolve_lazy():
-    """A snapshot once what runner modules load on first use (``__getattr__`` for an ``__all__``
-    name: ``unittest.IsolatedAsyncioTestCase``) is loaded, never from the repository."""
+    """A snapshot once ``__all__`` names runner modules load on first use are, not from the repo."""
     path = sys.path[:]
     sys.path[:] = [p for p in path if p not in ("", ".") and not _under(_real(p), _CONFIG["root"])]
     try:
