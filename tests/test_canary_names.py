@@ -31,9 +31,9 @@ from tests.fixtures.canary_attacks import (
 )
 
 #: How much better than chance any guess may pick the real test (chance is about 0.26 here;
-#: the noise of this many gradings is about 0.045).
+#: the noise of this many gradings is about 0.03).
 MARGIN = 0.15
-GRADINGS = 12
+GRADINGS = 30
 #: The same for the strings of one module's groups (20 or more: the noise is about 0.09).
 STRING_MARGIN = 0.2
 

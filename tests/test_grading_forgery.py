@@ -495,6 +495,35 @@ def test_copies_of_one_fail_to_pass_test_cannot_be_told_from_it() -> None:
     assert derived is not None and sorted(derived.sources) == sorted(f2p * 2)
 
 
+def test_the_real_test_is_not_the_last_of_its_copies() -> None:
+    # Copies and the renamed real test that go beside the same test were added in the order they
+    # were made, the real one first, so it always stood after its copies (red team 13 kept the
+    # last of each run of look-alike tests). They now land in a random order there.
+    text = (
+        "from pkg import area\n\n\ndef test_other():\n    assert area(1, 1) == 1\n\n\n"
+        "def test_area_of_rectangle():\n    assert area(12, 3) == 36\n"
+    )
+    runs = last = 0
+    for seed in range(100):
+        derived = mutants.derive(
+            "t.py", text, "pytest", ["t.py::test_area_of_rectangle"], ["t.py::test_other"],
+            random.Random(seed), 3,
+        )  # fmt: skip
+        assert derived is not None
+        names = [f.name for f in ast.parse(derived.text).body if isinstance(f, ast.FunctionDef)]
+        [real] = [new.split("::")[-1] for new, _ in derived.renamed]
+        look_alike = {i.split("::")[-1] for i in derived.ids} | {real}
+        at = end = start = names.index(real)
+        while end + 1 < len(names) and names[end + 1] in look_alike:
+            end += 1
+        while start > 0 and names[start - 1] in look_alike:
+            start -= 1
+        if end > start:
+            runs += 1
+            last += at == end
+    assert runs >= 50 and last / runs <= 0.6, (runs, last)
+
+
 def test_a_selection_by_ids_gets_canaries_and_does_not_order_them_last() -> None:
     # Ids name their module by path (pytest) or dotted (unittest): the test modules the run
     # executes are found either way; and the command line lists the ids by name, so that the

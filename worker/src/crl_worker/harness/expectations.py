@@ -207,7 +207,7 @@ def _string_variants(text: str, rng: random.Random, count: int, words: Words | N
     """Up to ``count`` different texts for the string literal ``text`` (quotes included), the
     same one spot changed in each: a word of the file where there is one, else a character
     (:func:`crl_worker.harness.literals.variants`)."""
-    found = variants(text.encode(), text[1:-1], rng, count, words)
+    found = variants(text.encode(), text[1:-1], rng, count, words, balanced=False)
     return [v.decode() for v in found]
 
 

@@ -158,12 +158,15 @@ def variants(
     rng: random.Random,
     count: int,
     words: Words | None = None,
+    balanced: bool = True,
 ) -> list[bytes]:
     """Up to ``count`` texts for the constant ``text`` (of ``value``), each changed at the same
     one spot to a different value, the spot and the values drawn from ``rng``: the original and
     its variants differ only there, so nothing tells the original apart. A string with a word
     gets another word of the module there (:func:`word_variants`, given its ``words``); else
-    one character is changed (a digit, a letter)."""
+    one character is changed (a digit, a letter), the original's rank among the group's
+    uniform (:func:`_balanced`; ``balanced=False``, the compiled languages' copies for now:
+    any other character of its kind, an empty string a letter)."""
     if isinstance(value, bool):
         return [b"False" if value else b"True"]
     if isinstance(value, int | float):
@@ -183,16 +186,34 @@ def variants(
             # left text that is not UTF-8 (Aider's Go poker: the derivation failed).
             if text[i] < 128 and chr(text[i]).isalnum() and text[i - 1 : i] != b"\\"
         ]
-        letters = "abcdefghijklmnopqrstuvwxyz"
-        if not spots:
-            picked = rng.sample(letters, min(count, len(letters)))
-            return [text[:body_start] + c.encode() + text[body_start:] for c in picked]
-        i = rng.choice(spots)
-        c = chr(text[i])
-        pool = "0123456789" if c.isdigit() else letters.upper() if c.isupper() else letters
-        picked = rng.sample([p for p in pool if p != c], min(count, len(pool) - 1))
-        return [text[:i] + d.encode() + text[i + 1 :] for d in picked]
+        # A character changed within its kind, the real one's rank uniform among the group's
+        # (as a number's digit: an "a" has no copy, an empty string none either, since a
+        # letter added to it would leave the real one the shortest and the smallest).
+        if balanced:
+            return _balanced(text, [(i, _kind_of(chr(text[i]))) for i in spots], rng, count)
+        return _unbalanced(text, spots, body_start, rng, count)
     return []
+
+
+def _unbalanced(
+    text: bytes, spots: list[int], start: int, rng: random.Random, count: int
+) -> list[bytes]:
+    """Any other character of its kind at a random spot (an empty string: a letter added)."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    if not spots:
+        picked = rng.sample(letters, min(count, len(letters)))
+        return [text[:start] + c.encode() + text[start:] for c in picked]
+    i = rng.choice(spots)
+    pool = [p for p in _kind_of(chr(text[i])) if p != chr(text[i])]
+    return [text[:i] + d.encode() + text[i + 1 :] for d in rng.sample(pool, min(count, len(pool)))]
+
+
+def _kind_of(character: str) -> str:
+    """The characters that may replace ``character``: of its kind, digit or letter of its case."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    if character.isdigit():
+        return "0123456789"
+    return letters.upper() if character.isupper() else letters
 
 
 def _number_variants(text: bytes, rng: random.Random, count: int) -> list[bytes]:
@@ -203,36 +224,54 @@ def _number_variants(text: bytes, rng: random.Random, count: int) -> list[bytes]
     variants as it has digits on the smaller side and on the larger side of its own, ``count``
     at most: ``12`` two (at its ``2``), ``1`` one, ``0``, ``9`` and ``10`` none. How many a numeral
     gets depends on it alone, never on a draw, so that says nothing either."""
-    spots = _digit_spots(text, count)
-    size = max((spot[0] for spot in spots), default=0)
+    return _balanced(text, _digit_spots(text), rng, count)
+
+
+def _digit_spots(text: bytes) -> list[tuple[int, str]]:
+    """Each digit of the numeral ``text`` and the digits that may replace it."""
+    spots = []
+    for i, c in enumerate(text):
+        if chr(c).isdigit():
+            # A leading digit of a longer numeral is never 0 (``05`` is not Python).
+            lead = (i == 0 or not chr(text[i - 1]).isalnum()) and text[i + 1 : i + 2].isdigit()
+            spots.append((i, "123456789" if lead else "0123456789"))
+    return spots
+
+
+def _rooms(
+    text: bytes, spots: list[tuple[int, str]], count: int
+) -> list[tuple[int, int, list[str], list[str]]]:
+    """Per spot (its index, what may replace its character): how many variants it gives, as
+    many as it has replacements below and above its own character (``count`` at most), its
+    index, and those below and above."""
+    rooms = []
+    for i, allowed in spots:
+        below = [d for d in allowed if ord(d) < text[i]]
+        above = [d for d in allowed if ord(d) > text[i]]
+        rooms.append((min(len(below), len(above), count), i, below, above))
+    return rooms
+
+
+def _balanced(
+    text: bytes, spots: list[tuple[int, str]], rng: random.Random, count: int
+) -> list[bytes]:
+    """Variants of ``text`` with the character of one of ``spots`` (the roomiest, drawn among
+    ties) replaced, as many as it has room for, the original's rank among them uniform."""
+    rooms = _rooms(text, spots, count)
+    size = max((room[0] for room in rooms), default=0)
     if size == 0:
         return []
-    _, i, below, above = rng.choice([spot for spot in spots if spot[0] == size])
+    _, i, below, above = rng.choice([room for room in rooms if room[0] == size])
     smaller = rng.randint(0, size)
     picked = rng.sample(below, smaller) + rng.sample(above, size - smaller)
     rng.shuffle(picked)
     return [text[:i] + d.encode() + text[i + 1 :] for d in picked]
 
 
-def _digit_spots(text: bytes, count: int) -> list[tuple[int, int, list[str], list[str]]]:
-    """Per digit of the numeral ``text``: how many variants it gives (``count`` at most), its
-    index, and the digits below and above its own that may replace it."""
-    spots = []
-    for i, c in enumerate(text):
-        if not chr(c).isdigit():
-            continue
-        # A leading digit of a longer numeral is never 0 (``05`` is not Python).
-        lead = (i == 0 or not chr(text[i - 1]).isalnum()) and text[i + 1 : i + 2].isdigit()
-        allowed = [d for d in "0123456789" if not (lead and d == "0")]
-        below = [d for d in allowed if ord(d) < c]
-        above = [d for d in allowed if ord(d) > c]
-        spots.append((min(len(below), len(above), count), i, below, above))
-    return spots
-
-
 def number_room(value: float) -> int:
     """How many variants the numeral of ``value`` gives at most (:func:`_number_variants`)."""
-    return max((spot[0] for spot in _digit_spots(repr(abs(value)).encode(), 9)), default=0)
+    text = repr(abs(value)).encode()
+    return max((room[0] for room in _rooms(text, _digit_spots(text), 9)), default=0)
 
 
 #: Names of code in a docstring: with an underscore, called, after a dot, in backquotes.

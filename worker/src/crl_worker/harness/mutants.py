@@ -555,13 +555,14 @@ def _plan(
 def _mutate_one_of(
     source: Text, test: TestDef, rng: random.Random, count: int, words: Words | None
 ) -> tuple[int, int, list[bytes]] | None:
-    """``count`` changed texts of one of ``test``'s expectations, tried in a random order (a
-    numeral without a digit that can move both ways has none: :mod:`~crl_worker.harness.literals`),
-    or ``None``."""
-    literals = expectations(test)
-    for literal in rng.sample(literals, len(literals)):
+    """Up to ``count`` changed texts of the one of ``test``'s expectations that gives the most
+    (a numeral gives as many as its digits have room on both sides, ``0`` none:
+    :mod:`~crl_worker.harness.literals`; the fewer copies, the likelier a guess of the real
+    one), ties broken at random; ``None`` when none gives any."""
+    found = []
+    for literal in rng.sample(expectations(test), len(expectations(test))):
         try:
-            return mutate(source, literal, rng, count, _input_words(test, literal, words))
+            found.append(mutate(source, literal, rng, count, _input_words(test, literal, words)))
         except ValueError:
             continue
-    return None
+    return max(found, key=lambda changed: len(changed[2]), default=None)
