@@ -147,11 +147,10 @@ from tests.fixtures.incluster import (  # noqa: E402
     start_pool,
     suite_on_node,
     uninstall_operator,
-    until,
 )
 from tests.fixtures.incluster_validation import (  # noqa: E402
     delete_pool,
-    progress_report,
+    restart_gateway,
     validate_pool,
     with_broken_copy,
 )
@@ -464,11 +463,7 @@ def validation_figures(
         pool = validate_pool(cluster, node, namespace, "perf-valid", tasks,
                              max_sandboxes=max_sandboxes)  # fmt: skip
         began = time.monotonic()
-        cluster.kubectl("delete", "pods", "-n", namespace, "-l",
-                        "app.kubernetes.io/component=gateway", "--wait=false")  # fmt: skip
-        until("the new gateway's report", lambda: (
-            (found := progress_report(cluster, namespace, pool.name)) and found.get("finished")
-            and found.get("cached") == len(tasks)), timeout=300)  # fmt: skip
+        restart_gateway(cluster, namespace, pool.name, len(tasks))
         cached_wall = time.monotonic() - began
         delete_pool(cluster, namespace, pool.name)
     finally:

@@ -54,7 +54,7 @@ from .fixtures.incluster_validation import (
     BROKEN_ID,
     BROKEN_REASON,
     delete_pool,
-    progress_report,
+    restart_gateway,
     validate_pool,
     with_broken_copy,
 )
@@ -275,11 +275,7 @@ def test_a_rolloutpool_validates_its_tasks_and_quarantines_a_broken_one(
         assert code == 201, lease
         pool.gateway.call("DELETE", f"/v1/leases/{lease['lease_id']}", {})
         # A new gateway pod validates nothing again: every verdict from the cache on the claim.
-        cluster.kubectl("delete", "pods", "-n", namespace, "-l",
-                        f"app.kubernetes.io/component=gateway,app.kubernetes.io/instance={pool.name}")  # fmt: skip
-        again = until("the new gateway's report", lambda: (
-            (found := progress_report(cluster, namespace, pool.name)) and found.get("finished")
-            and found.get("cached") == 9 and found), timeout=180)  # fmt: skip
+        again = restart_gateway(cluster, namespace, pool.name, 9, timeout=180)
         assert (again["validated"], again["quarantined"]) == (9, 1), again
     finally:
         delete_pool(cluster, namespace, pool.name)

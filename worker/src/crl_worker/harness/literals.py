@@ -195,13 +195,16 @@ def variants(
     return []
 
 
+#: What a changed letter is drawn from (upper case for an upper-case one).
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
 def _unbalanced(
     text: bytes, spots: list[int], start: int, rng: random.Random, count: int
 ) -> list[bytes]:
     """Any other character of its kind at a random spot (an empty string: a letter added)."""
-    letters = "abcdefghijklmnopqrstuvwxyz"
     if not spots:
-        picked = rng.sample(letters, min(count, len(letters)))
+        picked = rng.sample(_LETTERS, min(count, len(_LETTERS)))
         return [text[:start] + c.encode() + text[start:] for c in picked]
     i = rng.choice(spots)
     pool = [p for p in _kind_of(chr(text[i])) if p != chr(text[i])]
@@ -210,10 +213,9 @@ def _unbalanced(
 
 def _kind_of(character: str) -> str:
     """The characters that may replace ``character``: of its kind, digit or letter of its case."""
-    letters = "abcdefghijklmnopqrstuvwxyz"
     if character.isdigit():
         return "0123456789"
-    return letters.upper() if character.isupper() else letters
+    return _LETTERS.upper() if character.isupper() else _LETTERS
 
 
 def _number_variants(text: bytes, rng: random.Random, count: int) -> list[bytes]:

@@ -559,8 +559,9 @@ def _mutate_one_of(
     (a numeral gives as many as its digits have room on both sides, ``0`` none:
     :mod:`~crl_worker.harness.literals`; the fewer copies, the likelier a guess of the real
     one), ties broken at random; ``None`` when none gives any."""
+    literals = expectations(test)
     found = []
-    for literal in rng.sample(expectations(test), len(expectations(test))):
+    for literal in rng.sample(literals, len(literals)):
         try:
             found.append(mutate(source, literal, rng, count, _input_words(test, literal, words)))
         except ValueError:
