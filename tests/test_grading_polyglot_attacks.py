@@ -90,9 +90,13 @@ def test_canaries_copy_rename_and_map_back() -> None:
     # real test (redteam11).
     assert all(t.body[-2].strip() == "t.FailNow()" for t in in_run)
     bodies = {t.name: t.body[:-3] for t in in_run}
-    rows = {i.split("/", 1)[1] for i in canary.ids}
-    assert len(rows) == 1 and rows <= {"zero", "single_digit", "several_digits", "large_number"}
-    for copy in canary.ids:
+    # Its values give two copies at most (7 and 17 have two digits above them; 0 none: every
+    # copy of it would be larger): its other two copies change no row, only their check fails.
+    with_row = [i for i in canary.ids if "/" in i]
+    assert len(with_row) == 2 and set(canary.sources) == {"TestDigitSum"}
+    rows = {i.split("/", 1)[1] for i in with_row}
+    assert len(rows) == 1 and rows <= {"single_digit", "several_digits"}
+    for copy in with_row:
         test = copy.split("/", 1)[0]
         changed = [a for a, b in zip(bodies[test], bodies[run_id], strict=True) if a != b]
         assert len(changed) == 1 and changed[0].strip().startswith('{"'), changed
@@ -125,7 +129,11 @@ def test_canaries_copy_rename_and_map_back() -> None:
     for line in copies:
         call = line.split("digit_sum::sum(")[1].split(")")[0]
         want = line.split("== ", 1)[1].split(")")[0]
-        assert want.isdigit() and want != real[call], line
+        if want == real[call]:
+            # A 0 has no copy that is not larger: that test's copy fails at the check only.
+            assert call == "0" and "expected_" in line, line
+            continue
+        assert want.isdigit(), line
         by_call.setdefault(call, []).append(want)
     # The copies of one test expect different values, each one digit away from the original.
     for call, wants in by_call.items():
@@ -151,10 +159,10 @@ def test_rust_and_cpp_copies_expect_another_value() -> None:
 
     # Every copy of a test changes the same spot, each to another value drawn at random: no
     # rule (n - 1, an appended letter) leads from the copies to the original.
-    sums = values("    assert_eq!(digit_sum(1907), Some(17));", r"Some\((\d+)\)")
-    assert len(set(sums)) == 4 and "17" not in sums
+    sums = values("    assert_eq!(digit_sum(1907), Some(45));", r"Some\((\d+)\)")
+    assert len(set(sums)) == 4 and "45" not in sums
     assert (
-        len({next(i for i, (a, b) in enumerate(zip(v, "17", strict=True)) if a != b) for v in sums})
+        len({next(i for i, (a, b) in enumerate(zip(v, "45", strict=True)) if a != b) for v in sums})
         == 1
     )
     # A character's UTF-8 bytes are not spots (Aider's Go poker: `"4♡ 5♡"` left invalid UTF-8).
@@ -169,9 +177,9 @@ def test_rust_and_cpp_copies_expect_another_value() -> None:
     # keys and expects `trials` of them) is not an expectation: a copy changing it passed.
     trials = "    let trials = 100;\n    for _ in 0..trials {\n        k.insert(f());\n    }\n"
     assert change(trials + "    assert_eq!(k.len(), trials);", "rust", rng) is None
-    several = '    let expected = vec![\n        "a",\n    ];\n    assert_eq!(expected, f(1));'
+    several = '    let expected = vec![\n        "m",\n    ];\n    assert_eq!(expected, f(1));'
     changed = change(several, "rust", rng)
-    assert changed is not None and '"a"' not in changed and changed.count('"') == 2, changed
+    assert changed is not None and '"m"' not in changed and changed.count('"') == 2, changed
     # An integer never leaves the width it fits: -128 and 255 stay an i8's and a u8's.
     for body, low, high in [
         ("assert_eq!(f(), -128);", -128, 127),
@@ -207,9 +215,10 @@ def test_jest_canaries_change_the_last_expectation() -> None:
     js = _task("javascript__digit-sum")
     sources = _hidden(js)
     canary = derive_canary(js, sources, random.Random(4))
-    # One copy of each listed test (each has a literal expectation): five.
-    assert canary is not None and canary.text is not None and len(canary.ids) == 5
-    assert sorted(canary.sources) == sorted(js.fail_to_pass)
+    # One copy of each listed test with a literal expectation that has room on both sides: not
+    # `zero` (every copy of a 0 would be larger, and the smallest of a group is no guess).
+    assert canary is not None and canary.text is not None and len(canary.ids) == 4
+    assert sorted(canary.sources) == sorted(set(js.fail_to_pass) - {"digit sum > zero"})
     _, tests = mutants_jest.tests_of(canary.text)
     in_file = {t.id for t in tests}
     assert in_file == {*canary.ids, *(new for new, _ in canary.renamed)}
@@ -223,7 +232,7 @@ def test_jest_canaries_change_the_last_expectation() -> None:
     # Each copy differs from the spec in its title and one literal of its last expect only.
     copies = [line for line in canary.text.splitlines() if "expect(" in line]
     changed = [line for line in copies if line not in original]
-    assert len(copies) == 10 and len(changed) == 5
+    assert len(copies) == 9 and len(changed) == 4
     assert all(line.strip().startswith("expect(") for line in changed)
     back = restore_ids(canary, {new: TestStatus.PASSED for new, _ in canary.renamed})
     assert back == dict.fromkeys(js.fail_to_pass, TestStatus.PASSED)
@@ -254,7 +263,8 @@ def test_jest_canaries_change_the_last_expectation() -> None:
     toks, tests = mutants_jest.tests_of(spec)
     spots = [mutants_jest.target(toks, t) for t in tests]
     literals = [toks[s.literal].text if s and s.literal else None for s in spots]
-    assert literals == ["'y'", "3", None]
+    # Of 'x' and 'y', the one with more room on both sides (two letters after x, one after y).
+    assert literals == ["'x'", "3", None]
 
 
 def test_jest_copies_change_a_word_to_another_word_of_the_spec() -> None:
@@ -276,10 +286,11 @@ def test_jest_copies_change_a_word_to_another_word_of_the_spec() -> None:
         first_is_copy += tests[0].id in derived.ids
         found = re.findall(r"mostCommon\('([^']*)'\)\)\.toEqual\('(\w*)'\)", derived.text)
         copies = [(c, w) for c, w in found if given[c] != w]
-        assert len(found) == len(given) + 5 and len(copies) == 5, found
+        # An empty expectation has no copy (any would be longer): the other three share four.
+        assert len(found) == len(given) + 4 and len(copies) == 4, found
+        assert {c for c, _ in copies} == {c for c, w in given.items() if w}
         for call, want in copies:
-            # An empty expectation has no word: its copies get a letter.
-            assert want.lower() in vocabulary or not given[call], (call, want)
+            assert want.lower() in vocabulary, (call, want)
             from_input += want.lower() in call.lower()
     assert from_input > 50 and 0 < first_is_copy < 20
 
@@ -467,13 +478,13 @@ GO_TABLES = {
 		want string
 	}{
 		{in: "a b", want: "ab"},
-		{want: "x", in: "a"},
+		{want: "m", in: "a"},
 	} {
 		if got := Join(c.in); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("Join(%q) = %v, want %v", c.in, got, c.want)
 		}
 	}""",
-        ['"ab"', '"x"'],
+        ['"ab"', '"m"'],
     ),
     "positional": (
         """	for _, tc := range []struct {

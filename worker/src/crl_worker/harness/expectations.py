@@ -18,9 +18,10 @@ other must not, or one side is a name bound to such literals on a line of its ow
 are then the expectation; one of that side's literals changes, drawn at random, and every copy
 of one test changes it at the same spot to another value, drawn at random too: a number's digit
 (an integer never past the width it fits: :data:`_BOUNDS`), a string's word to another word of
-the test file (else a character). No rule leads from the copies to the original (a fixed
-``n - 1`` or an appended letter did: the value the rule turns into all the others was the real
-one). A value built from different literals is a different value, so the changed assertion
+the test file (else a character), with as many values below the original as above it on
+average, its rank among them uniform (a ``0``, a ``9``, an empty string give no copy). No rule
+leads from the copies to the original (a fixed ``n - 1`` or an appended letter did: the value
+the rule turns into all the others was the real one; so did the smallest of a group). A value built from different literals is a different value, so the changed assertion
 fails for every answer that passes the real one. Anything else (a side with a call or a
 variable, a raw string, a hexadecimal number only, several ``==``) has no expected side
 (:func:`expected_side` gives ``None``): the copy keeps the appended comparison.
@@ -31,7 +32,7 @@ from __future__ import annotations
 import random
 import re
 
-from crl_worker.harness.literals import Words, variants
+from crl_worker.harness.literals import Words, balanced, variants
 
 _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 _CHAR = re.compile(r"'(?:[^'\\\n]|\\[^'\n]{1,10})'")
@@ -155,9 +156,11 @@ def _number_variants(
 ) -> list[str]:
     """Up to ``count`` different numbers for the number ``text`` (digits of ``base``, maybe
     one ``.`` in a decimal; ``negative`` when a minus sign comes before it), each with the same
-    one digit changed to another, drawn at random: the group has no rule that leads from the
-    others to the original (a fixed ``n - 1`` did). An integer stays within the width the
-    original fits (:data:`_BOUNDS`) and gets no leading zero."""
+    one digit changed to another, the original's rank among them drawn uniformly
+    (:func:`~crl_worker.harness.literals.balanced`): no rule leads from the others to the
+    original (a fixed ``n - 1`` did, and so did keeping the smallest of a group whose copies
+    were all larger than a real ``0``). An integer stays within the width the original fits
+    (:data:`_BOUNDS`) and gets no leading zero."""
     alphabet = "0123456789" if base == 10 else "0123456789abcdef"
     if base != 10 and any(c.isupper() for c in text):
         alphabet = alphabet.upper()
@@ -168,18 +171,14 @@ def _number_variants(
     spots = []
     for i in digits:
         lead = i == 0 and len(digits) > 1 and integer
-        options = [text[:i] + d + text[i + 1 :] for d in alphabet if d != text[i]]
-        options = [o for o in options if not (lead and o[0] == "0")]
-        if bound is not None:
-            options = [o for o in options if int(o, base) <= bound]
-        if options:
-            spots.append(options)
-    if not spots:
-        return []
-    # The spot with the most choices of those that have enough, else the best there is.
-    enough = [o for o in spots if len(o) >= count]
-    options = rng.choice(enough) if enough else max(spots, key=len)
-    return rng.sample(options, min(count, len(options)))
+        allowed = "".join(
+            d
+            for d in alphabet
+            if not (lead and d == "0")
+            and (bound is None or int(text[:i] + d + text[i + 1 :], base) <= bound)
+        )
+        spots.append((i, allowed))
+    return [v.decode() for v in balanced(text.encode(), spots, rng, count)]
 
 
 #: A hexadecimal integer (``0x7F``), its digits the group.
@@ -207,7 +206,7 @@ def _string_variants(text: str, rng: random.Random, count: int, words: Words | N
     """Up to ``count`` different texts for the string literal ``text`` (quotes included), the
     same one spot changed in each: a word of the file where there is one, else a character
     (:func:`crl_worker.harness.literals.variants`)."""
-    found = variants(text.encode(), text[1:-1], rng, count, words, balanced=False)
+    found = variants(text.encode(), text[1:-1], rng, count, words)
     return [v.decode() for v in found]
 
 

@@ -365,7 +365,8 @@ def changed_row(
     words: Words | None = None,
     listed: Callable[[str | None], bool] = lambda _: True,
 ) -> tuple[str | None, list[str]]:
-    """The subtest of one row drawn among :func:`changeable_rows`, and up to ``count``
+    """The subtest of one row of :func:`changeable_rows` (one whose value gives the most
+    copies, drawn among them), and up to ``count``
     versions of ``table.text`` each with that row's expected value changed to another (the
     row's input words first), pairwise different; ``(None, [])`` when there is no such row.
     The subtest is None in a table with no subtests (the copy itself is the canary).
@@ -377,15 +378,23 @@ def changed_row(
     any one row (a trivial ``n`` is right on ``0`` and ``7``) name the real test for certain
     (redteam11)."""
     rows = changeable_rows(table, listed)
-    if not rows:
-        return None, []
-    row = rng.choice(rows)
-    assert row.cell is not None  # changeable_rows: every row has one
-    a, b = row.cell
-    near = words.input_first(row.inputs) if words is not None else None
-    text, old = table.text, table.text[a:b]
-    if old in ("true", "false"):
-        news = ["false" if old == "true" else "true"]  # the one other value: one copy changes
-    else:
-        news = literal_changes(old, rng, count, near) or hex_changes(old, rng, count)
-    return row.subtest, [text[:a] + new + text[b:] for new in news]
+    rng.shuffle(rows)
+    best: tuple[str | None, list[str]] = (None, [])
+    text = table.text
+    # The row whose value gives the most copies (the first drawn of those): a value at the edge
+    # of its digits (a 0, a 9) gives none, so that its group's real value is no more often the
+    # smallest than any other (literals.balanced).
+    for row in rows:
+        assert row.cell is not None  # changeable_rows: every row has one
+        a, b = row.cell
+        near = words.input_first(row.inputs) if words is not None else None
+        old = text[a:b]
+        if old in ("true", "false"):
+            news = ["false" if old == "true" else "true"]  # the one other value: one copy
+        else:
+            news = literal_changes(old, rng, count, near) or hex_changes(old, rng, count)
+        if len(news) > len(best[1]):
+            best = (row.subtest, [text[:a] + new + text[b:] for new in news])
+        if len(best[1]) >= count:
+            break
+    return best

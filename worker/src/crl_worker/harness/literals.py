@@ -158,15 +158,14 @@ def variants(
     rng: random.Random,
     count: int,
     words: Words | None = None,
-    balanced: bool = True,
 ) -> list[bytes]:
     """Up to ``count`` texts for the constant ``text`` (of ``value``), each changed at the same
     one spot to a different value, the spot and the values drawn from ``rng``: the original and
     its variants differ only there, so nothing tells the original apart. A string with a word
     gets another word of the module there (:func:`word_variants`, given its ``words``); else
     one character is changed (a digit, a letter), the original's rank among the group's
-    uniform (:func:`_balanced`; ``balanced=False``, the compiled languages' copies for now:
-    any other character of its kind, an empty string a letter)."""
+    uniform (:func:`balanced`). Every language's copies are drawn here or with
+    :func:`balanced`."""
     if isinstance(value, bool):
         return [b"False" if value else b"True"]
     if isinstance(value, int | float):
@@ -189,9 +188,7 @@ def variants(
         # A character changed within its kind, the real one's rank uniform among the group's
         # (as a number's digit: an "a" has no copy, an empty string none either, since a
         # letter added to it would leave the real one the shortest and the smallest).
-        if balanced:
-            return _balanced(text, [(i, _kind_of(chr(text[i]))) for i in spots], rng, count)
-        return _unbalanced(text, spots, body_start, rng, count)
+        return balanced(text, [(i, kind_of(chr(text[i]))) for i in spots], rng, count)
     return []
 
 
@@ -199,19 +196,7 @@ def variants(
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
-def _unbalanced(
-    text: bytes, spots: list[int], start: int, rng: random.Random, count: int
-) -> list[bytes]:
-    """Any other character of its kind at a random spot (an empty string: a letter added)."""
-    if not spots:
-        picked = rng.sample(_LETTERS, min(count, len(_LETTERS)))
-        return [text[:start] + c.encode() + text[start:] for c in picked]
-    i = rng.choice(spots)
-    pool = [p for p in _kind_of(chr(text[i])) if p != chr(text[i])]
-    return [text[:i] + d.encode() + text[i + 1 :] for d in rng.sample(pool, min(count, len(pool)))]
-
-
-def _kind_of(character: str) -> str:
+def kind_of(character: str) -> str:
     """The characters that may replace ``character``: of its kind, digit or letter of its case."""
     if character.isdigit():
         return "0123456789"
@@ -226,10 +211,10 @@ def _number_variants(text: bytes, rng: random.Random, count: int) -> list[bytes]
     variants as it has digits on the smaller side and on the larger side of its own, ``count``
     at most: ``12`` two (at its ``2``), ``1`` one, ``0``, ``9`` and ``10`` none. How many a numeral
     gets depends on it alone, never on a draw, so that says nothing either."""
-    return _balanced(text, _digit_spots(text), rng, count)
+    return balanced(text, digit_spots(text), rng, count)
 
 
-def _digit_spots(text: bytes) -> list[tuple[int, str]]:
+def digit_spots(text: bytes) -> list[tuple[int, str]]:
     """Each digit of the numeral ``text`` and the digits that may replace it."""
     spots = []
     for i, c in enumerate(text):
@@ -254,11 +239,15 @@ def _rooms(
     return rooms
 
 
-def _balanced(
+def balanced(
     text: bytes, spots: list[tuple[int, str]], rng: random.Random, count: int
 ) -> list[bytes]:
-    """Variants of ``text`` with the character of one of ``spots`` (the roomiest, drawn among
-    ties) replaced, as many as it has room for, the original's rank among them uniform."""
+    """Variants of ``text`` with the character of one of ``spots`` (each an index and the
+    characters that may replace the one there, which order as the values they stand for:
+    digits, hexadecimal digits of one case, letters of one case) replaced: at the roomiest
+    spot (drawn among ties), as many variants as it has replacements on both sides of its own
+    character (``count`` at most), the original's rank among them drawn uniformly. Empty when
+    no spot has a replacement on each side."""
     rooms = _rooms(text, spots, count)
     size = max((room[0] for room in rooms), default=0)
     if size == 0:
@@ -273,7 +262,7 @@ def _balanced(
 def number_room(value: float) -> int:
     """How many variants the numeral of ``value`` gives at most (:func:`_number_variants`)."""
     text = repr(abs(value)).encode()
-    return max((room[0] for room in _rooms(text, _digit_spots(text), 9)), default=0)
+    return max((room[0] for room in _rooms(text, digit_spots(text), 9)), default=0)
 
 
 #: Names of code in a docstring: with an underscore, called, after a dot, in backquotes.
@@ -345,8 +334,7 @@ def doc_variants(
     if not spots:
         return []
     i = rng.choice(spots)
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    pool = letters.upper() if chr(text[i]).isupper() else letters
+    pool = kind_of(text[i : i + 1].decode())
     changed = [p for p in pool if p != chr(text[i]).lower() and p != chr(text[i])]
     picked = rng.sample(changed, len(changed))
     return fresh([text[:i] + c.encode() + text[i + 1 :] for c in picked])[:count]

@@ -14,7 +14,8 @@ every grading anew:
   (the first argument of ``toEqual``, ``toStrictEqual``, ``toBe``, ``toThrow``, ...; or, when
   that argument is a name used nowhere else in the body, the data literal a top-level ``const``
   binds it to: ``const lyrics = [...]``): a digit; in a string, one word swapped for another
-  word of the file, the test's own input strings first (else one letter); ``true``/``false``.
+  word of the file, the test's own input strings first (else one letter); ``true``/``false``;
+  the real value's rank among its copies uniform (a ``0`` or an empty string has no copy).
   An expression body (``() => expect(x).toBe(1)``) is that one statement. So the copy fails **through the same assertion
   machinery** the real test uses: a forger that neuters ``expect`` (or its matchers, or the
   report) makes the copies pass with the real tests, and is caught;
@@ -50,7 +51,9 @@ from dataclasses import dataclass
 
 from crl_worker.harness.literals import (
     Words,
+    balanced,
     comment_top,
+    kind_of,
     source_words,
     word_variants,
 )
@@ -293,7 +296,9 @@ def target(toks: list[_Tok], test: JestTest) -> _Target | None:
         args = _bound(toks, test, statements[:-1], toks[matcher + 2].text)
     usable = [k for k in args if _values(toks[k].text, 1, random.Random(0)) and not asymmetric]
     if toks[matcher].text in _MATCHERS and not negated and usable:
-        return _Target(usable[-1], matcher, negated)
+        # The one giving the most copies (the last of those): a larger group to guess from.
+        room = {k: len(_values(toks[k].text, 9, random.Random(0))) for k in usable}
+        return _Target(max(reversed(usable), key=room.__getitem__), matcher, negated)
     if (
         toks[matcher].text in _EQUALITY
         and not negated
@@ -332,45 +337,36 @@ def _bound(toks: list[_Tok], test: JestTest, statements: list[tuple[int, int]],
 
 def _values(text: str, count: int, rng: random.Random, words: Words | None = None) -> list[str]:
     """Up to ``count`` different replacements of literal ``text`` (a number, a string, a
-    boolean), each differing from it in one character, or for a string with a word, in that
-    word: another word of the file (:func:`~crl_worker.harness.literals.word_variants`, given
-    its ``words``), so that no replacement reads as a typo of the original."""
+    boolean), each differing from it at the same one spot: for a string with a word, that word,
+    another word of the file (:func:`~crl_worker.harness.literals.word_variants`, given its
+    ``words``), so that no replacement reads as a typo of the original; else one character
+    (a digit; a letter of its case), the original's rank among the replacements drawn
+    uniformly (:func:`~crl_worker.harness.literals.balanced`: a ``0``, a ``9``, an empty
+    string give none, since every copy of those would be larger, or smaller, or longer)."""
     if text in ("true", "false"):
         return ["false" if text == "true" else "true"][:count]
+    data = text.encode()
     if text[:1] in "'\"`":
-        body, quote = text[1:-1], text[0]
+        body = text[1:-1]
         if "\\" in body or "${" in body:
             return []
         if words is not None:
-            data = text.encode()
             by_word = word_variants(data, (1, len(data) - 1), words, rng, count)
             if by_word:
                 return [v.decode() for v in by_word]
-        spots = [i for i, c in enumerate(body) if c.isalnum() and c.isascii()]
-        if not body:
-            return [quote + c + quote for c in rng.sample("abcdefgh", count)]
-        if not spots:
-            return [quote + body + c + quote for c in rng.sample("abcdefgh", count)]
+        spots = [
+            (i, kind_of(chr(data[i])))
+            for i in range(1, len(data) - 1)
+            if data[i] < 128 and chr(data[i]).isalnum()
+        ]
     elif re.fullmatch(r"\d[\d_]*(\.\d+)?n?", text):
-        body, quote = text, ""
-        # Among a double's first 15 digits (a later one may not change the value).
-        spots = [i for i, c in enumerate(body) if c.isdigit()][:15]
+        # Among a double's first 15 digits (a later one may not change the value); a leading
+        # digit is never 0 (``05`` is octal, ``0_5`` no number).
+        at = [i for i, c in enumerate(text) if c.isdigit()][:15]
+        spots = [(i, "123456789" if i == 0 and len(text) > 1 else "0123456789") for i in at]
     else:
         return []
-    out: set[str] = set()
-    for _ in range(count * 20):
-        if len(out) >= count:
-            break
-        at = rng.choice(spots)
-        old = body[at]
-        if old.isdigit():
-            pool = "123456789" if (at == 0 and len(body) > 1 and quote == "") else "0123456789"
-        else:
-            pool = "abcdefghijklmnopqrstuvwxyz"
-            pool = pool.upper() if old.isupper() else pool
-        new = rng.choice([c for c in pool if c != old])
-        out.add(quote + body[:at] + new + body[at + 1 :] + quote)
-    return sorted(out, key=lambda _: rng.random())
+    return [v.decode() for v in balanced(data, spots, rng, count)]
 
 
 def _snake(title: str) -> str:
