@@ -21,7 +21,6 @@ import ast
 import asyncio
 import os
 import random
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -465,29 +464,25 @@ def test_canaries_copy_fail_to_pass_tests_before_pass_to_pass_ones() -> None:
 def test_copies_of_one_fail_to_pass_test_cannot_be_told_from_it() -> None:
     # Code that pairs tests differing in one literal must guess which of a group is the real
     # test: every copy changes the same digit of the same expectation to another value, so the
-    # group's values differ at one spot only, and the real one's rank among them is drawn
-    # uniformly (red team 13 kept the smallest of each group). 36's 6 has three larger digits:
-    # three copies, the real value as often the smallest as the largest.
+    # group's values differ at one spot only, and which spot and how many copies depend on the
+    # digits the group shares (tests/test_canary_groups.py: any value of a group could have
+    # made it; red team 13 kept the smallest, a forgery that knows the draw the middle one).
     text = "from pkg import area\n\n\ndef test_area_of_rectangle():\n    assert area(12, 3) == 36\n"
     f2p = ["t.py::test_area_of_rectangle"]
-    ranks: Counter[int] = Counter()
-    for seed in range(80):
+    for seed in range(20):
         derived = mutants.derive("t.py", text, "pytest", f2p, [], random.Random(seed), 4)
         assert derived is not None
-        assert list(derived.sources) == f2p * 3
+        assert list(derived.sources) == f2p * 4
         tree = ast.parse(derived.text)
         asserts = [ast.unparse(f.body[0]) for f in tree.body if isinstance(f, ast.FunctionDef)]
-        assert len(asserts) == 4 and all(a.startswith("assert area(12, 3) == ") for a in asserts)
+        assert len(asserts) == 5 and all(a.startswith("assert area(12, 3) == ") for a in asserts)
         values = [a.removeprefix("assert area(12, 3) == ") for a in asserts]
-        assert len(set(values)) == 4 and {len(v) for v in values} == {2}
+        assert len(set(values)) == 5 and {len(v) for v in values} == {2}
         spots = {i for v in values for i in range(2) if v[i] != "36"[i]}
         assert len(spots) == 1, values
-        ranks[sorted(values).index("36")] += 1
-    assert sorted(ranks) == [0, 1, 2, 3] and min(ranks.values()) >= 12, ranks
-    # A numeral at the edge of its digits (0, 9, 10) has no copy that keeps that even; 1 one.
+    # A 0, a 9, a 10 get as many copies as any other numeral.
     for edge in ("0", "9", "10", "100"):
-        assert variants(edge.encode(), int(edge), random.Random(0), 2) == [], edge
-    assert len(variants(b"1", 1, random.Random(0), 2)) == 1
+        assert len(variants(edge.encode(), int(edge), random.Random(0), 2)) == 2, edge
     # Two FAIL_TO_PASS tests share the copies: two each.
     two = text + "\n\ndef test_area_of_square():\n    assert area(5, 5) == 25\n"
     f2p.append("t.py::test_area_of_square")

@@ -90,13 +90,9 @@ def test_canaries_copy_rename_and_map_back() -> None:
     # real test (redteam11).
     assert all(t.body[-2].strip() == "t.FailNow()" for t in in_run)
     bodies = {t.name: t.body[:-3] for t in in_run}
-    # Its values give two copies at most (7 and 17 have two digits above them; 0 none: every
-    # copy of it would be larger): its other two copies change no row, only their check fails.
-    with_row = [i for i in canary.ids if "/" in i]
-    assert len(with_row) == 2 and set(canary.sources) == {"TestDigitSum"}
-    rows = {i.split("/", 1)[1] for i in with_row}
-    assert len(rows) == 1 and rows <= {"single_digit", "several_digits"}
-    for copy in with_row:
+    rows = {i.split("/", 1)[1] for i in canary.ids}
+    assert len(rows) == 1 and rows <= {"zero", "single_digit", "several_digits", "large_number"}
+    for copy in canary.ids:
         test = copy.split("/", 1)[0]
         changed = [a for a, b in zip(bodies[test], bodies[run_id], strict=True) if a != b]
         assert len(changed) == 1 and changed[0].strip().startswith('{"'), changed
@@ -129,11 +125,7 @@ def test_canaries_copy_rename_and_map_back() -> None:
     for line in copies:
         call = line.split("digit_sum::sum(")[1].split(")")[0]
         want = line.split("== ", 1)[1].split(")")[0]
-        if want == real[call]:
-            # A 0 has no copy that is not larger: that test's copy fails at the check only.
-            assert call == "0" and "expected_" in line, line
-            continue
-        assert want.isdigit(), line
+        assert want.isdigit() and want != real[call], line
         by_call.setdefault(call, []).append(want)
     # The copies of one test expect different values, each one digit away from the original.
     for call, wants in by_call.items():
@@ -215,10 +207,9 @@ def test_jest_canaries_change_the_last_expectation() -> None:
     js = _task("javascript__digit-sum")
     sources = _hidden(js)
     canary = derive_canary(js, sources, random.Random(4))
-    # One copy of each listed test with a literal expectation that has room on both sides: not
-    # `zero` (every copy of a 0 would be larger, and the smallest of a group is no guess).
-    assert canary is not None and canary.text is not None and len(canary.ids) == 4
-    assert sorted(canary.sources) == sorted(set(js.fail_to_pass) - {"digit sum > zero"})
+    # One copy of each listed test (each has a literal expectation): five.
+    assert canary is not None and canary.text is not None and len(canary.ids) == 5
+    assert sorted(canary.sources) == sorted(js.fail_to_pass)
     _, tests = mutants_jest.tests_of(canary.text)
     in_file = {t.id for t in tests}
     assert in_file == {*canary.ids, *(new for new, _ in canary.renamed)}
@@ -232,7 +223,7 @@ def test_jest_canaries_change_the_last_expectation() -> None:
     # Each copy differs from the spec in its title and one literal of its last expect only.
     copies = [line for line in canary.text.splitlines() if "expect(" in line]
     changed = [line for line in copies if line not in original]
-    assert len(copies) == 9 and len(changed) == 4
+    assert len(copies) == 10 and len(changed) == 5
     assert all(line.strip().startswith("expect(") for line in changed)
     back = restore_ids(canary, {new: TestStatus.PASSED for new, _ in canary.renamed})
     assert back == dict.fromkeys(js.fail_to_pass, TestStatus.PASSED)
@@ -263,8 +254,7 @@ def test_jest_canaries_change_the_last_expectation() -> None:
     toks, tests = mutants_jest.tests_of(spec)
     spots = [mutants_jest.target(toks, t) for t in tests]
     literals = [toks[s.literal].text if s and s.literal else None for s in spots]
-    # Of 'x' and 'y', the one with more room on both sides (two letters after x, one after y).
-    assert literals == ["'x'", "3", None]
+    assert literals == ["'y'", "3", None]
 
 
 def test_jest_copies_change_a_word_to_another_word_of_the_spec() -> None:

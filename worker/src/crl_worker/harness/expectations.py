@@ -18,10 +18,11 @@ other must not, or one side is a name bound to such literals on a line of its ow
 are then the expectation; one of that side's literals changes, drawn at random, and every copy
 of one test changes it at the same spot to another value, drawn at random too: a number's digit
 (an integer never past the width it fits: :data:`_BOUNDS`), a string's word to another word of
-the test file (else a character), with as many values below the original as above it on
-average, its rank among them uniform (a ``0``, a ``9``, an empty string give no copy). No rule
-leads from the copies to the original (a fixed ``n - 1`` or an appended letter did: the value
-the rule turns into all the others was the real one; so did the smallest of a group). A value built from different literals is a different value, so the changed assertion
+the test file (else a character), the spot and the number of copies decided by what the group's
+values share, the new values drawn as often as tests expect them (an empty string gives no
+copy). No rule leads from the copies to the original (a fixed ``n - 1`` or an appended letter
+did: the value the rule turns into all the others was the real one; so did the smallest of a
+group, and the value in the middle of its kind). A value built from different literals is a different value, so the changed assertion
 fails for every answer that passes the real one. Anything else (a side with a call or a
 variable, a raw string, a hexadecimal number only, several ``==``) has no expected side
 (:func:`expected_side` gives ``None``): the copy keeps the appended comparison.
@@ -32,7 +33,7 @@ from __future__ import annotations
 import random
 import re
 
-from crl_worker.harness.literals import Words, balanced, variants
+from crl_worker.harness.literals import Words, exchangeable, number_weight, variants
 
 _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 _CHAR = re.compile(r"'(?:[^'\\\n]|\\[^'\n]{1,10})'")
@@ -156,29 +157,30 @@ def _number_variants(
 ) -> list[str]:
     """Up to ``count`` different numbers for the number ``text`` (digits of ``base``, maybe
     one ``.`` in a decimal; ``negative`` when a minus sign comes before it), each with the same
-    one digit changed to another, the original's rank among them drawn uniformly
-    (:func:`~crl_worker.harness.literals.balanced`): no rule leads from the others to the
-    original (a fixed ``n - 1`` did, and so did keeping the smallest of a group whose copies
-    were all larger than a real ``0``). An integer stays within the width the original fits
-    (:data:`_BOUNDS`) and gets no leading zero."""
-    alphabet = "0123456789" if base == 10 else "0123456789abcdef"
-    if base != 10 and any(c.isupper() for c in text):
-        alphabet = alphabet.upper()
-    digits = [i for i, c in enumerate(text) if c in alphabet]
+    one digit changed to another (:func:`~crl_worker.harness.literals.exchangeable`, weighted
+    by :func:`~crl_worker.harness.literals.number_weight`): every value of the group is as
+    likely the original (a fixed ``n - 1`` was not, nor was the smallest of a group whose
+    copies were all larger than a real ``0``, nor the value in the middle of its kind). An
+    integer stays within a width it fits (:data:`_BOUNDS`) and gets no leading zero."""
+    hexadecimal = "abcdef" if base == 16 else ""
+    digits = [i for i, c in enumerate(text) if c.isdigit() or c.lower() in hexadecimal]
     integer = "." not in text
     bounds = _NEGATIVE_BOUNDS if negative else _BOUNDS
-    bound = next((b for b in bounds if int(text, base) <= b), bounds[-1]) if integer else None
     spots = []
     for i in digits:
         lead = i == 0 and len(digits) > 1 and integer
-        allowed = "".join(
-            d
-            for d in alphabet
-            if not (lead and d == "0")
-            and (bound is None or int(text[:i] + d + text[i + 1 :], base) <= bound)
-        )
-        spots.append((i, allowed))
-    return [v.decode() for v in balanced(text.encode(), spots, rng, count)]
+        # Within the original's kind at that spot (a digit, a hexadecimal letter of its case),
+        # and under the width the spot's smallest value fits: both decided by what every value
+        # of the group shares, so that any of them could have made the group.
+        kind = "0123456789" if text[i].isdigit() else hexadecimal
+        kind = kind.upper() if text[i].isupper() else kind
+        options = [d for d in kind if not (lead and d == "0")]
+        if integer:
+            least = int(text[:i] + options[0] + text[i + 1 :], base)
+            bound = next((b for b in bounds if least <= b), bounds[-1])
+            options = [d for d in options if int(text[:i] + d + text[i + 1 :], base) <= bound]
+        spots.append((i, "".join(options)))
+    return [v.decode() for v in exchangeable(text.encode(), spots, rng, count, number_weight)]
 
 
 #: A hexadecimal integer (``0x7F``), its digits the group.

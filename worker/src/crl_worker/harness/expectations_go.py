@@ -381,9 +381,8 @@ def changed_row(
     rng.shuffle(rows)
     best: tuple[str | None, list[str]] = (None, [])
     text = table.text
-    # The row whose value gives the most copies (the first drawn of those): a value at the edge
-    # of its digits (a 0, a 9) gives none, so that its group's real value is no more often the
-    # smallest than any other (literals.balanced).
+    # The row whose value gives the most copies (the first drawn of those: a boolean gives one,
+    # a number or string as many as asked where it can change; literals.exchangeable).
     for row in rows:
         assert row.cell is not None  # changeable_rows: every row has one
         a, b = row.cell

@@ -12,7 +12,7 @@ import ast
 import random
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
 
 #: A word of a string literal's text: letters not after a backslash (an escape) or a letter.
@@ -163,9 +163,8 @@ def variants(
     one spot to a different value, the spot and the values drawn from ``rng``: the original and
     its variants differ only there, so nothing tells the original apart. A string with a word
     gets another word of the module there (:func:`word_variants`, given its ``words``); else
-    one character is changed (a digit, a letter), the original's rank among the group's
-    uniform (:func:`balanced`). Every language's copies are drawn here or with
-    :func:`balanced`."""
+    one character is changed (a digit, a letter) as :func:`exchangeable` draws it. Every
+    language's copies are drawn here or with :func:`exchangeable`."""
     if isinstance(value, bool):
         return [b"False" if value else b"True"]
     if isinstance(value, int | float):
@@ -185,10 +184,9 @@ def variants(
             # left text that is not UTF-8 (Aider's Go poker: the derivation failed).
             if text[i] < 128 and chr(text[i]).isalnum() and text[i - 1 : i] != b"\\"
         ]
-        # A character changed within its kind, the real one's rank uniform among the group's
-        # (as a number's digit: an "a" has no copy, an empty string none either, since a
-        # letter added to it would leave the real one the shortest and the smallest).
-        return balanced(text, [(i, kind_of(chr(text[i]))) for i in spots], rng, count)
+        # A character changed within its kind (an empty string has no copy: a letter added to
+        # it would leave the real one the shortest of its group).
+        return exchangeable(text, [(i, kind_of(chr(text[i]))) for i in spots], rng, count)
     return []
 
 
@@ -204,18 +202,16 @@ def kind_of(character: str) -> str:
 
 
 def _number_variants(text: bytes, rng: random.Random, count: int) -> list[bytes]:
-    """Numerals for ``text``, each with the digit of one spot changed, the original's rank among
-    them and its variants drawn uniformly: a forgery that keeps the smallest (or largest) of a
-    group of copies keeps the real test no more often than any other (red team 13 kept the
-    smallest: a real ``0`` or leading ``1`` had only larger copies). So a spot gives as many
-    variants as it has digits on the smaller side and on the larger side of its own, ``count``
-    at most: ``12`` two (at its ``2``), ``1`` one, ``0``, ``9`` and ``10`` none. How many a numeral
-    gets depends on it alone, never on a draw, so that says nothing either."""
-    return balanced(text, digit_spots(text), rng, count)
+    """Numerals for ``text``, each with the digit of the same one spot changed
+    (:func:`exchangeable`, weighted by :func:`number_weight`): which spot, and how many copies,
+    depend on the digits the group shares, and the new digits are drawn about as often as a
+    test's expected value is that number, so every value of the group is as likely the real
+    one."""
+    return exchangeable(text, digit_spots(text), rng, count, number_weight)
 
 
 def digit_spots(text: bytes) -> list[tuple[int, str]]:
-    """Each digit of the numeral ``text`` and the digits that may replace it."""
+    """Each digit of the numeral ``text`` and the digits that may stand there."""
     spots = []
     for i, c in enumerate(text):
         if chr(c).isdigit():
@@ -225,44 +221,53 @@ def digit_spots(text: bytes) -> list[tuple[int, str]]:
     return spots
 
 
-def _rooms(
-    text: bytes, spots: list[tuple[int, str]], count: int
-) -> list[tuple[int, int, list[str], list[str]]]:
-    """Per spot (its index, what may replace its character): how many variants it gives, as
-    many as it has replacements below and above its own character (``count`` at most), its
-    index, and those below and above."""
-    rooms = []
-    for i, allowed in spots:
-        below = [d for d in allowed if ord(d) < text[i]]
-        above = [d for d in allowed if ord(d) > text[i]]
-        rooms.append((min(len(below), len(above), count), i, below, above))
-    return rooms
+def number_weight(text: bytes) -> float:
+    """How likely a test's expected value is the number ``text`` (a decimal or hexadecimal
+    numeral, ``_`` separators and a type suffix allowed), up to a factor: smaller numbers
+    more than larger ones, and a round one (a multiple of ten) more than its neighbours, as
+    the expected values of Aider's and Exercism's test files are (perf/canary_guess.md)."""
+    digits = text.decode("ascii", "replace").replace("_", "").lower()
+    try:
+        value = float(int(digits, 16)) if digits.startswith("0x") else float(digits.rstrip("nlu"))
+    except ValueError:
+        return 1.0
+    weight = 1 / (abs(value) + 1)
+    return weight * 8 if value.is_integer() and value and value % 10 == 0 else weight
 
 
-def balanced(
-    text: bytes, spots: list[tuple[int, str]], rng: random.Random, count: int
+def exchangeable(
+    text: bytes,
+    spots: list[tuple[int, str]],
+    rng: random.Random,
+    count: int,
+    weight: Callable[[bytes], float] | None = None,
 ) -> list[bytes]:
-    """Variants of ``text`` with the character of one of ``spots`` (each an index and the
-    characters that may replace the one there, which order as the values they stand for:
-    digits, hexadecimal digits of one case, letters of one case) replaced: at the roomiest
-    spot (drawn among ties), as many variants as it has replacements on both sides of its own
-    character (``count`` at most), the original's rank among them drawn uniformly. Empty when
-    no spot has a replacement on each side."""
-    rooms = _rooms(text, spots, count)
-    size = max((room[0] for room in rooms), default=0)
-    if size == 0:
+    """Up to ``count`` variants of ``text``, each with the character of the same one of
+    ``spots`` replaced (a spot: an index and the characters that may stand there, a set the
+    value's other characters decide, so it is the same for every value of the group). The spot
+    is drawn uniformly among those with a character besides the original's, and as many
+    variants as that allows (``count`` at most), so neither says which value of the group is
+    the original; the new characters are drawn without replacement, each as likely as
+    ``weight`` of the text it makes (uniformly without ``weight``), so that the group is what
+    drawing real values would give. (Drawing only as many below as above the original, as
+    this did before, told the original for certain: only a value in the middle of its kind
+    could have made the group.) Empty when no spot has a replacement."""
+    options = [
+        (i, [c for c in allowed if ord(c) != text[i]])
+        for i, allowed in spots
+        if chr(text[i]) in allowed and len(allowed) > 1
+    ]
+    if not options:
         return []
-    _, i, below, above = rng.choice([room for room in rooms if room[0] == size])
-    smaller = rng.randint(0, size)
-    picked = rng.sample(below, smaller) + rng.sample(above, size - smaller)
-    rng.shuffle(picked)
-    return [text[:i] + d.encode() + text[i + 1 :] for d in picked]
-
-
-def number_room(value: float) -> int:
-    """How many variants the numeral of ``value`` gives at most (:func:`_number_variants`)."""
-    text = repr(abs(value)).encode()
-    return max((room[0] for room in _rooms(text, digit_spots(text), 9)), default=0)
+    i, others = rng.choice(options)
+    made = {c: text[:i] + c.encode() + text[i + 1 :] for c in others}
+    left = {c: (weight(made[c]) if weight else 1.0) for c in others}
+    picked: list[bytes] = []
+    while left and len(picked) < count:
+        [chosen] = rng.choices(list(left), weights=list(left.values()))
+        picked.append(made[chosen])
+        del left[chosen]
+    return picked
 
 
 #: Names of code in a docstring: with an underscore, called, after a dot, in backquotes.

@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from crl_worker.harness.literals import Words, number_room, variants
+from crl_worker.harness.literals import Words, variants
 from crl_worker.harness.mutant_edits import Text, equality_sides
 
 #: Callee names that compare loosely (``Approx``, ``Any``, ``Close``, a pattern) or whose
@@ -224,17 +224,14 @@ def nodes(target: Target) -> set[ast.AST]:
     return {n for root in roots for n in ast.walk(root)}
 
 
-def _constant_rank(node: ast.Constant) -> tuple[int, int]:
-    """Which constants to change first: numbers (one of ten digits, nothing to read), those that
-    give the most copies first (:func:`~crl_worker.harness.literals.number_room`: ``5`` more
-    than ``1``, ``0`` none), then strings (a changed word may read as a typo), then booleans
-    (one other value only)."""
+def _constant_rank(node: ast.Constant) -> int:
+    """Which constants to change first: numbers (one of ten digits, nothing to read), then
+    strings (a changed word may read as a typo), then booleans (one other value only). Never by
+    the value itself: a copy's value would not rank as the real one's did, and that tells the
+    real one (preferring values with digits on both sides did: perf/canary_guess.md)."""
     if isinstance(node.value, bool):
-        return 2, 0
-    if isinstance(node.value, int | float):
-        room = number_room(node.value)
-        return (0, -room) if room else (1, 1)
-    return 1, 0
+        return 2
+    return 0 if isinstance(node.value, int | float) else 1
 
 
 def _evaluate(text: bytes) -> object:

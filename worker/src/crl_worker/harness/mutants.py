@@ -556,9 +556,8 @@ def _mutate_one_of(
     source: Text, test: TestDef, rng: random.Random, count: int, words: Words | None
 ) -> tuple[int, int, list[bytes]] | None:
     """Up to ``count`` changed texts of the one of ``test``'s expectations that gives the most
-    (a numeral gives as many as its digits have room on both sides, ``0`` none:
-    :mod:`~crl_worker.harness.literals`; the fewer copies, the likelier a guess of the real
-    one), ties broken at random; ``None`` when none gives any."""
+    (a boolean gives one; the fewer copies, the likelier a guess of the real one), ties broken
+    at random; ``None`` when none gives any."""
     literals = expectations(test)
     found = []
     for literal in rng.sample(literals, len(literals)):

@@ -14,8 +14,8 @@ every grading anew:
   (the first argument of ``toEqual``, ``toStrictEqual``, ``toBe``, ``toThrow``, ...; or, when
   that argument is a name used nowhere else in the body, the data literal a top-level ``const``
   binds it to: ``const lyrics = [...]``): a digit; in a string, one word swapped for another
-  word of the file, the test's own input strings first (else one letter); ``true``/``false``;
-  the real value's rank among its copies uniform (a ``0`` or an empty string has no copy).
+  word of the file, the test's own input strings first (else one letter); ``true``/``false``
+  (an empty string has no copy).
   An expression body (``() => expect(x).toBe(1)``) is that one statement. So the copy fails **through the same assertion
   machinery** the real test uses: a forger that neuters ``expect`` (or its matchers, or the
   report) makes the copies pass with the real tests, and is caught;
@@ -51,9 +51,10 @@ from dataclasses import dataclass
 
 from crl_worker.harness.literals import (
     Words,
-    balanced,
     comment_top,
+    exchangeable,
     kind_of,
+    number_weight,
     source_words,
     word_variants,
 )
@@ -340,9 +341,9 @@ def _values(text: str, count: int, rng: random.Random, words: Words | None = Non
     boolean), each differing from it at the same one spot: for a string with a word, that word,
     another word of the file (:func:`~crl_worker.harness.literals.word_variants`, given its
     ``words``), so that no replacement reads as a typo of the original; else one character
-    (a digit; a letter of its case), the original's rank among the replacements drawn
-    uniformly (:func:`~crl_worker.harness.literals.balanced`: a ``0``, a ``9``, an empty
-    string give none, since every copy of those would be larger, or smaller, or longer)."""
+    (a digit; a letter of its case) at a spot drawn among the literal's, the new characters
+    drawn as :func:`~crl_worker.harness.literals.exchangeable` draws them (a number's as
+    often as tests expect it); an empty string gives none (any copy would be longer)."""
     if text in ("true", "false"):
         return ["false" if text == "true" else "true"][:count]
     data = text.encode()
@@ -364,9 +365,10 @@ def _values(text: str, count: int, rng: random.Random, words: Words | None = Non
         # digit is never 0 (``05`` is octal, ``0_5`` no number).
         at = [i for i, c in enumerate(text) if c.isdigit()][:15]
         spots = [(i, "123456789" if i == 0 and len(text) > 1 else "0123456789") for i in at]
+        return [v.decode() for v in exchangeable(data, spots, rng, count, number_weight)]
     else:
         return []
-    return [v.decode() for v in balanced(data, spots, rng, count)]
+    return [v.decode() for v in exchangeable(data, spots, rng, count)]
 
 
 def _snake(title: str) -> str:
