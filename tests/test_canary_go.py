@@ -311,3 +311,29 @@ def test_the_real_test_runs_at_any_place_among_its_copies() -> None:
         order = [t.name for t in mutants_native.tests_of(derived.text, "go")]
         places[order.index(real)] += 1
     assert all(20 <= n <= 60 for n in places), places
+
+
+def test_a_test_that_reads_package_state_is_not_copied() -> None:
+    # Aider's robot-simulator: every step moves the one `Step1Robot` that `defs.go` (a file the
+    # test patch adds) declares, so a copy run before the real test left the robot elsewhere
+    # and the real test failed on the gold patch (3 gradings of 4). A test that names such a
+    # variable is not copied; a case table (`cases`) is data, not state.
+    text = (
+        'package robot\n\nimport "testing"\n\n'
+        "func TestSteps(t *testing.T) {\n\tAdvance()\n\tif Robot.Y != 1 {\n\t\tt.Fatal(Robot)\n\t}\n}\n\n"
+        "func TestTurns(t *testing.T) {\n\tfor _, c := range cases {\n"
+        "\t\tif got := Turn(c.in); got != c.want {\n\t\t\tt.Fatal(got)\n\t\t}\n\t}\n}\n"
+    )
+    cases = 'var cases = []struct {\n\tin   string\n\twant int\n}{\n\t{"R", 36},\n}\n'
+    defs = "package robot\n\nvar Robot struct {\n\tX, Y int\n}\n"
+    for seed in range(10):
+        derived = mutants_native.derive(
+            text, "go", ["TestSteps", "TestTurns"], random.Random(seed), 4, keep=[defs, cases]
+        )
+        assert derived is not None and set(derived.sources) == {"TestTurns"}, derived.sources
+    # A `var ( ... )` block declares state too; without the declaration the test is copied.
+    block = "package robot\n\nvar (\n\tRobot struct{ X, Y int }\n\tsteps int\n)\n"
+    derived = mutants_native.derive(text, "go", ["TestSteps"], random.Random(0), 4, keep=[block])
+    assert derived is not None and set(derived.sources) == {"TestTurns"}
+    derived = mutants_native.derive(text, "go", ["TestSteps"], random.Random(0), 4, keep=[cases])
+    assert derived is not None and "TestSteps" in derived.sources

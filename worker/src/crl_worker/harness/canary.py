@@ -121,6 +121,18 @@ def _name() -> str:
     return f"{secrets.choice(_WORDS)}_{secrets.choice(_WORDS)}_{secrets.token_hex(3)}"
 
 
+def _added_lines(patch: str, path: str) -> str:
+    """The lines ``patch`` adds to the files whose path matches the pattern ``path``."""
+    found: list[str] = []
+    taken = False
+    for line in patch.splitlines():
+        if line.startswith("+++ "):
+            taken = bool(re.search(path, line[4:].strip()))
+        elif taken and line.startswith("+"):
+            found.append(line[1:])
+    return "\n".join(found) + "\n"
+
+
 def canary_files(task: Task) -> list[str]:
     """The test modules the test patch touches that the run executes: where canaries go."""
     if task.test_spec.log_format not in CANARY_FORMATS or not task.test_patch.strip():
@@ -199,6 +211,10 @@ def _derive_from(
     derived: Derived | None
     if language is not None:
         keep = [task.test_spec.command, *(t for p, t in sources.items() if p != path)]
+        if language == "go":
+            # The lines the test patch adds to the package's other files (Aider's ``defs.go``):
+            # a package-level variable declared there is state a copy may change.
+            keep.append(_added_lines(task.test_patch, r"(?<!_test)\.go$"))
         if language == "javascript":
             derived = derive_jest(sources[path], task.fail_to_pass, rng, COUNT, keep=keep)
             separator = NO_SEPARATOR
