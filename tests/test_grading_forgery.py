@@ -443,7 +443,7 @@ def test_the_runner_is_hardened_and_its_report_cross_checked() -> None:
     assert "ended before" in (runner.cross_check(unfinished, {}) or "")
     assert runner.parse_report("not json").evidence
     # The reporter's source parses on the oldest Python it claims (3.6 syntax).
-    ast.parse(runner.PROBE_SOURCE.read_text(), feature_version=(3, 6))
+    ast.parse(runner.probe_source().decode(), feature_version=(3, 6))
 
 
 def test_canaries_copy_fail_to_pass_tests_before_pass_to_pass_ones() -> None:

@@ -41,6 +41,8 @@ from .fixtures.forgery import (
     NOOP_ASSERTS,
     ORACLE_PARSE,
     PATCH_PYTEST,
+    SWAP_TEST_CODE,
+    SWAP_TEST_METHODS,
     append_to_package,
 )
 from .fixtures.redteam import (
@@ -389,6 +391,20 @@ ATTACKS += (
         "package code reads the importing test module through inspect.getsource (and forges "
         "the run by expecting failures)",
         evidence="package code (",
+    ),
+    Attack(
+        "swap-test-code-in-setup-module",
+        PYTEST,
+        (append_to_package("intervals", SWAP_TEST_CODE),),
+        "a planted setup_module swaps every test function's code for one that passes",
+        evidence="was replaced after it was collected",
+    ),
+    Attack(
+        "swap-test-methods-in-load-tests",
+        UNITTEST,
+        (append_to_package("lrukit", SWAP_TEST_METHODS),),
+        "a planted load_tests replaces every TestCase's test methods with ones that pass",
+        evidence="was replaced after it was collected",
     ),
 )
 

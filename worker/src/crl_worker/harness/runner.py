@@ -3,8 +3,9 @@
 The candidate's code runs inside the test process, so what that process prints is no evidence.
 For a graded run (the integrity check's) the harness:
 
-1. writes its own reporter (``inprocess/probe.pyt``) into a fresh folder outside the repository
-   under a random module name, with its configuration beside it;
+1. writes its own reporter (``inprocess/probe.pyt`` and ``runners.pyt``, one module) into a
+   fresh folder outside the repository under a random module name, with its configuration
+   beside it;
 2. runs pytest with plugin auto-loading off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``,
    ``PYTEST_PLUGINS`` unset), its reporter loaded first (``-p <module>``) and only the plugins the
    task's recipe names (``TestSpec.plugins``, and any ``-p`` already in its command) or its
@@ -44,8 +45,16 @@ from crl_worker.sandbox.base import Sandbox
 
 logger = logging.getLogger(__name__)
 
-#: The reporter's source (Python 3.6 syntax, standard library only).
-PROBE_SOURCE = Path(__file__).with_name("inprocess") / "probe.pyt"
+#: The reporter's source files, written as one module (Python 3.6 syntax, standard library
+#: only): its core, then the runners' side.
+PROBE_PARTS = tuple(Path(__file__).with_name("inprocess") / n for n in ("probe.pyt", "runners.pyt"))
+
+
+def probe_source() -> bytes:
+    """The reporter's module as the harness writes it."""
+    return b"".join(part.read_bytes() for part in PROBE_PARTS)
+
+
 #: The most of the reporter's report read back (bytes; a line a test, so a very large suite).
 REPORT_LIMIT = 64 << 20
 #: Log formats whose runner the harness replaces.
@@ -155,7 +164,7 @@ async def install(sandbox: Sandbox, protected: Iterable[str]) -> Probe:
         "harness": folder,
         "protected": sorted({f"{root}/{p}" for p in protected}),
     }
-    await _write(sandbox, f"{folder}/{module}.py", PROBE_SOURCE.read_bytes())
+    await _write(sandbox, f"{folder}/{module}.py", probe_source())
     await _write(sandbox, f"{folder}/{module}.json", json.dumps(config).encode("utf-8"))
     return probe
 

@@ -1,0 +1,213 @@
+# --- The runners' side of the harness's reporter (appended to probe.pyt: one module) -----------
+#
+# crl_worker.harness.runner writes probe.pyt and this file as one module; this part hooks the
+# reporter into pytest (a plugin) or runs unittest with it, and checks that the tests that run
+# are the functions collected: package code that swaps a test's code (``__code__``) or a
+# TestCase's method once the tests were collected (from a planted ``setup_module`` or
+# ``load_tests``, a fixture, another test) is evidence, whatever the canaries catch.
+
+_TESTS = {}
+
+
+def _test_code(function):
+    """The function object that runs as a test, and its code."""
+    function = getattr(function, "__func__", function)
+    return function, getattr(function, "__code__", None)
+
+
+def _keep_test(key, function):
+    """Remember the function collected as the test ``key``."""
+    if function is None:
+        return
+    try:
+        _TESTS[key] = _test_code(function)
+    except Exception:
+        pass
+
+
+def _check_test(key, function):
+    """Evidence when the test ``key`` is about to run other code than was collected."""
+    kept = _TESTS.get(key)
+    if kept is None or key in _REPORTED:
+        return
+    try:
+        now = _test_code(function)
+    except Exception:
+        return
+    if now[0] is not kept[0] or now[1] is not kept[1]:
+        _REPORTED.add(key)
+        _evidence("the test %s was replaced after it was collected" % key)
+
+
+# --- pytest -------------------------------------------------------------------------------------
+
+_RAW = {}
+
+
+def _pytest_status(report):
+    xfail = hasattr(report, "wasxfail")
+    if report.when == "call":
+        if report.passed:
+            return "XPASS" if xfail else "PASSED"
+        if report.failed:
+            return "FAILED"
+        return "XFAIL" if xfail else "SKIPPED"
+    if report.failed:
+        return "ERROR"
+    if report.skipped:
+        return "XFAIL" if xfail else "SKIPPED"
+    return None
+
+
+def _item_function(item):
+    """What runs as ``item``: a TestCase's method as its class holds it (unittest looks it up
+    there when the test runs), else the function pytest collected."""
+    cls = getattr(item, "cls", None)
+    if cls is not None and type(item).__name__ == "TestCaseFunction":
+        return getattr(cls, getattr(item, "originalname", None) or item.name, None)
+    return getattr(item, "obj", None)
+
+
+if _CONFIG is not None and "pytest" in sys.modules:
+    import pytest as _pytest_module
+
+    @_pytest_module.hookimpl(trylast=True)
+    def pytest_itemcollected(item):
+        try:
+            _keep_test(item.nodeid, _item_function(item))
+        except Exception:
+            pass
+
+    @_pytest_module.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_call(item):
+        try:
+            function = _item_function(item)
+        except Exception:
+            function = None
+        _check_test(item.nodeid, function)
+        yield
+
+    @_pytest_module.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item, call):
+        outcome = yield
+        report = outcome.get_result()
+        excinfo = call.excinfo
+        raised = excinfo is not None and not isinstance(
+            excinfo.value, (_pytest_module.skip.Exception, _pytest_module.xfail.Exception)
+        )
+        _RAW[(item.nodeid, call.when)] = raised
+        if raised and report.passed and not hasattr(report, "wasxfail"):
+            _evidence("%s (%s) raised %s, reported passed" % (item.nodeid, call.when, excinfo.typename))
+        if call.when == "call":
+            _check_runner(critical_only=True)
+
+    @_pytest_module.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(report):
+        if _RAW.get((report.nodeid, report.when)) and report.passed:
+            _evidence("%s (%s): the report was changed to passed" % (report.nodeid, report.when))
+        status = _pytest_status(report)
+        if status is not None:
+            _record(report.nodeid, status)
+
+    @_pytest_module.hookimpl(trylast=True)
+    def pytest_configure(config):
+        _CONFIGURED.update(_resolve_lazy())
+
+    @_pytest_module.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(session, exitstatus):
+        _check_runner()
+        _emit({"kind": "end", "exit": int(exitstatus)})
+
+
+# --- unittest -----------------------------------------------------------------------------------
+
+
+def _unittest_id(test):
+    parts = test.id().split(".")
+    if len(parts) < 3:
+        return test.id()
+    return "%s (%s)" % (parts[-1], ".".join(parts[:-1]))
+
+
+def _unittest_main():
+    import unittest
+
+    _start()
+    _SNAPSHOT.update(_resolve_lazy())  # before the package: unittest has no configure step
+    base = unittest.TextTestResult
+
+    class Loader(unittest.TestLoader):
+        def loadTestsFromModule(self, module, *args, **kwargs):
+            # The module's test methods before its ``load_tests`` (or anything after) runs.
+            for value in list(vars(module).values()):
+                if isinstance(value, type) and issubclass(value, unittest.TestCase):
+                    for name in self.getTestCaseNames(value):
+                        key = "%s.%s.%s" % (value.__module__, value.__qualname__, name)
+                        _keep_test(key, getattr(value, name, None))
+            return unittest.TestLoader.loadTestsFromModule(self, module, *args, **kwargs)
+
+    class Result(base):
+        def startTest(self, test):
+            name = getattr(test, "_testMethodName", "")
+            _check_test(test.id(), getattr(type(test), name, None))
+            base.startTest(self, test)
+
+        def addSuccess(self, test):
+            outcome = getattr(test, "_outcome", None)
+            method = getattr(test, getattr(test, "_testMethodName", ""), None)
+            marked = getattr(method, "__unittest_expecting_failure__", False)
+            if getattr(outcome, "expectedFailure", None) is not None and not marked:
+                _evidence("%s failed, then was reported ok (expected failure set)" % test.id())
+                _record(_unittest_id(test), "FAILED")
+            else:
+                _record(_unittest_id(test), "PASSED")
+            base.addSuccess(self, test)
+
+        def addFailure(self, test, err):
+            _record(_unittest_id(test), "FAILED")
+            base.addFailure(self, test, err)
+
+        def addError(self, test, err):
+            _record(_unittest_id(test), "ERROR")
+            base.addError(self, test, err)
+
+        def addSkip(self, test, reason):
+            _record(_unittest_id(test), "SKIPPED")
+            base.addSkip(self, test, reason)
+
+        def addExpectedFailure(self, test, err):
+            _record(_unittest_id(test), "XFAIL")
+            base.addExpectedFailure(self, test, err)
+
+        def addUnexpectedSuccess(self, test):
+            _record(_unittest_id(test), "FAILED")
+            base.addUnexpectedSuccess(self, test)
+
+        def addSubTest(self, test, subtest, err):
+            if err is not None:
+                failed = issubclass(err[0], test.failureException)
+                _record(_unittest_id(test), "FAILED" if failed else "ERROR")
+            base.addSubTest(self, test, subtest, err)
+
+    class Runner(unittest.TextTestRunner):
+        resultclass = Result
+
+        def run(self, test):
+            result = unittest.TextTestRunner.run(self, test)
+            _check_runner()
+            _emit({"kind": "end", "exit": 0 if result.wasSuccessful() else 1})
+            return result
+
+    globals()["Result"], globals()["Runner"], globals()["Loader"] = Result, Runner, Loader
+    _SNAPSHOT[__name__] = _callables(globals())
+    for cls in (Result, Runner, Loader):
+        _SNAPSHOT[__name__ + ":" + cls.__name__] = _callables(vars(cls))
+    _CONFIGURED.update(_SNAPSHOT)
+    sys.argv[0] = "python -m unittest"
+    unittest.main(module=None, testRunner=Runner, testLoader=Loader())
+
+
+if __name__ == "__main__":
+    _unittest_main()
+elif _CONFIG is not None and "pytest" in sys.modules:
+    _start()
