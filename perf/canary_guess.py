@@ -180,6 +180,51 @@ DRAWS: dict[str, tuple[Draw, Likelihood]] = {
 }
 
 
+def _roundness(value: str) -> tuple[int, int]:
+    n, zeros = int(value), 0
+    while n and n % 10 == 0:
+        n, zeros = n // 10, zeros + 1
+    return zeros, -int(value)
+
+
+#: Rules a forgery might keep one value of a group by: its rank, or the roundest.
+RULES: dict[str, Callable[[list[str]], str]] = {
+    "smallest": lambda group: min(group, key=int),
+    "second": lambda group: sorted(group, key=int)[1],
+    "median": lambda group: sorted(group, key=int)[len(group) // 2],
+    "largest": lambda group: max(group, key=int),
+    "roundest": lambda group: max(group, key=_roundness),
+}
+
+
+def per_task(
+    values: list[str], draw: Draw, rng: random.Random, draws: int = 80
+) -> tuple[float, float]:
+    """Per expected value (a task keeps its value from grading to grading): the best of
+    :data:`RULES` for it, how often it names the real value on average, and the share of values
+    for which it does more often than not (a forgery that learns that rule for the task then
+    earns more than 0 at ``tampered: -1``)."""
+    counts = Counter(values)
+    total = above = 0.0
+    weight = 0
+    for value, n in counts.items():
+        wins: Counter[str] = Counter()
+        made = 0
+        for _ in range(draws):
+            copies = draw(value, rng)
+            if not copies:
+                break
+            made += 1
+            group = [value, *copies]
+            wins.update(name for name, rule in RULES.items() if rule(group) == value)
+        if made:
+            best = max(wins.values(), default=0) / made
+            weight += n
+            total += n * best
+            above += n * (best > 0.5)
+    return total / weight, above / weight
+
+
 def measure(values: list[str], groups: int, seed: int = 7) -> None:
     """Print, per draw, how often the two forgeries name the real value of a group."""
     rng = random.Random(seed)
@@ -204,11 +249,13 @@ def measure(values: list[str], groups: int, seed: int = 7) -> None:
             best = max(range(len(group)), key=lambda k: (scored[k], rng.random()))
             named += best == 0
             smallest += min(group, key=int) == real
+        best, above = per_task(values, draw, rng)
         logger.info(
             "%-30s copies for %5.1f %% of values, group of %.2f, the forgery that knows the draw "
-            "names the real one %5.1f %%, keeping the smallest %5.1f %%",
+            "names the real one %5.1f %%, keeping the smallest %5.1f %%; per value, the best "
+            "rank rule %5.1f %%, above half for %5.1f %% of values",
             name, 100 * covered / groups, size / covered, 100 * named / covered,
-            100 * smallest / covered,
+            100 * smallest / covered, 100 * best, 100 * above,
         )  # fmt: skip
 
 
