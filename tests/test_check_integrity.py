@@ -62,6 +62,15 @@ SWAPS_CODE = (
     "_pytest.python.pytest_pyfunc_call.__code__ = (lambda pyfuncitem: True).__code__\n"
 )
 
+#: Package code that makes a function whose code claims to be the runner's own file: a
+#: replacement made so before pytest is configured (a conftest importing the package) was
+#: judged by that file name, as the runner's.
+CLAIMS_RUNNER_FILE = (
+    "import _pytest.python as _p\n"
+    "_ns = {}\n"
+    "exec(compile('def pytest_pyfunc_call(pyfuncitem):\\n    return True\\n', _p.__file__, 'exec'), _ns)\n"
+)
+
 
 @pytest.mark.parametrize(
     ("instance", "package", "code", "resolved"),
@@ -70,6 +79,7 @@ SWAPS_CODE = (
         (UNITTEST, "lrukit", USES_LAZY, True),
         (PYTEST, "intervals", REPLACES_LAZY, False),
         (PYTEST, "intervals", SWAPS_CODE, False),
+        (PYTEST, "intervals", CLAIMS_RUNNER_FILE, False),
     ],
 )
 async def test_the_runner_check_spares_first_use_and_catches_replacement(
@@ -93,5 +103,7 @@ async def test_the_runner_check_spares_first_use_and_catches_replacement(
         assert checked.ok and checked.integrity_verdict == "resolved", checked.problems
     else:
         [confirmed] = checked.confirmed
-        changed = "pytest_pyfunc_call" if code is SWAPS_CODE else "unittest.IsolatedAsyncioTestCase"
+        changed = {SWAPS_CODE: "pytest_pyfunc_call", CLAIMS_RUNNER_FILE: "claims to be"}.get(
+            code, "unittest.IsolatedAsyncioTestCase"
+        )
         assert changed in (confirmed.tampered or ""), checked.problems

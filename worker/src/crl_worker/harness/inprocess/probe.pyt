@@ -294,10 +294,35 @@ def _check_linecache():
         _evidence("linecache's cache was replaced or filled with a test module behind its guard")
 
 
+def _check_compile(args):
+    """Evidence when package code makes code that claims a file of the runner or of the harness
+    (``compile(source, <that file>)``, ``code.replace(co_filename=...)``): a replacement of a
+    runner function, made before the runner was configured, would then read as the runner's own
+    (:func:`_check_runner` asks where a replacement was defined). A test module's file is not
+    asked: Hypothesis gives its wrappers the test's (``impersonate``)."""
+    filename = args[1] if len(args) > 1 else None
+    if not isinstance(filename, (str, bytes)) or not filename or filename[:1] in ("<", b"<"):
+        return
+    try:
+        path = _real(os.fsdecode(filename))
+    except (TypeError, ValueError):
+        return
+    folders = [_CONFIG["harness"]] + _CONFIG["runner_folders"]
+    claimed = any(_under(path, folder) for folder in folders)
+    if not claimed:
+        return
+    frame = _caller(sys._getframe(2))
+    if frame is not None and _is_package_file(_provenance(frame) or ""):
+        _evidence(
+            "package code (%s:%d) made code that claims to be %s"
+            % (frame.f_code.co_filename, frame.f_lineno, path)
+        )
+
+
 def _hook(event, args):
     if _STATE["busy"]:
         return
-    if event not in ("open", "sys._getframe"):
+    if event not in ("open", "sys._getframe", "compile", "code.__new__"):
         return
     _STATE["busy"] = True
     # Room of its own: package code that sets the limit just above its depth would make the
@@ -310,8 +335,10 @@ def _hook(event, args):
     try:
         if event == "open":
             _check_open(args)
-        else:
+        elif event == "sys._getframe":
             _check_getframe(args)
+        else:
+            _check_compile(args)
     except Exception as exc:
         if event == "open":
             try:
@@ -447,6 +474,11 @@ def _start():
     _CONFIG["protected"] = set(_real(p) for p in _CONFIG["protected"])
     _CONFIG["harness"] = _real(_CONFIG["harness"])
     _CONFIG["stdlib"] = _stdlib_folders()
+    # The runner's packages' folders (``_pytest``, ``pluggy``, ``unittest``), or a module's own
+    # file (``pytest.py`` before pytest 6).
+    _CONFIG["runner_folders"] = sorted(
+        set(_real(os.path.dirname(f) if f.endswith("__init__.py") else f) for f in runner_files if f)
+    )
     inodes = set()
     for protected in _CONFIG["protected"]:
         try:
