@@ -155,7 +155,7 @@ def draw_now(text: str, rng: random.Random) -> list[str]:
 def chance_now(real: str, copies: list[str]) -> float:
     """The chance of drawing ``copies`` from ``real`` (in any order)."""
     i = _spot(real, copies)
-    spots = {j: a for j, a in digit_spots(real.encode()) if real[j] in a and len(a) > 1}
+    spots = dict(digit_spots(real.encode()))
     if i is None or i not in spots or any(value[i] not in spots[i] for value in copies):
         return 0.0
     weights = {
@@ -236,7 +236,7 @@ def measure(values: list[str], groups: int, seed: int = 7) -> None:
         "%d expected values (%d for the prior, %d guessed)", len(values), len(train), len(test)
     )
     for name, (draw, chance) in DRAWS.items():
-        covered = named = smallest = size = 0
+        covered = named = smallest = heaviest = size = 0
         for _ in range(groups):
             real = rng.choice(test)
             copies = draw(real, rng)
@@ -249,13 +249,15 @@ def measure(values: list[str], groups: int, seed: int = 7) -> None:
             best = max(range(len(group)), key=lambda k: (scored[k], rng.random()))
             named += best == 0
             smallest += min(group, key=int) == real
+            heaviest += max(group, key=lambda v: (number_weight(v.encode()), rng.random())) == real
         best, above = per_task(values, draw, rng)
         logger.info(
             "%-30s copies for %5.1f %% of values, group of %.2f, the forgery that knows the draw "
-            "names the real one %5.1f %%, keeping the smallest %5.1f %%; per value, the best "
-            "rank rule %5.1f %%, above half for %5.1f %% of values",
+            "names the real one %5.1f %%, keeping the smallest %5.1f %%, the likeliest by "
+            "number_weight %5.1f %%; per value, the best rank rule %5.1f %%, above half for "
+            "%5.1f %% of values",
             name, 100 * covered / groups, size / covered, 100 * named / covered,
-            100 * smallest / covered, 100 * best, 100 * above,
+            100 * smallest / covered, 100 * heaviest / covered, 100 * best, 100 * above,
         )  # fmt: skip
 
 

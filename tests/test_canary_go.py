@@ -331,9 +331,11 @@ def test_a_test_that_reads_package_state_is_not_copied() -> None:
             text, "go", ["TestSteps", "TestTurns"], random.Random(seed), 4, keep=[defs, cases]
         )
         assert derived is not None and set(derived.sources) == {"TestTurns"}, derived.sources
-    # A `var ( ... )` block declares state too; without the declaration the test is copied.
-    block = "package robot\n\nvar (\n\tRobot struct{ X, Y int }\n\tsteps int\n)\n"
-    derived = mutants_native.derive(text, "go", ["TestSteps"], random.Random(0), 4, keep=[block])
-    assert derived is not None and set(derived.sources) == {"TestTurns"}
+    # A `var ( ... )` block declares state too, as do `var a, b T` and a declaration with a
+    # comment; without the declaration the test is copied.
+    block = "package robot\n\nvar ( // state\n\tRobot struct{ X, Y int }\n\tsteps int\n)\n"
+    for defs in (block, "var steps, Robot int // Robot = 1\n"):
+        derived = mutants_native.derive(text, "go", ["TestSteps"], random.Random(0), 4, keep=[defs])
+        assert derived is not None and set(derived.sources) == {"TestTurns"}, defs
     derived = mutants_native.derive(text, "go", ["TestSteps"], random.Random(0), 4, keep=[cases])
     assert derived is not None and "TestSteps" in derived.sources

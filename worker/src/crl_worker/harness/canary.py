@@ -122,13 +122,16 @@ def _name() -> str:
 
 
 def _added_lines(patch: str, path: str) -> str:
-    """The lines ``patch`` adds to the files whose path matches the pattern ``path``."""
+    """The lines ``patch`` leaves in the files whose path matches the pattern ``path`` that it
+    shows (added and context lines)."""
     found: list[str] = []
     taken = False
     for line in patch.splitlines():
         if line.startswith("+++ "):
-            taken = bool(re.search(path, line[4:].strip()))
-        elif taken and line.startswith("+"):
+            taken = bool(re.search(path, line[4:].split("\t")[0].strip()))
+        elif line.startswith("--- ") or line.startswith("diff "):
+            continue
+        elif taken and line[:1] in ("+", " "):
             found.append(line[1:])
     return "\n".join(found) + "\n"
 
@@ -212,8 +215,8 @@ def _derive_from(
     if language is not None:
         keep = [task.test_spec.command, *(t for p, t in sources.items() if p != path)]
         if language == "go":
-            # The lines the test patch adds to the package's other files (Aider's ``defs.go``):
-            # a package-level variable declared there is state a copy may change.
+            # What the test patch shows of the package's other files (Aider's ``defs.go``): a
+            # package-level variable declared there is state a copy may change.
             keep.append(_added_lines(task.test_patch, r"(?<!_test)\.go$"))
         if language == "javascript":
             derived = derive_jest(sources[path], task.fail_to_pass, rng, COUNT, keep=keep)

@@ -158,10 +158,10 @@ def _number_variants(
     """Up to ``count`` different numbers for the number ``text`` (digits of ``base``, maybe
     one ``.`` in a decimal; ``negative`` when a minus sign comes before it), each with the same
     one digit changed to another (:func:`~crl_worker.harness.literals.exchangeable`, weighted
-    by :func:`~crl_worker.harness.literals.number_weight`): every value of the group is as
-    likely the original (a fixed ``n - 1`` was not, nor was the smallest of a group whose
-    copies were all larger than a real ``0``, nor the value in the middle of its kind). An
-    integer stays within a width it fits (:data:`_BOUNDS`) and gets no leading zero."""
+    by :func:`~crl_worker.harness.literals.number_weight`): any value of the group could have
+    made it (a fixed ``n - 1`` could not, nor could any but the middle value of its kind when
+    as many copies were drawn below as above). An integer stays within the width that its
+    spot's smallest value fits (:data:`_BOUNDS`) and gets no leading zero."""
     hexadecimal = "abcdef" if base == 16 else ""
     digits = [i for i, c in enumerate(text) if c.isdigit() or c.lower() in hexadecimal]
     integer = "." not in text
@@ -180,7 +180,11 @@ def _number_variants(
             bound = next((b for b in bounds if least <= b), bounds[-1])
             options = [d for d in options if int(text[:i] + d + text[i + 1 :], base) <= bound]
         spots.append((i, "".join(options)))
-    return [v.decode() for v in exchangeable(text.encode(), spots, rng, count, number_weight)]
+
+    def weight(made: bytes) -> float:
+        return number_weight(made if base == 10 else b"0x" + made)
+
+    return [v.decode() for v in exchangeable(text.encode(), spots, rng, count, weight)]
 
 
 #: A hexadecimal integer (``0x7F``), its digits the group.

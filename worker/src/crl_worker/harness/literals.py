@@ -204,9 +204,8 @@ def kind_of(character: str) -> str:
 def _number_variants(text: bytes, rng: random.Random, count: int) -> list[bytes]:
     """Numerals for ``text``, each with the digit of the same one spot changed
     (:func:`exchangeable`, weighted by :func:`number_weight`): which spot, and how many copies,
-    depend on the digits the group shares, and the new digits are drawn about as often as a
-    test's expected value is that number, so every value of the group is as likely the real
-    one."""
+    depend on nothing any value of the group does not share, and the new digits are drawn about
+    as often as tests expect the numbers they make."""
     return exchangeable(text, digit_spots(text), rng, count, number_weight)
 
 
@@ -214,7 +213,7 @@ def digit_spots(text: bytes) -> list[tuple[int, str]]:
     """Each digit of the numeral ``text`` and the digits that may stand there."""
     spots = []
     for i, c in enumerate(text):
-        if chr(c).isdigit():
+        if chr(c).isdigit() and text[i + 1 : i + 2].lower() not in (b"x", b"b", b"o"):
             # A leading digit of a longer numeral is never 0 (``05`` is not Python).
             lead = (i == 0 or not chr(text[i - 1]).isalnum()) and text[i + 1 : i + 2].isdigit()
             spots.append((i, "123456789" if lead else "0123456789"))
@@ -243,23 +242,22 @@ def exchangeable(
     weight: Callable[[bytes], float] | None = None,
 ) -> list[bytes]:
     """Up to ``count`` variants of ``text``, each with the character of the same one of
-    ``spots`` replaced (a spot: an index and the characters that may stand there, a set the
-    value's other characters decide, so it is the same for every value of the group). The spot
-    is drawn uniformly among those with a character besides the original's, and as many
-    variants as that allows (``count`` at most), so neither says which value of the group is
-    the original; the new characters are drawn without replacement, each as likely as
-    ``weight`` of the text it makes (uniformly without ``weight``), so that the group is what
-    drawing real values would give. (Drawing only as many below as above the original, as
-    this did before, told the original for certain: only a value in the middle of its kind
-    could have made the group.) Empty when no spot has a replacement."""
-    options = [
-        (i, [c for c in allowed if ord(c) != text[i]])
-        for i, allowed in spots
-        if chr(text[i]) in allowed and len(allowed) > 1
-    ]
-    if not options:
+    ``spots`` replaced (a spot: an index and the characters that may stand there, which the
+    value's other characters decide, so that every value of the group has the same). The spot
+    is drawn uniformly among all ``spots`` (no variant when the original's character may not
+    stand there, or nothing else may), and there are as many variants as the spot allows
+    (``count`` at most), so neither says which value of the group is the original: any of them
+    could have made the group. The new characters are drawn without replacement, each as likely
+    as ``weight`` of the text it makes (uniformly without ``weight``), to be about as likely as
+    the original where ``weight`` is how often tests expect a value. (Drawing as many below the
+    original as above it, as this did before, told the original for certain: only a value in
+    the middle of its kind could have made the group.)"""
+    if not spots:
         return []
-    i, others = rng.choice(options)
+    i, allowed = rng.choice(spots)
+    others = [c for c in allowed if ord(c) != text[i]]
+    if chr(text[i]) not in allowed or not others:
+        return []
     made = {c: text[:i] + c.encode() + text[i + 1 :] for c in others}
     left = {c: (weight(made[c]) if weight else 1.0) for c in others}
     picked: list[bytes] = []

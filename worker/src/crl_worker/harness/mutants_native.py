@@ -190,30 +190,37 @@ def copyable(test: NativeTest, lines: list[str], language: str) -> bool:
     return "should_panic" not in attributes and not re.search(r"\breturn\b", body)
 
 
-#: A Go file's package-level variable declared without a value (``var name T``), alone or in a
-#: ``var ( ... )`` block (whose lines are then read one by one).
-_GO_STATE = re.compile(
-    r"^var[ \t]+([A-Za-z_]\w*)[^=\n]*$|^var[ \t]*\(\n((?:.*\n)*?)\)", re.MULTILINE
-)
+#: A Go ``var`` declaration at the top level: one line, or a ``var ( ... )`` block.
+_GO_VAR_DECL = re.compile(r"^var[ \t]*(\((?:[ \t]*//[^\n]*)?\n(?:.*\n)*?\)|[^\n]*)", re.MULTILINE)
+#: The names a declaration without a value declares: ``a, b T`` (``=`` nowhere after).
+_GO_NAMES = re.compile(r"^[ \t]*([A-Za-z_]\w*(?:[ \t]*,[ \t]*[A-Za-z_]\w*)*)[ \t]+[^=]*$")
 
 
 def _go_state(texts: Collection[str], tables: Collection[str]) -> set[str]:
-    """The package-level variables of the hidden Go files ``texts`` declared without a value,
-    other than the tests' case tables ``tables``: state that a copy of a test may change before
-    the real test reads it. A test that names one is not copied (Aider's robot-simulator: each
-    step moves the one ``Step1Robot`` that ``defs.go`` declares, and the real test, run after a
-    copy, failed on the gold patch). A variable declared with a value (a table of cases) is
-    data the tests read."""
+    """The package-level variables of the Go files ``texts`` declared without a value, other
+    than the tests' case tables ``tables``: state that a copy of a test may change before the
+    real test reads it. A test that names one is not copied (Aider's robot-simulator: each
+    step moves the one ``Step1Robot`` that the hidden ``defs.go`` declares, and the real test,
+    run after a copy, failed on the gold patch). A variable declared with a value (a table of
+    cases) is taken for data the tests read."""
     found: set[str] = set()
     for text in texts:
-        for match in _GO_STATE.finditer(text):
-            lines = [match.group()] if match.group(1) else match.group(2).splitlines()
+        for match in _GO_VAR_DECL.finditer(text.replace("\r\n", "\n")):
+            declared = match.group(1)
+            if declared.startswith("("):
+                lines = declared.split("\n")[1:-1]
+                # The block's own level (deeper lines: a struct type's fields, a value's rows).
+                level = min(
+                    (len(line) - len(line.lstrip()) for line in lines if line.strip()), default=0
+                )
+                lines = [line for line in lines if len(line) - len(line.lstrip()) == level]
+            else:
+                lines = [declared]
             for line in lines:
-                # One level in within a block (deeper: a struct type's fields).
-                declared = re.match(r"^(?:var[ \t]+|\t| {1,4})([A-Za-z_]\w*)[^=]*$", line)
-                if declared:
-                    found.add(declared.group(1))
-    return found - set(tables) - {"_", "var"}
+                names = _GO_NAMES.match(re.sub(r"//.*", "", line))
+                if names:
+                    found.update(n.strip() for n in names.group(1).split(","))
+    return found - set(tables) - {"_"}
 
 
 def _occurrences(name: str, texts: Collection[str]) -> int:
@@ -412,7 +419,11 @@ def derive(
     tables = (
         {t.name: table_rows("\n".join(t.body), package) for t in tests} if language == "go" else {}
     )
-    state = _go_state(package, {t.var for t in tables.values() if t and t.var})
+    state = (
+        _go_state(package, {t.var for t in tables.values() if t and t.var})
+        if language == "go"
+        else set()
+    )
     pool = [
         t
         for t in tests

@@ -25,18 +25,34 @@ def _keep_test(key, function):
         pass
 
 
+def _class_entry(cls, name):
+    """What ``cls`` holds under ``name`` (its own or a base's), as the class holds it: a
+    descriptor that makes a new object on each access (``functools.partialmethod``) is itself
+    the same object every time."""
+    for owner in getattr(cls, "__mro__", ()):
+        try:
+            found = vars(owner)
+        except TypeError:
+            continue
+        if name in found:
+            return found[name]
+    return None
+
+
 def _check_test(key, function):
-    """Evidence when the test ``key`` is about to run other code than was collected."""
-    kept = _TESTS.get(key)
-    if kept is None or key in _REPORTED:
+    """Evidence when the test ``key`` is about to run other code than was collected. Once per
+    test: a plugin may wrap what a test runs during its call (pytest-asyncio, pytest-trio),
+    and a rerun (pytest-rerunfailures, flaky) would meet the wrapper."""
+    kept = _TESTS.pop(key, None)
+    if kept is None:
         return
     try:
         now = _test_code(function)
     except Exception:
         return
     if now[0] is not kept[0] or now[1] is not kept[1]:
-        _REPORTED.add(key)
-        _evidence("the test %s was replaced after it was collected" % key)
+        name = key if isinstance(key, str) else "%s.%s" % (key[0].__qualname__, key[1])
+        _evidence("the test %s was replaced after it was collected" % name)
 
 
 # --- pytest -------------------------------------------------------------------------------------
@@ -64,7 +80,7 @@ def _item_function(item):
     there when the test runs), else the function pytest collected."""
     cls = getattr(item, "cls", None)
     if cls is not None and type(item).__name__ == "TestCaseFunction":
-        return getattr(cls, getattr(item, "originalname", None) or item.name, None)
+        return _class_entry(cls, getattr(item, "originalname", None) or item.name)
     return getattr(item, "obj", None)
 
 
@@ -142,14 +158,13 @@ def _unittest_main():
             for value in list(vars(module).values()):
                 if isinstance(value, type) and issubclass(value, unittest.TestCase):
                     for name in self.getTestCaseNames(value):
-                        key = "%s.%s.%s" % (value.__module__, value.__qualname__, name)
-                        _keep_test(key, getattr(value, name, None))
+                        _keep_test((value, name), _class_entry(value, name))
             return unittest.TestLoader.loadTestsFromModule(self, module, *args, **kwargs)
 
     class Result(base):
         def startTest(self, test):
             name = getattr(test, "_testMethodName", "")
-            _check_test(test.id(), getattr(type(test), name, None))
+            _check_test((type(test), name), _class_entry(type(test), name))
             base.startTest(self, test)
 
         def addSuccess(self, test):

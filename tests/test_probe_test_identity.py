@@ -1,0 +1,129 @@
+"""The reporter's check that a test about to run is the function that was collected.
+
+Run directly: the reporter (``harness/inprocess/probe.pyt`` and ``runners.pyt``, written as one
+module) loaded into a real pytest and a real unittest run of a small suite in a temporary
+folder, its report read back. Suites that do legitimate things a naive check would take for a
+swap (classes made by a factory, a ``functools.partialmethod`` test, a plugin that wraps the
+test function during its call and runs it again) report no tampering; a test whose code is
+swapped once collected does.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crl_worker.harness import runner
+
+FACTORY = """import functools
+import unittest
+
+
+def make(n):
+    class T(unittest.TestCase):
+        def test_n(self):
+            self.assertEqual(n, n)
+
+    return T
+
+
+TOne = make(1)
+TTwo = make(2)
+
+
+class Partial(unittest.TestCase):
+    def _check(self, n):
+        self.assertEqual(n, 1)
+
+    test_one = functools.partialmethod(_check, 1)
+"""
+
+#: A plugin that, like pytest-asyncio and pytest-rerunfailures together, wraps the test
+#: function for good during its call and runs the test a second time.
+WRAP_AND_RERUN = """import pytest
+from _pytest.runner import runtestprotocol
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    inner = pyfuncitem.obj
+    pyfuncitem.obj = lambda *a, **k: inner(*a, **k)
+    yield
+
+
+def pytest_runtest_protocol(item, nextitem):
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    runtestprotocol(item, nextitem=nextitem, log=False)
+    for report in runtestprotocol(item, nextitem=nextitem, log=False):
+        item.ihook.pytest_runtest_logreport(report=report)
+    return True
+"""
+
+PLAIN = "def test_plain():\n    assert 1 == 1\n\n\ndef test_other():\n    assert 2 == 2\n"
+
+#: A test module whose first test swaps the second one's code once both are collected.
+SWAPS = (
+    "def test_first():\n"
+    "    test_second.__code__ = (lambda: None).__code__\n\n\n"
+    "def test_second():\n"
+    "    assert 1 == 2\n"
+)
+
+
+def _run(tmp_path: Path, files: dict[str, str], unittest: bool) -> list[dict[str, object]]:
+    """The reporter's records of one run of ``files`` (written under ``tmp_path/repo``)."""
+    repo, harness = tmp_path / "repo", tmp_path / "harness"
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    harness.mkdir()
+    (harness / "mprobe.py").write_bytes(runner.probe_source())
+    report = harness / "report.jsonl"
+    tests = sorted(n for n in files if n.startswith("tests/test_"))
+    config = {
+        "report": str(report),
+        "root": str(repo),
+        "harness": str(harness),
+        "protected": [str(repo / n) for n in tests],
+    }
+    (harness / "mprobe.json").write_text(json.dumps(config))
+    if unittest:
+        command = [sys.executable, "-m", "mprobe", *(n[:-3].replace("/", ".") for n in tests)]
+    else:
+        command = [sys.executable, "-m", "pytest", "-p", "mprobe", "-p", "no:cacheprovider", *tests]
+    env = {
+        "PYTHONPATH": str(harness),
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PATH": "/usr/bin:/bin",
+    }
+    subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+    return [json.loads(line) for line in report.read_text().splitlines()]
+
+
+def _tampered(records: list[dict[str, object]]) -> list[object]:
+    return [r["why"] for r in records if r["kind"] == "tamper"]
+
+
+@pytest.mark.parametrize("unittest", [False, True], ids=["pytest", "unittest"])
+def test_factory_classes_and_partialmethods_are_not_taken_for_swaps(
+    tmp_path: Path, unittest: bool
+) -> None:
+    records = _run(tmp_path, {"tests/__init__.py": "", "tests/test_factory.py": FACTORY}, unittest)
+    statuses = [r["status"] for r in records if r["kind"] == "test"]
+    assert statuses.count("PASSED") == 3 and not _tampered(records), records
+
+
+def test_a_plugin_that_wraps_the_call_and_reruns_is_not_taken_for_a_swap(tmp_path: Path) -> None:
+    files = {"tests/__init__.py": "", "tests/test_plain.py": PLAIN, "conftest.py": WRAP_AND_RERUN}
+    records = _run(tmp_path, files, unittest=False)
+    assert [r for r in records if r["kind"] == "test"] and not _tampered(records), records
+
+
+def test_a_test_swapped_once_collected_is_evidence(tmp_path: Path) -> None:
+    records = _run(tmp_path, {"tests/__init__.py": "", "tests/test_swaps.py": SWAPS}, False)
+    [why] = _tampered(records)
+    assert "tests/test_swaps.py::test_second was replaced after it was collected" in str(why)
