@@ -5,11 +5,13 @@ A canary group is a real test and its copies, which differ from it in one number
 expected value. A forgery that sees the group (the tests' constants, read from their code) and
 knows the harness's draw can weigh each value of the group by how likely it made the group and
 by how likely a test expects it, and keep the likeliest as the real one. This script draws
-groups for real expected values and lets that forgery guess, for three draws:
+groups for real expected values and lets that forgery guess, for four draws:
 
 - ``uniform``: any other digit at a random spot (the harness before red team 13);
 - ``balanced``: as many digits below the original as above it (3aa1824 and before);
-- ``now``: :func:`crl_worker.harness.literals.exchangeable`, weighted by ``number_weight``.
+- ``now``: :func:`crl_worker.harness.literals.exchangeable`, weighted by ``number_weight``;
+- ``now, redrawn to the middle``: the same, redrawn until the original is neither the
+  smallest nor the largest of its group (tried, not shipped).
 
 The values are the expected numbers of Aider's polyglot benchmark's test files (the fetched
 mirror: Python, JavaScript, Rust, C++, Java), split at random in two: the forgery's prior is
@@ -27,6 +29,7 @@ Results: perf/canary_guess.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import logging
 import math
@@ -173,10 +176,37 @@ def chance_now(real: str, copies: list[str]) -> float:
     return total / len(spots)
 
 
+def draw_middle(text: str, rng: random.Random, tries: int = 8) -> list[str]:
+    """The harness's draw, redrawn until the original is neither the smallest nor the largest
+    of its group (at most ``tries`` times, else no copy): tried, not shipped."""
+    for _ in range(tries):
+        copies = draw_now(text, rng)
+        if copies and min(map(int, copies)) < int(text) < max(map(int, copies)):
+            return copies
+    return []
+
+
+@functools.cache
+def _in_the_middle(real: str) -> float:
+    """How often one draw of :func:`draw_now` leaves ``real`` in the middle (estimated)."""
+    rng = random.Random(real)
+    draws = [draw_now(real, rng) for _ in range(400)]
+    return sum(bool(c) and min(map(int, c)) < int(real) < max(map(int, c)) for c in draws) / 400
+
+
+def chance_middle(real: str, copies: list[str]) -> float:
+    """The chance of :func:`draw_middle` giving ``copies`` from ``real``."""
+    once = _in_the_middle(real)
+    if not once or not min(map(int, copies)) < int(real) < max(map(int, copies)):
+        return 0.0
+    return chance_now(real, copies) * (1 - (1 - once) ** 8) / once
+
+
 DRAWS: dict[str, tuple[Draw, Likelihood]] = {
     "uniform (before red team 13)": (draw_uniform, chance_uniform),
     "balanced (3aa1824)": (draw_balanced, chance_balanced),
     "now (exchangeable, weighted)": (draw_now, chance_now),
+    "now, redrawn to the middle": (draw_middle, chance_middle),
 }
 
 
