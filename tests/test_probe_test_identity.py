@@ -74,8 +74,11 @@ SWAPS = (
 )
 
 
-def _run(tmp_path: Path, files: dict[str, str], unittest: bool) -> list[dict[str, object]]:
-    """The reporter's records of one run of ``files`` (written under ``tmp_path/repo``)."""
+def _run(
+    tmp_path: Path, files: dict[str, str], unittest: bool, names: tuple[str, ...] = ()
+) -> list[dict[str, object]]:
+    """The reporter's records of one run of ``files`` (written under ``tmp_path/repo``): of
+    their test modules, or of the unittest ``names`` given."""
     repo, harness = tmp_path / "repo", tmp_path / "harness"
     for name, text in files.items():
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
@@ -92,7 +95,8 @@ def _run(tmp_path: Path, files: dict[str, str], unittest: bool) -> list[dict[str
     }
     (harness / "mprobe.json").write_text(json.dumps(config))
     if unittest:
-        command = [sys.executable, "-m", "mprobe", *(n[:-3].replace("/", ".") for n in tests)]
+        selected = names or tuple(n[:-3].replace("/", ".") for n in tests)
+        command = [sys.executable, "-m", "mprobe", *selected]
     else:
         command = [sys.executable, "-m", "pytest", "-p", "mprobe", "-p", "no:cacheprovider", *tests]
     env = {
@@ -127,3 +131,29 @@ def test_a_test_swapped_once_collected_is_evidence(tmp_path: Path) -> None:
     records = _run(tmp_path, {"tests/__init__.py": "", "tests/test_swaps.py": SWAPS}, False)
     [why] = _tampered(records)
     assert "tests/test_swaps.py::test_second was replaced after it was collected" in str(why)
+
+
+#: A TestCase module whose ``setUpModule`` replaces a test method once the tests are loaded
+#: (package code can plant one in the test module as it is imported).
+SWAPS_METHOD = (
+    "import unittest\n\n\n"
+    "def setUpModule():\n"
+    "    Case.test_fails = lambda self: None\n\n\n"
+    "class Case(unittest.TestCase):\n"
+    "    def test_fails(self):\n"
+    "        self.assertEqual(1, 2)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "names", [(), ("tests.test_swaps.Case",), ("tests.test_swaps.Case.test_fails",)]
+)
+def test_a_method_replaced_once_loaded_is_evidence_however_unittest_is_given_it(
+    tmp_path: Path, names: tuple[str, ...]
+) -> None:
+    # By module, by class, by method: only the first goes through the loader's module step.
+    records = _run(
+        tmp_path, {"tests/__init__.py": "", "tests/test_swaps.py": SWAPS_METHOD}, True, names
+    )
+    [why] = _tampered(records)
+    assert "Case.test_fails was replaced after it was collected" in str(why), records

@@ -161,6 +161,22 @@ def _unittest_main():
                         _keep_test((value, name), _class_entry(value, name))
             return unittest.TestLoader.loadTestsFromModule(self, module, *args, **kwargs)
 
+        def loadTestsFromName(self, name, module=None):
+            # A class or a method named (``tests.test_x.Case.test_y``): no ``load_tests`` runs,
+            # so the tests as loaded are the ones collected (those of a module, taken above
+            # before its ``load_tests``, stay as taken).
+            suite = unittest.TestLoader.loadTestsFromName(self, name, module)
+            todo = [suite]
+            while todo:
+                test = todo.pop()
+                if isinstance(test, unittest.TestSuite):
+                    todo.extend(test)
+                    continue
+                key = (type(test), getattr(test, "_testMethodName", ""))
+                if key not in _TESTS:
+                    _keep_test(key, _class_entry(key[0], key[1]))
+            return suite
+
     class Result(base):
         def startTest(self, test):
             name = getattr(test, "_testMethodName", "")
