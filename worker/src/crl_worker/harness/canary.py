@@ -66,6 +66,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from crl_worker.harness.diffsplit import DiffError, parse_diff
 from crl_worker.harness.mutants import Derived, derive
 from crl_worker.harness.mutants_java import derive as derive_java
 from crl_worker.harness.mutants_jest import derive as derive_jest
@@ -123,16 +124,20 @@ def _name() -> str:
 
 def _added_lines(patch: str, path: str) -> str:
     """The lines ``patch`` leaves in the files whose path matches the pattern ``path`` that it
-    shows (added and context lines)."""
-    found: list[str] = []
-    taken = False
-    for line in patch.splitlines():
-        if line.startswith("+++ "):
-            taken = bool(re.search(path, line[4:].split("\t")[0].strip()))
-        elif line.startswith("--- ") or line.startswith("diff "):
-            continue
-        elif taken and line[:1] in ("+", " "):
-            found.append(line[1:])
+    shows (added and context lines), read as ``git apply`` reads the patch
+    (:func:`~crl_worker.harness.diffsplit.parse_diff`); none from a patch it would refuse."""
+    try:
+        changes = parse_diff(patch)
+    except DiffError:
+        return "\n"
+    found = [
+        line[1:]
+        for change in changes
+        if change.new_path is not None and re.search(path, change.new_path)
+        for hunk in change.hunks
+        for line in hunk.splitlines()[1:]
+        if line[:1] in ("+", " ")
+    ]
     return "\n".join(found) + "\n"
 
 

@@ -295,10 +295,11 @@ def target(toks: list[_Tok], test: JestTest) -> _Target | None:
     asymmetric = any(toks[k].text == "expect" for k in range(matcher + 2, end))
     if len(args) == 0 and toks[matcher + 3].text == ")" and toks[matcher + 2].kind == "id":
         args = _bound(toks, test, statements[:-1], toks[matcher + 2].text)
-    usable = [k for k in args if _values(toks[k].text, 1, random.Random(0)) and not asymmetric]
+    # How many copies each literal gives (none: it cannot change).
+    room = {k: len(_values(toks[k].text, 9, random.Random(0))) for k in args if not asymmetric}
+    usable = [k for k in args if room.get(k)]
     if toks[matcher].text in _MATCHERS and not negated and usable:
         # The one giving the most copies (the last of those): a larger group to guess from.
-        room = {k: len(_values(toks[k].text, 9, random.Random(0))) for k in usable}
         return _Target(max(reversed(usable), key=room.__getitem__), matcher, negated)
     if (
         toks[matcher].text in _EQUALITY
