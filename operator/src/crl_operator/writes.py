@@ -133,6 +133,9 @@ class ChildWrites:
         self.cache.upsert(result)
         with self._lock:
             self._applied[key] = (fp, str(result["metadata"].get("resourceVersion")))
+        # Only real applies reach here (a child that already matches is skipped above), so the
+        # line says what the operator changed, and when.
+        log.info("applied %s %s/%s", *key)
 
     def ensure_token(self, key: Key, pool: RolloutPool, namespace: str, uid: str) -> None:
         """Create the pool's token Secret unless it exists: a create that the API server
