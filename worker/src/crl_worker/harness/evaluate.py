@@ -66,6 +66,13 @@ from crl_worker.harness.runner import (
     harden,
     install,
 )
+from crl_worker.harness.steps import STEP_TIMEOUT as STEP_TIMEOUT
+from crl_worker.harness.steps import (
+    clear_junit_reports,
+    in_workdir,
+    read_junit_reports,
+    step,
+)
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
 from crl_worker.tasks.selection import test_arguments
@@ -76,8 +83,6 @@ logger = logging.getLogger(__name__)
 TEST_OUTPUT_CAP = 32 << 20
 #: Characters of the test log an EvalResult carries (head and tail kept).
 LOG_CAP = 1 << 20
-#: Time limit of the harness's own small steps (apply, reset, list reports), in seconds.
-STEP_TIMEOUT = 300.0
 #: ``patch`` fuzz factor of the fallback (SWE-bench's harness uses 5 too).
 FUZZ = 5
 
@@ -106,33 +111,6 @@ class _Run:
         self.parts.append(f">>> {title}\n{text.rstrip()}\n" if text.strip() else f">>> {title}\n")
 
 
-def _in_workdir(sandbox: Sandbox, command: str) -> str:
-    """``command`` as the harness runs it in the agent's session.
-
-    The session is the agent's: it may have changed directory, and it may have defined aliases
-    or shell functions named like the tools the harness calls (``git``, ``pytest``, even an
-    absolute path: bash accepts ``/usr/bin/python() { ...; }``). Each step runs in a subshell
-    that drops every alias and function first, starts in the workdir, and ``eval``s the command
-    so that it is parsed after the aliases are gone. Exported variables stay (the task's
-    environment lives there); see docs/evaluation.md.
-    """
-    return (
-        "( unalias -a 2>/dev/null; "
-        'while read -r _ _ __crl_fn; do unset -f "$__crl_fn"; done < <(declare -F); '
-        f"cd {shlex.quote(sandbox.workdir)} && eval {shlex.quote(command)} )"
-    )
-
-
-async def _step(
-    sandbox: Sandbox, command: str, *, timeout: float = STEP_TIMEOUT
-) -> tuple[int, str]:
-    """Run one harness step; a timeout is the harness's failure, not the model's."""
-    result = await sandbox.run(_in_workdir(sandbox, command), timeout=timeout)
-    if result.timed_out:
-        raise InfrastructureError(f"harness step timed out after {timeout:.0f}s: {command[:200]}")
-    return (result.exit_code if result.exit_code is not None else -1), result.output
-
-
 async def apply_patch(sandbox: Sandbox, patch: str, *, name: str) -> str:
     """Apply ``patch`` in the sandbox's workdir (``git apply``, then ``patch --fuzz``).
 
@@ -148,19 +126,19 @@ async def apply_patch(sandbox: Sandbox, patch: str, *, name: str) -> str:
     await sandbox.write_file(path, patch.encode("utf-8"))
     quoted = shlex.quote(path)
     try:
-        code, out = await _step(sandbox, f"git apply --verbose --whitespace=nowarn {quoted}")
+        code, out = await step(sandbox, f"git apply --verbose --whitespace=nowarn {quoted}")
         if code == 0:
             return out
         patch_cmd = f"patch --batch --forward --fuzz={FUZZ} -p1 -i {quoted}"
-        dry_code, dry_out = await _step(sandbox, f"{patch_cmd} --dry-run")
+        dry_code, dry_out = await step(sandbox, f"{patch_cmd} --dry-run")
         if dry_code != 0:
             raise PatchError(f"git apply:\n{out.rstrip()}\npatch --dry-run:\n{dry_out.rstrip()}")
-        code, patch_out = await _step(sandbox, patch_cmd)
+        code, patch_out = await step(sandbox, patch_cmd)
         if code != 0:
             raise PatchError(f"git apply:\n{out.rstrip()}\npatch:\n{patch_out.rstrip()}")
         return f"{out.rstrip()}\n(applied by patch --fuzz={FUZZ})\n{patch_out}"
     finally:
-        await _step(sandbox, f"rm -f {quoted}")
+        await step(sandbox, f"rm -f {quoted}")
 
 
 async def reset_files(sandbox: Sandbox, files: Sequence[str], base_commit: str) -> str:
@@ -178,7 +156,7 @@ async def reset_files(sandbox: Sandbox, files: Sequence[str], base_commit: str) 
         '  else rm -f -- "$__crl_f"; fi',
         "done",
     ]
-    code, out = await _step(sandbox, "(\n" + "\n".join(script) + "\n)")
+    code, out = await step(sandbox, "(\n" + "\n".join(script) + "\n)")
     if code != 0:
         raise InfrastructureError(f"could not reset the test files to {base_commit}: {out[-2000:]}")
     return out
@@ -245,49 +223,6 @@ def reported_no_test(
         and exit_code == 2
         and all(s is TestStatus.ERROR and "::" not in name for name, s in statuses.items())
     )
-
-
-def _glob_word(pattern: str) -> str:
-    # Keep the glob characters live for the shell, escape everything else.
-    return "".join(c if c.isalnum() or c in "*?[]/._-" else "\\" + c for c in pattern)
-
-
-async def list_junit_reports(sandbox: Sandbox, patterns: Sequence[str]) -> list[str]:
-    """Paths (relative to the workdir) of the files matching ``patterns``; ``**`` allowed."""
-    if not patterns:
-        return []
-    words = " ".join(_glob_word(p) for p in patterns)
-    code, out = await _step(
-        sandbox,
-        f"( shopt -s globstar nullglob; for f in {words}; do "
-        '[ -f "$f" ] && printf \'%s\\n\' "$f"; done; true )',
-    )
-    if code != 0:
-        raise InfrastructureError(f"could not list the JUnit reports: {out[-2000:]}")
-    return list(dict.fromkeys(line for line in out.splitlines() if line.strip()))
-
-
-async def clear_junit_reports(sandbox: Sandbox, patterns: Sequence[str]) -> int:
-    """Delete the reports matching ``patterns`` before a run; return how many there were.
-
-    Reports left by the agent's own test runs (or written by it) would otherwise be read as
-    this run's results when the build fails before the tests run.
-    """
-    stale = await list_junit_reports(sandbox, patterns)
-    if stale:
-        code, out = await _step(sandbox, "rm -f -- " + " ".join(shlex.quote(p) for p in stale))
-        if code != 0:
-            raise InfrastructureError(f"could not remove stale JUnit reports: {out[-2000:]}")
-    return len(stale)
-
-
-async def read_junit_reports(sandbox: Sandbox, patterns: Sequence[str]) -> list[str]:
-    """The JUnit XML reports matching ``patterns`` (relative to the workdir), as text."""
-    reports = []
-    for path in await list_junit_reports(sandbox, patterns):
-        data = await sandbox.read_file(path)
-        reports.append(data.decode("utf-8", errors="replace"))
-    return reports
 
 
 def _result(
@@ -390,7 +325,8 @@ async def _run_tests(
     sources = await read_test_modules(sandbox, task)
     expected = expected_statuses(sources, task.fail_to_pass)
     planted = await _plant_canary(sandbox, task, run, sources) if canary else None
-    test_command = build_test_command(task if planted is None else with_canary(task, planted))
+    in_run = task if planted is None else with_canary(task, planted)
+    test_command = build_test_command(in_run)
     probe: Probe | None = None
     command = test_command
     if canary and task.test_spec.log_format in HARDENED_FORMATS:
@@ -410,10 +346,10 @@ async def _run_tests(
         stale = await clear_junit_reports(sandbox, task.test_spec.junit_reports)
         run.add(f"stale junit reports removed: {stale}", "")
     for pre in task.test_spec.pre:
-        code, out = await _step(sandbox, pre)
+        code, out = await step(sandbox, pre)
         run.add(f"pre: {pre} (exit {code})", out)
     result = await sandbox.run(
-        _in_workdir(sandbox, command), timeout=limit, max_output=TEST_OUTPUT_CAP
+        in_workdir(sandbox, command), timeout=limit, max_output=TEST_OUTPUT_CAP
     )
     run.add(f"tests: {command} (exit {result.exit_code})", result.output)
     tests = _TestRun(result.exit_code, result.timed_out, {}, {}, command, planted, expected)
@@ -432,7 +368,6 @@ async def _run_tests(
     else:
         tests.statuses = parse_log(task.test_spec.log_format, result.output)
     if native:
-        in_run = task if planted is None else with_canary(task, planted)
         fmt = task.test_spec.log_format
         own = hardened_run(test_command, command, fmt)
         tests.statuses, tests.tampered = settle(
