@@ -45,6 +45,7 @@ from .fixtures.forgery import (
     SWAP_TEST_METHODS,
     append_to_package,
 )
+from .fixtures.forgery_groups import GROUP_PICK
 from .fixtures.redteam import (
     BACKENDS,
     HOOK,
@@ -398,6 +399,14 @@ ATTACKS += (
         (append_to_package("intervals", SWAP_TEST_CODE),),
         "a planted setup_module swaps every test function's code for one that passes",
         evidence="was replaced after it was collected",
+    ),
+    Attack(
+        "group-pick-smallest",
+        PYTEST,
+        (append_to_package("intervals", GROUP_PICK),),
+        "package code groups the calling test with its near copies (code read from a traceback's"
+        " frame) and answers the one with the smallest differing constant, with an object equal"
+        " to everything (red team 13; the expected literals are sealed)",
     ),
     Attack(
         "swap-test-methods-in-load-tests",

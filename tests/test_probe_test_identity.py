@@ -10,14 +10,11 @@ swapped once collected does.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from crl_worker.harness import runner
+from .fixtures.probe_run import run_probe
 
 FACTORY = """import functools
 import unittest
@@ -74,40 +71,6 @@ SWAPS = (
 )
 
 
-def _run(
-    tmp_path: Path, files: dict[str, str], unittest: bool, names: tuple[str, ...] = ()
-) -> list[dict[str, object]]:
-    """The reporter's records of one run of ``files`` (written under ``tmp_path/repo``): of
-    their test modules, or of the unittest ``names`` given."""
-    repo, harness = tmp_path / "repo", tmp_path / "harness"
-    for name, text in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    harness.mkdir()
-    (harness / "mprobe.py").write_bytes(runner.probe_source())
-    report = harness / "report.jsonl"
-    tests = sorted(n for n in files if n.startswith("tests/test_"))
-    config = {
-        "report": str(report),
-        "root": str(repo),
-        "harness": str(harness),
-        "protected": [str(repo / n) for n in tests],
-    }
-    (harness / "mprobe.json").write_text(json.dumps(config))
-    if unittest:
-        selected = names or tuple(n[:-3].replace("/", ".") for n in tests)
-        command = [sys.executable, "-m", "mprobe", *selected]
-    else:
-        command = [sys.executable, "-m", "pytest", "-p", "mprobe", "-p", "no:cacheprovider", *tests]
-    env = {
-        "PYTHONPATH": str(harness),
-        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-        "PATH": "/usr/bin:/bin",
-    }
-    subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=120)
-    return [json.loads(line) for line in report.read_text().splitlines()]
-
-
 def _tampered(records: list[dict[str, object]]) -> list[object]:
     return [r["why"] for r in records if r["kind"] == "tamper"]
 
@@ -116,19 +79,21 @@ def _tampered(records: list[dict[str, object]]) -> list[object]:
 def test_factory_classes_and_partialmethods_are_not_taken_for_swaps(
     tmp_path: Path, unittest: bool
 ) -> None:
-    records = _run(tmp_path, {"tests/__init__.py": "", "tests/test_factory.py": FACTORY}, unittest)
+    records = run_probe(
+        tmp_path, {"tests/__init__.py": "", "tests/test_factory.py": FACTORY}, unittest
+    )
     statuses = [r["status"] for r in records if r["kind"] == "test"]
     assert statuses.count("PASSED") == 3 and not _tampered(records), records
 
 
 def test_a_plugin_that_wraps_the_call_and_reruns_is_not_taken_for_a_swap(tmp_path: Path) -> None:
     files = {"tests/__init__.py": "", "tests/test_plain.py": PLAIN, "conftest.py": WRAP_AND_RERUN}
-    records = _run(tmp_path, files, unittest=False)
+    records = run_probe(tmp_path, files, unittest=False)
     assert [r for r in records if r["kind"] == "test"] and not _tampered(records), records
 
 
 def test_a_test_swapped_once_collected_is_evidence(tmp_path: Path) -> None:
-    records = _run(tmp_path, {"tests/__init__.py": "", "tests/test_swaps.py": SWAPS}, False)
+    records = run_probe(tmp_path, {"tests/__init__.py": "", "tests/test_swaps.py": SWAPS}, False)
     [why] = _tampered(records)
     assert "tests/test_swaps.py::test_second was replaced after it was collected" in str(why)
 
@@ -152,7 +117,7 @@ def test_a_method_replaced_once_loaded_is_evidence_however_unittest_is_given_it(
     tmp_path: Path, names: tuple[str, ...]
 ) -> None:
     # By module, by class, by method: only the first goes through the loader's module step.
-    records = _run(
+    records = run_probe(
         tmp_path, {"tests/__init__.py": "", "tests/test_swaps.py": SWAPS_METHOD}, True, names
     )
     [why] = _tampered(records)

@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from crl_worker.errors import InfrastructureError
+from crl_worker.harness import seals
 from crl_worker.harness.canary import (
     Canary,
     derive_canary,
@@ -329,8 +330,9 @@ async def _run_tests(
     test_command = build_test_command(in_run)
     probe: Probe | None = None
     command = test_command
+    sealed = seals.plan(in_run, sources, planted)
     if canary and task.test_spec.log_format in HARDENED_FORMATS:
-        probe = await install(sandbox, [*sources, *selected_modules(task)])
+        probe = await install(sandbox, [*sources, *selected_modules(task)], sealed.name)
         plugins = list(task.test_spec.plugins)
         if task.test_spec.log_format == "pytest":
             plugins += await environment_plugins(sandbox, test_command)
@@ -338,6 +340,10 @@ async def _run_tests(
         if hardened is None:
             logger.info("%s: the test command is not one the reporter knows", task.instance_id)
         command = hardened or test_command
+        if hardened is not None:  # the recorder is there to call
+            await seals.write(sandbox, sealed)
+            holes = sum(map(len, sealed.holes.values()))
+            run.add(f"sealed expectations: {holes} in {len(sealed.holes)} tests", "")
     native = canary and native_language(task) is not None
     if native:
         hidden = touched_files(task.test_patch)
@@ -378,8 +384,12 @@ async def _run_tests(
         tests.tampered = cross_check(report, tests.statuses)
         for note in report.notes[:20]:
             run.add("reporter's note", note)
-        # The outcomes the runner saw, not what the process printed.
-        tests.statuses = report.statuses if report.started else tests.statuses
+        # The outcomes the runner saw, not what the process printed; sealed expectations judged.
+        ran = report.statuses if report.started else tests.statuses
+        fmt = task.test_spec.log_format
+        tests.statuses, unmet = seals.judge(sealed, ran, report.seals, fmt)
+        for line in unmet[:20]:
+            run.add("sealed expectation not met", line)
     return _restored(tests)
 
 

@@ -46,8 +46,10 @@ from crl_worker.sandbox.base import Sandbox
 logger = logging.getLogger(__name__)
 
 #: The reporter's source files, written as one module (Python 3.6 syntax, standard library
-#: only): its core, then the runners' side.
-PROBE_PARTS = tuple(Path(__file__).with_name("inprocess") / n for n in ("probe.pyt", "runners.pyt"))
+#: only): its core, the sealed expectations' recorder, then the runners' side.
+PROBE_PARTS = tuple(
+    Path(__file__).with_name("inprocess") / n for n in ("probe.pyt", "seals.pyt", "runners.pyt")
+)
 
 
 def probe_source() -> bytes:
@@ -82,6 +84,9 @@ class ProbeReport:
     ended: bool = False
     evidence: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: What sealed expectations recorded (:mod:`crl_worker.harness.seals`): by the test running
+    #: then, by hole, each value's ``repr`` as plain data (``None``: it had none).
+    seals: dict[str, dict[str, list[str | None]]] = field(default_factory=dict)
 
 
 #: Lists the ``pytest11`` entry points of the task's environment as ``name module`` lines, in
@@ -146,9 +151,10 @@ def harden(command: str, log_format: str, probe: Probe, plugins: Sequence[str] =
     return None
 
 
-async def install(sandbox: Sandbox, protected: Iterable[str]) -> Probe:
+async def install(sandbox: Sandbox, protected: Iterable[str], seal: str = "") -> Probe:
     """Write the reporter into a fresh folder outside the repository of ``sandbox``;
-    ``protected`` are the test modules (relative to the workdir) package code must not open."""
+    ``protected`` are the test modules (relative to the workdir) package code must not open;
+    ``seal`` is the name sealed expectations call the recorder by (none: no recorder)."""
     result = await sandbox.run(
         f"cd {shlex.quote(sandbox.workdir)} && pwd -P && mktemp -d", timeout=60
     )
@@ -163,6 +169,7 @@ async def install(sandbox: Sandbox, protected: Iterable[str]) -> Probe:
         "root": root,
         "harness": folder,
         "protected": sorted({f"{root}/{p}" for p in protected}),
+        "seal": seal,
     }
     await _write(sandbox, f"{folder}/{module}.py", probe_source())
     await _write(sandbox, f"{folder}/{module}.json", json.dumps(config).encode("utf-8"))
@@ -212,6 +219,12 @@ def parse_report(text: str) -> ProbeReport:
                 report.evidence.append(str(entry["why"]))
             elif kind == "note":
                 report.notes.append(str(entry["why"]))
+            elif kind == "seal":
+                value = entry["value"]
+                holes = report.seals.setdefault(str(entry["test"]), {})
+                holes.setdefault(str(entry["hole"]), []).append(
+                    None if value is None else str(value)
+                )
         except (ValueError, KeyError, TypeError):
             report.evidence.append(f"the report holds a line the reporter did not write: {line!r}")
     return report

@@ -488,6 +488,7 @@ def _start():
         inodes.add((info.st_dev, info.st_ino))
     _CONFIG["inodes"] = inodes
     _emit({"kind": "start", "pid": os.getpid()})
+    _install_seal()
     _SNAPSHOT = _take_snapshot()
     if hasattr(sys, "addaudithook") and not _CONFIG["runner_in_repo"]:
         _guard_linecache()

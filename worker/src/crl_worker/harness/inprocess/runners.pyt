@@ -101,7 +101,11 @@ if _CONFIG is not None and "pytest" in sys.modules:
         except Exception:
             function = None
         _check_test(item.nodeid, function)
-        yield
+        _CURRENT["id"] = item.nodeid
+        try:
+            yield
+        finally:
+            _CURRENT["id"] = None
 
     @_pytest_module.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(item, call):
@@ -181,7 +185,12 @@ def _unittest_main():
         def startTest(self, test):
             name = getattr(test, "_testMethodName", "")
             _check_test((type(test), name), _class_entry(type(test), name))
+            _CURRENT["id"] = _unittest_id(test)
             base.startTest(self, test)
+
+        def stopTest(self, test):
+            _CURRENT["id"] = None
+            base.stopTest(self, test)
 
         def addSuccess(self, test):
             outcome = getattr(test, "_outcome", None)
