@@ -247,7 +247,8 @@ def test_benchmark_status_follows_the_runners_reports(
         return cm if labels.get("app.kubernetes.io/part-of") == "coderepairrl" else None
 
     cm = wait_for("the label put back", repaired, op=operator)
-    assert child_applies() > patches
+    # Its log line follows the apply's answer (the label can be seen a moment before).
+    wait_for("the apply in the operator's log", lambda: child_applies() > patches, op=operator)
     assert cm["data"]["progress.json"] == written
 
 
