@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import statistics
 import tempfile
 import time
@@ -42,6 +43,8 @@ async def _one(task: Task, root: str, logs: Path | None) -> dict[str, object]:
     if logs is not None and not checked.resolved:
         logs.mkdir(parents=True, exist_ok=True)
         (logs / f"{task.instance_id}.log").write_text(checked.log)
+    # Sealed expectations (Python's runs): how many statements, in how many tests.
+    sealed = re.search(r"sealed expectations: (\d+) in (\d+) tests", checked.log)
     return {
         "id": task.instance_id,
         "language": task.language,
@@ -51,6 +54,7 @@ async def _one(task: Task, root: str, logs: Path | None) -> dict[str, object]:
         "error": checked.infrastructure_error,
         "evaluation_s": round(middle - started, 2),
         "check_s": round(done - middle, 2),
+        "sealed": [int(sealed[1]), int(sealed[2])] if sealed else None,
     }
 
 
@@ -79,6 +83,11 @@ async def _main(args: argparse.Namespace) -> int:
             "check_median_s": statistics.median(check),
             "check_over_evaluation": round(sum(check) / sum(plain), 2),
         }
+        sealed = [r["sealed"] for r in mine if isinstance(r["sealed"], list)]
+        if sealed:
+            summary["tasks_sealed"] = sum(1 for s in sealed if s[0])
+            summary["statements_sealed"] = sum(s[0] for s in sealed)
+            summary["tests_sealed"] = sum(s[1] for s in sealed)
         print(json.dumps(summary))
     return 0 if all(r["resolved"] for r in rows) else 1
 

@@ -12,13 +12,14 @@ test's code fail. Unsealed, the last two pass: that is what the seal takes away.
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
 
 from crl_worker.harness.result import TestStatus
 from crl_worker.harness.runner import parse_report
-from crl_worker.harness.seals import judge, matches, seal_modules
+from crl_worker.harness.seals import Hole, judge, matches, seal_modules
 
 from .fixtures.probe_run import run_probe
 
@@ -143,7 +144,7 @@ def _graded(tmp_path: Path, unittest: bool, sealed: bool) -> dict[str, TestStatu
     seals = seal_modules({path: text}, ids if sealed else [], ids, fmt)
     files = {"pkg.py": PACKAGE, "tests/__init__.py": "", path: seals.texts.get(path, text)}
     records = run_probe(tmp_path, files, unittest, seal=seals.name)
-    report = parse_report("\n".join(__import__("json").dumps(r) for r in records))
+    report = parse_report("\n".join(json.dumps(r) for r in records))
     statuses, _ = judge(seals, report.statuses, report.seals, fmt)
     return {i.split("::")[-1].split(" ")[0].removeprefix("test_"): s for i, s in statuses.items()}
 
@@ -207,7 +208,7 @@ def test_a_module_keeps_its_lines_and_loses_only_sealable_literals() -> None:
     text = seals.texts["t.py"]
     assert len(text.splitlines()) == len(MODULE.splitlines())
     assert set(seals.holes) == {"t.py::test_sealed"}  # the others: see below
-    assert sorted(seals.holes["t.py::test_sealed"].values()) == ["3", "5"]
+    assert sorted(h.expected for h in seals.holes["t.py::test_sealed"].values()) == ["3", "5"]
     sealed = next(n for n in ast.parse(text).body if getattr(n, "name", "") == "test_sealed")
     constants = {c.value for c in ast.walk(sealed) if isinstance(c, ast.Constant)}
     assert not constants & {3, 5}, ast.unparse(sealed)
@@ -231,7 +232,7 @@ def test_unittest_assertions_are_sealed_whichever_side_holds_the_literal() -> No
     text = seals.texts["t.py"]
     assert '_r("' in text and "self.assertEqual" not in text
     assert "self.assertSequenceEqual(f(), [1, 2])" in text  # a list equals a tuple there
-    assert sorted(seals.holes["test_x (t.T)"].values()) == ["5", "[1, 2]"]
+    assert sorted(h.expected for h in seals.holes["test_x (t.T)"].values()) == ["5", "[1, 2]"]
 
 
 def test_judge_needs_every_hole_recorded_and_right() -> None:
@@ -246,5 +247,62 @@ def test_judge_needs_every_hole_recorded_and_right() -> None:
     assert len(lines) == 1 and "6" in lines[0]
     judged, _ = judge(seals, {"t.py::test_a": TestStatus.PASSED}, {}, "pytest")
     assert judged["t.py::test_a"] is TestStatus.FAILED  # nothing recorded
-    assert matches("[1, (2, 'x')]", "[1, (2, 'x')]") and not matches("None", "0")
-    assert not matches("inf", "1") and not matches(None, "None")
+    equal, held = Hole("==", "[1, (2, 'x')]"), Hole("in", "'needle in'")
+    assert matches("[1, (2, 'x')]", equal) and not matches("None", Hole("==", "0"))
+    assert not matches("inf", Hole("==", "1")) and not matches(None, Hole("==", "None"))
+    assert matches("'a needle in it'", held) and matches("['needle in']", held)
+    assert not matches("['needle', 'in']", held) and not matches("3", held)
+
+
+CONTAINS_PACKAGE = """import collections
+
+
+class Text(str):
+    pass
+
+
+class Anything:
+    def __contains__(self, item):
+        return True
+
+    def __iter__(self):
+        return iter(())
+
+
+def render(kind):
+    return {
+        "str": "the value must be positive, got -1",
+        "subclass": Text("the value must be positive"),
+        "list": ["first line", "the value must be positive"],
+        "keys": collections.OrderedDict([("the value must be positive", 1)]),
+        "wrong": "the value must be negative",
+        "anything": Anything(),
+    }[kind]
+"""
+
+
+def test_bound_literals_and_long_strings_in_a_value_are_sealed(tmp_path: Path) -> None:
+    cases = ("str", "subclass", "list", "keys", "wrong", "anything")
+    body = ["from pkg import render", ""]
+    for kind in cases:
+        body += [
+            f"def test_{kind}():",
+            f"    assert 'the value must be positive' in render({kind!r})",
+            "",
+        ]
+    body += ["def test_bound():", "    expected = 'the value must be positive, got -1'",
+             "    result = render('str')", "    assert result == expected", ""]  # fmt: skip
+    body += ["def test_short():", "    assert 'got' in render('str')", ""]
+    text, path = "\n".join(body), "tests/test_render.py"
+    ids = [f"{path}::test_{k}" for k in (*cases, "bound", "short")]
+    seals = seal_modules({path: text}, ids, ids, "pytest")
+    sealed = seals.texts[path]
+    assert "must be positive" not in sealed and "'got' in render" in sealed  # too short to seal
+    assert "expected = (None)" in sealed and len(sealed.splitlines()) == len(text.splitlines())
+    files = {"pkg.py": CONTAINS_PACKAGE, "tests/__init__.py": "", path: sealed}
+    records = run_probe(tmp_path, files, unittest=False, seal=seals.name)
+    report = parse_report("\n".join(json.dumps(r) for r in records))
+    statuses, _ = judge(seals, report.statuses, report.seals, "pytest")
+    graded = {i.rsplit("::test_", 1)[-1]: s for i, s in statuses.items()}
+    passed = {k for k, s in graded.items() if s is TestStatus.PASSED}
+    assert passed == {"str", "subclass", "list", "keys", "bound", "short"}, graded

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from crl_worker.harness.canary import Canary
 from crl_worker.harness.mutant_edits import Text
+from crl_worker.harness.mutant_targets import _bound_value, _uses
 from crl_worker.harness.mutants import TestDef, _straight, tests_of
 from crl_worker.harness.result import TestStatus
 from crl_worker.sandbox.base import Sandbox
@@ -65,6 +66,21 @@ SEALED_ASSERTIONS = frozenset(
 SEALED_FORMATS = frozenset({"pytest", "unittest"})
 
 
+#: The shortest string a containment assertion (``assert "..." in value``) is sealed for:
+#: shorter ones, a value could hold them all (every string of 7 digits is 10 MB; the recorder
+#: writes at most 1 MiB).
+MIN_CONTAINED = 8
+
+
+@dataclass(frozen=True)
+class Hole:
+    """One sealed statement: how it compares (``==``; ``in``: the literal is in the value) and
+    the literal's value (its ``repr``)."""
+
+    op: str
+    expected: str
+
+
 @dataclass(frozen=True)
 class Seals:
     """The seals of one graded run."""
@@ -73,7 +89,7 @@ class Seals:
     name: str
     #: By the test's id as the run reports it (without parameters): hole to the expected
     #: literal's value (its ``repr``).
-    holes: dict[str, dict[str, str]] = field(default_factory=dict)
+    holes: dict[str, dict[str, Hole]] = field(default_factory=dict)
     #: The test modules sealed: path to their new text.
     texts: dict[str, str] = field(default_factory=dict)
 
@@ -88,29 +104,63 @@ def _literal_kind(node: ast.expr) -> str | None:
     return "none" if value is None else type(value).__name__
 
 
-def _sides(stmt: ast.stmt) -> tuple[ast.expr, ast.expr] | None:
-    """The value and the literal of a sealable equality assertion, else ``None``."""
+def _comparison(stmt: ast.stmt) -> tuple[ast.expr, ast.expr, str] | None:
+    """The two sides of an assertion and how it compares them: ``==``, or ``in`` (the first is
+    in the second: ``assert a in b``, ``self.assertIn(a, b)``); else ``None``."""
     if isinstance(stmt, ast.Assert) and isinstance(stmt.test, ast.Compare):
         test = stmt.test
-        if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        ops = {ast.Eq: "==", ast.In: "in"}
+        if len(test.ops) != 1 or type(test.ops[0]) not in ops:
             return None
-        pair = (test.left, test.comparators[0])
-    elif (
+        return test.left, test.comparators[0], ops[type(test.ops[0])]
+    if not (
         isinstance(stmt, ast.Expr)
         and isinstance(stmt.value, ast.Call)
         and isinstance(stmt.value.func, ast.Attribute)
-        and stmt.value.func.attr in SEALED_ASSERTIONS
         and len(stmt.value.args) >= 2
         and not any(isinstance(a, ast.Starred) for a in stmt.value.args)
         and all(k.arg == "msg" for k in stmt.value.keywords)
     ):
-        pair = (stmt.value.args[0], stmt.value.args[1])
-    else:
         return None
-    left, right = (_literal_kind(side) is not None for side in pair)
-    if left == right:  # two values, or two literals (nothing to hide)
+    method, args = stmt.value.func.attr, stmt.value.args
+    if method in SEALED_ASSERTIONS:
+        return args[0], args[1], "=="
+    return (args[0], args[1], "in") if method == "assertIn" else None
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A statement to seal: the value it checks, the literal, how, and whether the literal
+    stands in an assignment of its own (``expected = <literal>``)."""
+
+    stmt: ast.stmt
+    value: ast.expr
+    literal: ast.expr
+    op: str
+    bound: bool
+
+
+def _target(
+    stmt: ast.stmt, before: list[ast.stmt], uses: dict[str, list[ast.Name]]
+) -> _Target | None:
+    """``stmt`` as a :class:`_Target` when it is sealable (see the module's docstring)."""
+    found = _comparison(stmt)
+    if found is None:
         return None
-    return (pair[1], pair[0]) if left else pair
+    first, second, op = found
+    one, two = (_bound_value(uses, before, side) for side in (first, second))
+    literal_one, literal_two = _literal_kind(one) is not None, _literal_kind(two) is not None
+    if op == "in":
+        # Only a string long enough that no value can hold every string of its length.
+        member = ast.literal_eval(one) if literal_one and not literal_two else None
+        if not (isinstance(member, str) and len(member) >= MIN_CONTAINED):
+            return None
+        return _Target(stmt, second, one, op, one is not first)
+    if literal_one == literal_two:  # two values, or two literals (nothing to hide)
+        return None
+    if literal_one:
+        return _Target(stmt, second, one, op, one is not first)
+    return _Target(stmt, first, two, op, two is not second)
 
 
 def _own_nodes(node: ast.AST) -> list[ast.AST]:
@@ -127,12 +177,14 @@ def _own_nodes(node: ast.AST) -> list[ast.AST]:
     return found
 
 
-def _sealable(test: TestDef) -> list[ast.stmt]:
-    """The statements of ``test`` to seal: its equality assertions against a literal that run
-    whenever it passes; none when it can end early (``return``, ``yield``)."""
+def _targets(test: TestDef) -> list[_Target]:
+    """The statements of ``test`` to seal: its equality (or containment) assertions against a
+    literal that run whenever it passes; none when it can end early (``return``, ``yield``)."""
     if any(isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) for n in _own_nodes(test.node)):
         return []
-    return [stmt for stmt in _straight(test.node.body) if _sides(stmt) is not None]
+    statements, uses = _straight(test.node.body), _uses(test.node)
+    found = (_target(stmt, statements[:at], uses) for at, stmt in enumerate(statements))
+    return [target for target in found if target is not None]
 
 
 def _name_of(test_id: str, log_format: str) -> str:
@@ -176,10 +228,11 @@ def seal_modules(
         for test in tests:
             if test.id not in wanted or test.node.name in unsure:
                 continue
-            for stmt in _sealable(test):
+            for target in _targets(test):
                 hole = secrets.token_hex(6)
-                edits.append(_edit(source, stmt, seals.name, hole))
-                seals.holes.setdefault(test.id, {})[hole] = repr(ast.literal_eval(_literal(stmt)))
+                edits.extend(_edits(source, target, seals.name, hole))
+                expected = repr(ast.literal_eval(target.literal))
+                seals.holes.setdefault(test.id, {})[hole] = Hole(target.op, expected)
         if edits:
             data = source.data
             for start, end, new in sorted(edits, reverse=True):
@@ -188,38 +241,43 @@ def seal_modules(
     return seals
 
 
-def _literal(stmt: ast.stmt) -> ast.expr:
-    sides = _sides(stmt)
-    assert sides is not None
-    return sides[1]
-
-
 def _segment(source: Text, node: ast.AST) -> str:
     start = source.offset(node.lineno, node.col_offset)  # type: ignore[attr-defined]
     end = source.offset(node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
     return source.data[start:end].decode("utf-8")
 
 
-def _edit(source: Text, stmt: ast.stmt, name: str, hole: str) -> tuple[int, int, bytes]:
-    """The span of ``stmt`` and its sealed text (as many lines as before)."""
-    sides = _sides(stmt)
-    assert sides is not None
-    value, literal = sides
-    kind = _literal_kind(literal)
-    start = source.offset(stmt.lineno, stmt.col_offset)
-    end = source.offset(stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0)
-    call = f'{name}("{hole}", "{kind}", ({_segment(source, value)}'
-    call += "\n" * (source.data[start:end].count(b"\n") - call.count("\n")) + "))"
-    text = f"assert {call}" if isinstance(stmt, ast.Assert) else call
-    return start, end, text.encode("utf-8")
+def _padded(source: Text, node: ast.AST, text: str, close: str = "") -> tuple[int, int, bytes]:
+    """``node``'s span and ``text`` in its place, with as many lines as it had (newlines go
+    before ``close``, inside the parentheses it closes)."""
+    start = source.offset(node.lineno, node.col_offset)  # type: ignore[attr-defined]
+    end = source.offset(node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+    lines = source.data[start:end].count(b"\n") - text.count("\n")
+    return start, end, (text + "\n" * max(lines, 0) + close).encode("utf-8")
 
 
-def matches(recorded: str | None, expected: str) -> bool:
-    """Whether a recorded plain value (its ``repr``) equals the literal ``expected``."""
+def _edits(source: Text, target: _Target, name: str, hole: str) -> list[tuple[int, int, bytes]]:
+    """The edits that seal ``target``: the statement becomes a call of the recorder, and a
+    literal bound by an assignment of its own becomes ``None``."""
+    kind = _literal_kind(target.literal)
+    mode = f"in:{kind}" if target.op == "in" else kind
+    call = f'{name}("{hole}", "{mode}", ({_segment(source, target.value)}'
+    if isinstance(target.stmt, ast.Assert):
+        call = "assert " + call
+    edits = [_padded(source, target.stmt, call, "))")]
+    if target.bound:
+        edits.append(_padded(source, target.literal, "(None", ")"))
+    return edits
+
+
+def matches(recorded: str | None, hole: Hole) -> bool:
+    """Whether a recorded plain value (its ``repr``) meets ``hole``: equals its literal, or
+    holds it."""
     if recorded is None:
         return False
     try:
-        return bool(ast.literal_eval(recorded) == ast.literal_eval(expected))
+        actual, expected = ast.literal_eval(recorded), ast.literal_eval(hole.expected)
+        return bool(expected in actual) if hole.op == "in" else bool(actual == expected)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return False
 
@@ -241,7 +299,7 @@ def judge(
         seen = records.get(test_id, {})
         wrong = [
             f"{hole}: {', '.join(str(v)[:80] for v in seen.get(hole, [])) or 'nothing'}"
-            f" for {expected[:80]}"
+            f" for {expected.op} {expected.expected[:80]}"
             for hole, expected in holes.items()
             if not seen.get(hole) or not all(matches(v, expected) for v in seen[hole])
         ]

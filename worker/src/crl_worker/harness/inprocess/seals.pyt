@@ -1,7 +1,8 @@
 # --- Sealed expectations (appended to probe.pyt, before runners.pyt: one module) ---------------
 #
 # crl_worker.harness.seals takes the expected literal out of a listed test's equality assertions
-# (``assert <value> == <literal>``, ``self.assertEqual(<value>, <literal>)``) before the run: the
+# (``assert <value> == <literal>``, ``self.assertEqual(<value>, <literal>)``; ``assert "<text>"
+# in <value>``) before the run: the
 # statement becomes a call of the function below under a name drawn for the run, with a hole id
 # and the literal's type only. The function writes the value, as plain data, to the report, and
 # the harness compares it with the literal outside the process: a value the package cannot know
@@ -83,11 +84,31 @@ def _converted(value, kind, depth):
     raise TypeError("no plain value")
 
 
+def _members(value, kind):
+    """What ``value`` holds, for a containment check of a literal of type ``kind``: a string's
+    (or bytes') text, a mapping's keys, else the items its iteration gives, each as plain data
+    (an item that has none cannot be the literal, and is left out)."""
+    if isinstance(value, (str, bytes)):
+        return _converted(value, kind, 0)
+    items = list(value.keys()) if hasattr(value, "keys") else list(value)
+    found = []
+    for item in items:
+        try:
+            found.append(_plain(item, kind))
+        except Exception:
+            pass
+    return found
+
+
 def _seal(hole, kind, value):
-    """Record ``value`` for the hole ``hole`` of the test running now; the test goes on."""
+    """Record ``value`` for the hole ``hole`` of the test running now; the test goes on.
+    ``kind`` is the literal's type, or ``in:<type>`` when the literal is to be in the value."""
     record = {"kind": "seal", "test": _CURRENT["id"], "hole": hole, "value": None}
     try:
-        text = repr(_plain(value, kind))
+        if kind.startswith("in:"):
+            text = repr(_members(value, kind[3:]))
+        else:
+            text = repr(_plain(value, kind))
         if len(text) > _SEAL_LIMIT:
             record["why"] = "too large"
         else:
