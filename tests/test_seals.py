@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -306,3 +308,200 @@ def test_bound_literals_and_long_strings_in_a_value_are_sealed(tmp_path: Path) -
     graded = {i.rsplit("::test_", 1)[-1]: s for i, s in statuses.items()}
     passed = {k for k, s in graded.items() if s is TestStatus.PASSED}
     assert passed == {"str", "subclass", "list", "keys", "bound", "short"}, graded
+
+
+SYMPY_MODULE = """from pkg import value
+
+
+def test_right():
+    assert value("enum") == 5
+
+
+def test_same():
+    assert value("same") == 5
+
+
+def test_oracle():
+    assert value("oracle") == 41
+"""
+
+
+def test_modules_of_runs_without_the_reporter_carry_the_recorder(tmp_path: Path) -> None:
+    """SymPy's runner (``bin/test``) has no reporter: the sealed module defines the recorder at
+    its end, which appends to a file outside the repository; a hole's records are judged
+    together (they name no test)."""
+    report = tmp_path / "records.jsonl"
+    ids = ["test_right", "test_same", "test_oracle"]
+    seals = seal_modules({"t.py": SYMPY_MODULE}, ids, ids, "sympy", report=str(report))
+    text = seals.texts["t.py"]
+    assert text.startswith(SYMPY_MODULE.replace("== 5", "").split("def test_right")[0])
+    assert f"def {seals.name}(hole, kind, value):" in text and "41" not in text
+    (tmp_path / "pkg.py").write_text(PACKAGE)
+    (tmp_path / "t.py").write_text(text)
+    run = "import t\nfor n in ('test_right', 'test_same', 'test_oracle'):\n    getattr(t, n)()\n"
+    subprocess.run([sys.executable, "-c", run], cwd=tmp_path, check=True, timeout=60)
+    records = parse_report(report.read_text()).seals
+    statuses = dict.fromkeys(ids, TestStatus.PASSED)  # what a forged output would print
+    judged, _ = judge(seals, statuses, records, "sympy", by_test=False)
+    assert judged == {
+        "test_right": TestStatus.PASSED,
+        "test_same": TestStatus.FAILED,
+        "test_oracle": TestStatus.FAILED,
+    }
+    # A module that runs itself as a script would call its tests before the recorder exists.
+    script = SYMPY_MODULE + "\nif __name__ == '__main__':\n    test_right()\n"
+    assert not seal_modules({"t.py": script}, ids, ids, "sympy", report=str(report)).holes
+
+
+#: Red team 14's false alarms and a loosened check: legitimate values and test classes the
+#: first version of the seals failed, or let a wrong value pass.
+RT14_PACKAGE = '''import collections.abc
+
+
+class Version:
+    """distutils' LooseVersion, semver's VersionInfo: equal to its string."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __eq__(self, other):
+        return str(other) == self.text
+
+    __hash__ = None
+
+    def __str__(self):
+        return self.text
+
+
+class Seq(collections.abc.Sequence):
+    """A sequence that is not a list (assertListEqual refuses it)."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __eq__(self, other):
+        return list(self) == list(other)
+
+
+class _Meta(type):
+    def __eq__(cls, other):
+        return True
+
+    __hash__ = type.__hash__
+
+
+class Liar(metaclass=_Meta):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return "5"
+
+
+def value(kind):
+    return {
+        "versions": [Version("1.0"), Version("2.0")],
+        "infinite": float("inf"),
+        "shape": (3, Ellipsis),
+        "seq": Seq([1, 2]),
+        "spaced": "a  b\\n",
+        "liar": Liar(),
+    }[kind]
+'''
+
+RT14_PYTEST = """from pkg import value
+
+
+def test_versions():
+    assert value("versions") == ["1.0", "2.0"]
+
+
+def test_infinite():
+    assert value("infinite") == 1e999
+
+
+def test_shape():
+    assert value("shape") == (3, ...)
+
+
+def test_shadowed():
+    assert value("versions") == {"nothing": "at all"}
+
+
+def test_shadowed():
+    assert len(value("versions")) == 2
+
+
+def test_liar():
+    assert value("liar") == 5
+"""
+
+RT14_UNITTEST = """import math, unittest
+from pkg import value
+
+
+class Normalizing(unittest.TestCase):
+    def assertEqual(self, first, second, msg=None):
+        super().assertEqual(" ".join(str(first).split()), " ".join(str(second).split()), msg)
+
+    def test_own_assert_equal(self):
+        self.assertEqual(value("spaced"), "a b")
+
+
+class Loosened(unittest.TestCase):
+    def test_list_equal_refuses_a_non_list(self):
+        self.assertListEqual(value("seq"), [1, 2])
+"""
+
+
+def _rt14(tmp_path: Path, text: str, unittest: bool) -> tuple[dict[str, TestStatus], int]:
+    path, fmt = "tests/test_values.py", "unittest" if unittest else "pytest"
+    names = sorted({n.name for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)})
+    classes = {
+        "test_own_assert_equal": "Normalizing",
+        "test_list_equal_refuses_a_non_list": "Loosened",
+    }
+    ids = [
+        f"{n} (tests.test_values.{classes[n]})" if unittest else f"{path}::{n}"
+        for n in names
+        if n.startswith("test_")
+    ]
+    seals = seal_modules({path: text}, ids, ids, fmt)
+    files = {"pkg.py": RT14_PACKAGE, "tests/__init__.py": "", path: seals.texts.get(path, text)}
+    records = run_probe(tmp_path, files, unittest, seal=seals.name)
+    report = parse_report("\n".join(json.dumps(r) for r in records))
+    statuses, _ = judge(seals, report.statuses, report.seals, fmt)
+    graded = {i.split("::")[-1].split(" ")[0]: s for i, s in statuses.items()}
+    return graded, sum(map(len, seals.holes.values()))
+
+
+def test_red_team_14_values_and_test_classes(tmp_path: Path) -> None:
+    graded, holes = _rt14(tmp_path / "pytest", RT14_PYTEST, unittest=False)
+    # Versions equal to their strings are recorded as those strings; literals whose repr does
+    # not read back (inf, Ellipsis) and a test name defined twice are not sealed; an object whose
+    # metaclass says it equals int is not taken for plain data.
+    assert graded == {
+        "test_versions": TestStatus.PASSED,
+        "test_infinite": TestStatus.PASSED,
+        "test_shape": TestStatus.PASSED,
+        "test_shadowed": TestStatus.PASSED,
+        "test_liar": TestStatus.FAILED,
+    }
+    assert holes == 2  # test_versions and test_liar
+    graded, holes = _rt14(tmp_path / "unittest", RT14_UNITTEST, unittest=True)
+    # A class's own assertEqual stays; assertListEqual's type check stays.
+    assert graded == {
+        "test_own_assert_equal": TestStatus.PASSED,
+        "test_list_equal_refuses_a_non_list": TestStatus.FAILED,
+    }
+    assert holes == 0
+    huge = "def test_big():\n    assert f() == 0x" + "f" * 4000 + "\n"
+    assert not seal_modules({"t.py": huge}, ["t.py::test_big"], [], "pytest").holes

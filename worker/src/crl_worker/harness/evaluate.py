@@ -341,9 +341,13 @@ async def _run_tests(
             logger.info("%s: the test command is not one the reporter knows", task.instance_id)
         command = hardened or test_command
         if hardened is not None:  # the recorder is there to call
-            await seals.write(sandbox, sealed)
-            holes = sum(map(len, sealed.holes.values()))
-            run.add(f"sealed expectations: {holes} in {len(sealed.holes)} tests", "")
+            await seals.write(sandbox, sealed, run.add)
+    recorder: Probe | None = None
+    if canary and task.test_spec.log_format in seals.APPENDED_FORMATS:
+        # A folder outside the repository for the records of the recorder the modules carry.
+        recorder = await install(sandbox, [])
+        sealed = seals.plan(in_run, sources, planted, report=recorder.report)
+        await seals.write(sandbox, sealed, run.add)
     native = canary and native_language(task) is not None
     if native:
         hidden = touched_files(task.test_patch)
@@ -388,6 +392,12 @@ async def _run_tests(
         ran = report.statuses if report.started else tests.statuses
         fmt = task.test_spec.log_format
         tests.statuses, unmet = seals.judge(sealed, ran, report.seals, fmt)
+        for line in unmet[:20]:
+            run.add("sealed expectation not met", line)
+    if recorder is not None:
+        records = (await collect(sandbox, recorder)).seals
+        fmt = task.test_spec.log_format
+        tests.statuses, unmet = seals.judge(sealed, tests.statuses, records, fmt, by_test=False)
         for line in unmet[:20]:
             run.add("sealed expectation not met", line)
     return _restored(tests)

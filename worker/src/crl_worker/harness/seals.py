@@ -34,36 +34,39 @@ from __future__ import annotations
 
 import ast
 import logging
+import re
 import secrets
-from collections.abc import Collection, Mapping
+import textwrap
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from crl_worker.harness.canary import Canary
 from crl_worker.harness.mutant_edits import Text
 from crl_worker.harness.mutant_targets import _bound_value, _uses
-from crl_worker.harness.mutants import TestDef, _straight, tests_of
+from crl_worker.harness.mutants import _UNSAFE_NAMES, TestDef, _names, _straight, tests_of
 from crl_worker.harness.result import TestStatus
 from crl_worker.sandbox.base import Sandbox
 from crl_worker.tasks.model import Task
 
 logger = logging.getLogger(__name__)
 
-#: unittest's assertions whose two first arguments are compared with ``==`` (not
+#: unittest's assertions whose two first arguments are compared with ``==`` and nothing more
+#: (not ``assertListEqual`` and the like, which also check the value's type; not
 #: ``assertSequenceEqual``, which takes a list for an equal tuple).
-SEALED_ASSERTIONS = frozenset(
-    {
-        "assertEqual",
-        "assertEquals",
-        "failUnlessEqual",
-        "assertListEqual",
-        "assertTupleEqual",
-        "assertDictEqual",
-        "assertSetEqual",
-        "assertMultiLineEqual",
-    }
-)
-#: The log formats whose run goes through the harness's reporter, where the recorder exists.
-SEALED_FORMATS = frozenset({"pytest", "unittest"})
+SEALED_ASSERTIONS = frozenset({"assertEqual", "assertEquals", "failUnlessEqual"})
+
+#: The log formats whose run goes through the harness's reporter, which installs the recorder
+#: (and says which test runs when it records).
+REPORTER_FORMATS = frozenset({"pytest", "unittest"})
+#: The log formats whose sealed modules carry the recorder themselves, defined at their end
+#: (Django's and SymPy's runners: no reporter); records say no test, so a hole's records are
+#: judged together.
+APPENDED_FORMATS = frozenset({"django", "sympy"})
+SEALED_FORMATS = REPORTER_FORMATS | APPENDED_FORMATS
+#: The recorder's source (its part that needs nothing of the reporter).
+_PURE = re.compile(r"# <pure>[^\n]*\n(?:#[^\n]*\n)*(.*?)# </pure>", re.S)
 
 
 #: The shortest string a containment assertion (``assert "..." in value``) is sealed for:
@@ -99,6 +102,10 @@ def _literal_kind(node: ast.expr) -> str | None:
     ``None``."""
     try:
         value = ast.literal_eval(node)
+        # Its repr must read back as itself (not ``inf``, ``nan``, ``Ellipsis``, an integer
+        # past the digits ``repr`` writes): that is how a record is compared with it.
+        if ast.literal_eval(repr(value)) != value:
+            return None
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
     return "none" if value is None else type(value).__name__
@@ -177,14 +184,24 @@ def _own_nodes(node: ast.AST) -> list[ast.AST]:
     return found
 
 
-def _targets(test: TestDef) -> list[_Target]:
+def _targets(test: TestDef, own_equality: bool = False) -> list[_Target]:
     """The statements of ``test`` to seal: its equality (or containment) assertions against a
-    literal that run whenever it passes; none when it can end early (``return``, ``yield``)."""
-    if any(isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) for n in _own_nodes(test.node)):
+    literal that run whenever it passes; none when it can end early (``return``, ``yield``) or
+    may be skipped or expected to fail (``skip``, ``xfail``: a sealed statement cannot fail in
+    the process). With ``own_equality`` (the module defines ``assertEqual`` or registers a
+    comparison for it), its ``assert*Equal`` calls are left as they are."""
+    own = _own_nodes(test.node)
+    if any(isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) for n in own):
+        return []
+    if _names(test.node) & _UNSAFE_NAMES:
         return []
     statements, uses = _straight(test.node.body), _uses(test.node)
     found = (_target(stmt, statements[:at], uses) for at, stmt in enumerate(statements))
-    return [target for target in found if target is not None]
+    return [
+        target
+        for target in found
+        if target is not None and not (own_equality and isinstance(target.stmt, ast.Expr))
+    ]
 
 
 def _name_of(test_id: str, log_format: str) -> str:
@@ -205,12 +222,15 @@ def seal_modules(
     listed: Collection[str],
     log_format: str,
     name: str | None = None,
+    report: str | None = None,
 ) -> Seals:
     """Seal the tests ``sealed`` (ids as the run reports them) in the modules ``texts`` (path
     to text); ``listed`` are every id the run is graded on, which decide what may be sealed
-    (see the module's docstring)."""
+    (see the module's docstring). With ``report`` (a file outside the repository), each sealed
+    module carries the recorder, which appends its records there (:data:`APPENDED_FORMATS`);
+    without, the reporter's recorder is called (:data:`REPORTER_FORMATS`)."""
     seals = Seals(name or f"_crl_{secrets.token_hex(6)}")
-    if log_format not in SEALED_FORMATS:
+    if log_format not in (APPENDED_FORMATS if report else REPORTER_FORMATS):
         return seals
     trees: dict[str, ast.Module] = {}
     for path, text in texts.items():
@@ -225,20 +245,54 @@ def seal_modules(
     for path, tests in found.items():
         source = Text(texts[path])
         edits: list[tuple[int, int, bytes]] = []
+        own_equality = "addTypeEqualityFunc" in _names(trees[path]) or any(
+            isinstance(n, ast.FunctionDef) and n.name in SEALED_ASSERTIONS
+            for n in ast.walk(trees[path])
+        )
+        counts = Counter(t.id for t in tests)
         for test in tests:
-            if test.id not in wanted or test.node.name in unsure:
+            # A name defined twice: the first definition never runs, its holes would stay empty.
+            if test.id not in wanted or test.node.name in unsure or counts[test.id] > 1:
                 continue
-            for target in _targets(test):
+            for target in _targets(test, own_equality):
                 hole = secrets.token_hex(6)
                 edits.extend(_edits(source, target, seals.name, hole))
                 expected = repr(ast.literal_eval(target.literal))
                 seals.holes.setdefault(test.id, {})[hole] = Hole(target.op, expected)
+        if edits and report and "__main__" in texts[path]:
+            # Run as a script, the module would call its tests before the recorder at its end
+            # is defined: left as it is.
+            for test in tests:
+                seals.holes.pop(test.id, None)
+            continue
         if edits:
             data = source.data
             for start, end, new in sorted(edits, reverse=True):
                 data = data[:start] + new + data[end:]
-            seals.texts[path] = data.decode("utf-8")
+            text = data.decode("utf-8")
+            seals.texts[path] = text + recorder_source(seals.name, report) if report else text
     return seals
+
+
+def recorder_source(name: str, report: str) -> str:
+    """The recorder as a function ``name`` of its own, appended to a sealed module: it writes
+    each record to ``report`` (appending: forked test processes share it) and returns True."""
+    probe = (Path(__file__).with_name("inprocess") / "seals.pyt").read_text()
+    found = _PURE.search(probe)
+    assert found is not None, "seals.pyt lost its <pure> markers"
+    body = textwrap.indent(found.group(1).strip("\n"), "    ")
+    return (
+        f"\n\n\ndef {name}(hole, kind, value):\n"
+        f'    """The harness\'s recorder of sealed expectations (crl_worker.harness.seals)."""\n'
+        f"    import json\n\n{body}\n\n"
+        "    record = _sealed_record(hole, kind, value, None)\n"
+        "    try:\n"
+        f"        with open({report!r}, 'a') as handle:\n"
+        "            handle.write(json.dumps(record) + '\\n')\n"
+        "    except Exception:\n"
+        "        pass\n"
+        "    return True\n"
+    )
 
 
 def _segment(source: Text, node: ast.AST) -> str:
@@ -287,16 +341,24 @@ def judge(
     statuses: Mapping[str, TestStatus],
     records: Mapping[str, Mapping[str, list[str | None]]],
     log_format: str,
+    *,
+    by_test: bool = True,
 ) -> tuple[dict[str, TestStatus], list[str]]:
     """``statuses`` with each test reported passed whose sealed expectations did not all hold
-    (a hole with no record, or one not the literal) failed, and a line for each."""
+    (a hole with no record, or one not the literal) failed, and a line for each. ``records``
+    are by the test that ran (``by_test``), or, from recorders that know no test, a hole's
+    records of the whole run count for every test of its function."""
     judged = dict(statuses)
     lines: list[str] = []
+    merged: dict[str, list[str | None]] = {}
+    for holes_seen in records.values():
+        for hole_id, values in holes_seen.items():
+            merged.setdefault(hole_id, []).extend(values)
     for test_id, status in statuses.items():
         holes = seals.holes.get(base_id(test_id, log_format))
         if status is not TestStatus.PASSED or not holes:
             continue
-        seen = records.get(test_id, {})
+        seen = records.get(test_id, {}) if by_test else merged
         wrong = [
             f"{hole}: {', '.join(str(v)[:80] for v in seen.get(hole, [])) or 'nothing'}"
             f" for {expected.op} {expected.expected[:80]}"
@@ -309,7 +371,9 @@ def judge(
     return judged, lines
 
 
-def plan(in_run: Task, sources: Mapping[str, str], planted: Canary | None) -> Seals:
+def plan(
+    in_run: Task, sources: Mapping[str, str], planted: Canary | None, report: str | None = None
+) -> Seals:
     """The seals of a graded run of ``in_run`` (the task with its canaries' ids:
     :func:`~crl_worker.harness.canary.with_canary`): its FAIL_TO_PASS tests and the canaries
     with the tests they copy, in the test modules ``sources`` as the canaries leave them."""
@@ -325,10 +389,13 @@ def plan(in_run: Task, sources: Mapping[str, str], planted: Canary | None) -> Se
         new = {task_id: run_id for run_id, task_id in planted.renamed}
         sealed += [new.get(s, s) for s in planted.sources]
     listed = [*in_run.fail_to_pass, *in_run.pass_to_pass]
-    return seal_modules(texts, sealed, listed, in_run.test_spec.log_format)
+    return seal_modules(texts, sealed, listed, in_run.test_spec.log_format, report=report)
 
 
-async def write(sandbox: Sandbox, seals: Seals) -> None:
-    """Write the sealed test modules into ``sandbox`` (after the canaries)."""
+async def write(sandbox: Sandbox, seals: Seals, say: Callable[[str, str], None]) -> None:
+    """Write the sealed test modules into ``sandbox`` (after the canaries), and ``say`` how
+    much was sealed (the run's log)."""
     for path, text in seals.texts.items():
         await sandbox.write_file(path, text.encode("utf-8"))
+    holes = sum(map(len, seals.holes.values()))
+    say(f"sealed expectations: {holes} in {len(seals.holes)} tests", "")
