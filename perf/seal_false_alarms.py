@@ -3,6 +3,7 @@ perf/seal_false_alarms.md).
 
     python perf/seal_false_alarms.py --root CHECKOUT --python PYTHON [--tests tests]
         [--glob 'test_*.py'] [--sample 0] [--seed 7] [--scratch DIR] [--timeout 900]
+        [--args '-n 0'] [--src worker/src]
 
 Sealing (:mod:`crl_worker.harness.seals`) takes the expected literal out of a listed test's
 top-level equality assertions (``assert <value> == <literal>``, ``self.assertEqual`` and its
@@ -18,7 +19,9 @@ matching ``--glob`` (a random ``--sample`` of them when not 0), seals every test
 (``PYTHON -m pytest -p <reporter>`` with plugin auto-loading off and the environment's
 ``pytest11`` plugins loaded by name, as :func:`crl_worker.harness.runner.harden` does) once
 unsealed and once sealed, and judges the sealed run. ``PYTHON`` must have the repository's
-dependencies (and pytest) installed.
+dependencies (and pytest) installed; ``--args`` are more arguments for pytest (both runs). ``--src`` runs another version
+of the harness (a ``git archive`` of a commit's ``worker/src``): the mechanism measured is the
+one of a fixed commit, not whatever the working tree holds.
 
 Prints one row per module (test functions, those with a hole, holes, test runs reported
 unsealed, runs passed unsealed, passed runs of sealed tests, false alarms), each false alarm
@@ -35,6 +38,7 @@ import logging
 import os
 import random
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -43,12 +47,24 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "worker" / "src"))
 
-from crl_worker.harness import runner
-from crl_worker.harness.mutants import tests_of
-from crl_worker.harness.result import TestStatus
-from crl_worker.harness.seals import Seals, base_id, judge, matches, seal_modules
+def _src() -> Path:
+    """The harness's source folder (``--src``), read before anything imports it."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument(
+        "--src", type=Path, default=Path(__file__).resolve().parents[1] / "worker" / "src"
+    )
+    return Path(early.parse_known_args()[0].src).resolve()
+
+
+SRC = _src()
+sys.path.insert(0, str(SRC))
+
+# The harness is imported from --src, so after it is read.
+from crl_worker.harness import runner  # noqa: E402
+from crl_worker.harness.mutants import tests_of  # noqa: E402
+from crl_worker.harness.result import TestStatus  # noqa: E402
+from crl_worker.harness.seals import Seals, base_id, judge, matches, seal_modules  # noqa: E402
 
 logger = logging.getLogger("seal_false_alarms")
 #: The folders a copy of the checkout leaves out.
@@ -100,12 +116,23 @@ def environment_plugins(python: str, root: Path) -> list[str]:
     return modules
 
 
-def run_module(
-    root: Path, scratch: Path, python: str, path: str, plugins: list[str], seal: str, timeout: int
-) -> Run:
+@dataclass(frozen=True)
+class Setup:
+    """What every run of one probe shares."""
+
+    root: Path
+    scratch: Path
+    python: str
+    plugins: list[str]
+    args: list[str]
+    timeout: int
+
+
+def run_module(setup: Setup, path: str, seal: str) -> Run:
     """Run the test module ``path`` of ``root`` through a fresh copy of the reporter (the
     recorder installed as ``seal`` when not empty)."""
-    harness = Path(tempfile.mkdtemp(prefix="h-", dir=scratch))
+    root = setup.root
+    harness = Path(tempfile.mkdtemp(prefix="h-", dir=setup.scratch))
     module = "m" + secrets.token_hex(8)
     report = harness / f"{secrets.token_hex(8)}.jsonl"
     (harness / f"{module}.py").write_bytes(runner.probe_source())
@@ -120,8 +147,8 @@ def run_module(
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_PLUGINS"}
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env["PYTHONPATH"] = str(harness) + (f":{env['PYTHONPATH']}" if env.get("PYTHONPATH") else "")
-    loads = [arg for p in (module, *plugins) for arg in ("-p", p)]
-    command = [python, "-m", "pytest", *loads, "-p", "no:cacheprovider", path]
+    loads = [arg for p in (module, *setup.plugins) for arg in ("-p", p)]
+    command = [setup.python, "-m", "pytest", *loads, "-p", "no:cacheprovider", *setup.args, path]
     try:
         done = subprocess.run(
             command,
@@ -129,12 +156,12 @@ def run_module(
             env=env,
             capture_output=True,
             text=True,
-            timeout=timeout,
+            timeout=setup.timeout,
             check=False,
         )
         output = done.stdout + done.stderr
     except subprocess.TimeoutExpired:
-        output = f"timed out after {timeout} s"
+        output = f"timed out after {setup.timeout} s"
     text = report.read_text() if report.exists() else ""
     shutil.rmtree(harness, ignore_errors=True)
     run = Run(runner.parse_report(text), output=output)
@@ -173,18 +200,19 @@ def describe(test_id: str, seals: Seals, sealed: Run, lines: dict[str, str]) -> 
         if values and all(matches(v, expected) for v in values):
             continue
         why = sealed.why.get((test_id, hole), [])
-        got = ", ".join(str(v)[:120] for v in values) or "nothing"
+        got = ", ".join("no value" if v is None else str(v)[:120] for v in values) or "nothing"
         reasons = f" (why: {'; '.join(sorted(set(why)))})" if why else ""
-        found.append(f"  hole {hole}: recorded {got}{reasons}; literal {expected[:120]}")
+        # A hole is the literal's repr (43ac264) or a Hole(op, expected) (later).
+        literal = f"{getattr(expected, 'op', '==')} {getattr(expected, 'expected', expected)}"
+        found.append(f"  hole {hole}: recorded {got}{reasons}; literal {literal[:120]}")
         found.append(f"    {lines.get(hole, '?')[:160]}")
     return found
 
 
-def probe_module(
-    root: Path, scratch: Path, python: str, path: str, plugins: list[str], timeout: int
-) -> Row | None:
+def probe_module(setup: Setup, path: str) -> Row | None:
     """Seal every test of ``path``, run it unsealed and sealed, judge; ``None`` when the module
     does not parse."""
+    root = setup.root
     original = (root / path).read_text()
     try:
         tree = ast.parse(original)
@@ -194,7 +222,7 @@ def probe_module(
     seals = seal_modules({path: original}, ids, ids, "pytest")
     row = Row(path, tests=len(ids), sealed=len(seals.holes))
     row.holes = sum(len(h) for h in seals.holes.values())
-    plain = run_module(root, scratch, python, path, plugins, "", timeout)
+    plain = run_module(setup, path, "")
     row.evidence += [f"unsealed: {e}" for e in plain.report.evidence]
     passed = {i for i, s in plain.report.statuses.items() if s is TestStatus.PASSED}
     row.runs, row.passed = len(plain.report.statuses), len(passed)
@@ -205,7 +233,7 @@ def probe_module(
     text = seals.texts[path]
     try:
         (root / path).write_text(text)
-        sealed = run_module(root, scratch, python, path, plugins, seals.name, timeout)
+        sealed = run_module(setup, path, seals.name)
     finally:
         (root / path).write_text(original)
     row.evidence += [f"sealed: {e}" for e in sealed.report.evidence]
@@ -249,13 +277,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7, help="the sample's draw")
     parser.add_argument("--scratch", type=Path, help="where the copy goes (default: temporary)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per run")
+    parser.add_argument("--args", default="", help="more arguments for pytest")
+    parser.add_argument("--src", type=Path, help="another harness's worker/src (default: this)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     scratch = Path(tempfile.mkdtemp(prefix="sfa-", dir=args.scratch))
     root = scratch / "repo"
     shutil.copytree(args.root.resolve(), root, ignore=SKIPPED, symlinks=True)
     plugins = environment_plugins(args.python, root)
+    logger.info("harness %s (seals: %s)", SRC, sys.modules[seal_modules.__module__].__file__)
     logger.info("copy %s, plugins loaded by name: %s", root, " ".join(plugins) or "none")
+    setup = Setup(root, scratch, args.python, plugins, shlex.split(args.args), args.timeout)
     paths = modules(root, args.tests, args.glob)
     if args.sample:
         random.Random(args.seed).shuffle(paths)
@@ -267,7 +299,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     rows = []
     for path in paths:
-        row = probe_module(root, scratch, args.python, path, plugins, args.timeout)
+        row = probe_module(setup, path)
         if row is None:
             logger.info("%s: does not parse, skipped", path)
             continue
