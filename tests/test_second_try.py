@@ -119,7 +119,7 @@ _u.TestCase.run = _run
 
 async def test_a_first_try_resolved_or_tampered_is_final(tmp_path: Path) -> None:
     """No second try after a resolved first try, nor after a tampered one (its tests "pass"
-    in the first grading, the integrity check's canaries catch it); the first try's grading
+    in the first grading, the integrity check catches it); the first try's grading
     is the episode's verdict, and no test output is shown."""
     task = suite_tasks(IMPLEMENT / "tasks.jsonl")[0]
     policy = TwoTries((apply_patch_command(task.patch),), ("false",), "")
@@ -136,7 +136,8 @@ async def test_a_first_try_resolved_or_tampered_is_final(tmp_path: Path) -> None
     assert len(trajectory.tries) == 1 and policy.shown is None
     assert [m["role"] for m in trajectory.messages].count("user") == 1
     assert trajectory.evaluation is not None and not trajectory.evaluation.resolved
-    assert "canary tests that must fail did not" in (trajectory.evaluation.tampered or "")
+    # Caught by the reporter (the runner's code changed) or the canaries, whichever says first.
+    assert "tampered with" in (trajectory.evaluation.tampered or "")
 
     tampered = EvalResult(instance_id="x", resolved=False, tampered="a canary passed")
     errored = EvalResult(instance_id="x", resolved=False, infrastructure_error="gone")
