@@ -122,3 +122,32 @@ def test_a_method_replaced_once_loaded_is_evidence_however_unittest_is_given_it(
     )
     [why] = _tampered(records)
     assert "Case.test_fails was replaced after it was collected" in str(why), records
+
+
+DOUBLE = 'def double(x):\n    """\n    >>> double(2)\n    4\n    """\n    return 2 * x\n'
+TEST_DOUBLE = "from pkg import double\n\n\ndef test_double():\n    assert double(3) == 6\n"
+#: Package code that, as the tests import it, puts a doctest runner of its own where pytest's
+#: doctest plugin looks for its lazily made one, under the plugin's module name, with a
+#: built-in for the method that reports a failure (so no failure would be reported).
+OWN_DOCTEST_RUNNER = DOUBLE + (
+    "import doctest\nimport _pytest.doctest as _d\n\n\n"
+    "class Runner(doctest.DocTestRunner):\n"
+    "    report_failure = staticmethod(print)\n\n\n"
+    "Runner.__module__ = '_pytest.doctest'\n"
+    "_d.RUNNER_CLASS = Runner\n"
+)
+
+
+def test_pytest_filling_its_doctest_runner_lazily_is_not_a_change(tmp_path: Path) -> None:
+    """``--doctest-modules`` (httpie's setup.cfg) makes pytest's doctest plugin set
+    ``RUNNER_CLASS`` and ``CHECKER_CLASS`` on first use, after the runner is configured: its
+    own classes, not a change of the runner. One that package code made, even under the
+    plugin's module name, is."""
+    ini = {"pytest.ini": "[pytest]\naddopts = --doctest-modules\n", "tests/__init__.py": ""}
+    files = {**ini, "pkg.py": DOUBLE, "tests/test_pkg.py": TEST_DOUBLE}
+    records = run_probe(tmp_path / "lazy", files, unittest=False)
+    assert [r["status"] for r in records if r["kind"] == "test"] == ["PASSED"]
+    assert not _tampered(records), records
+    files = {**ini, "pkg.py": OWN_DOCTEST_RUNNER, "tests/test_pkg.py": TEST_DOUBLE}
+    [why] = _tampered(run_probe(tmp_path / "own", files, unittest=False))
+    assert "_pytest.doctest.RUNNER_CLASS" in str(why)

@@ -442,6 +442,34 @@ def _origin(value):
     return getattr(module, "__file__", None)
 
 
+def _is_runner_file(filename):
+    """A file of the runner's packages (``_pytest``, ``pluggy``, ``unittest``)."""
+    if not isinstance(filename, str) or not filename or filename.startswith("<"):
+        return False
+    path = _real(filename)
+    return any(_under(path, folder) for folder in _CONFIG["runner_folders"])
+
+
+def _runner_made(value):
+    """Whether ``value`` (a function or class) is the runner's own: its module is a runner
+    file, and so is the code of each of its functions (a class's ``__module__`` can be set to
+    anything; code made to claim a runner file is evidence already: ``_check_compile``)."""
+    try:
+        if not _is_runner_file(_origin(value)):
+            return False
+        members = list(vars(value).values()) if isinstance(value, type) else [value]
+        for member in members:
+            function = getattr(member, "__func__", member)
+            if not (callable(function) or isinstance(member, (staticmethod, classmethod))):
+                continue
+            code = getattr(function, "__code__", None)  # a built-in as a method: not ours
+            if code is None or not _is_runner_file(code.co_filename):
+                return False
+    except Exception:
+        return False
+    return True
+
+
 def _check_runner(critical_only=False):
     """Evidence when the runner's code changed: since the runner was configured (its own
     plugins patch it while they configure), or since the start with the candidate's code."""
@@ -450,7 +478,14 @@ def _check_runner(critical_only=False):
     now = _take_snapshot(critical_only)
     changed = []
     if _CONFIGURED:
-        changed += _compare(_CONFIGURED, now)
+        for key in _compare(_CONFIGURED, now):
+            scope, _, attr = key.rpartition(".")  # a ``.__code__`` key's scope is no scope
+            before = _CONFIGURED.get(scope)
+            if before is not None and attr not in before and _runner_made(now[scope].get(attr)):
+                # A name the runner fills on first use with its own class (pytest's doctest
+                # plugin: ``RUNNER_CLASS``, ``CHECKER_CLASS`` under ``--doctest-modules``).
+                continue
+            changed.append(key)
     for key in _compare(_SNAPSHOT, now):
         scope, _, attr = key.rpartition(".")
         if _is_package_file(_origin(now.get(scope, {}).get(attr)) or ""):
