@@ -462,7 +462,13 @@ def test_a_toy_trainingrun_trains_in_the_cluster(
             raise AssertionError(f"{error}\n{diagnosis()}") from None
         assert done.returncode == 0, diagnosis()
         log.info("the toy TrainingRun took %.1f s in the cluster", time.monotonic() - began)
-        run = get("trun", "toy")
+        # The trainer's last report can reach the (restarted) operator's cache a reconcile after
+        # the Job's end: Succeeded may stand a moment before the last step does.
+        run = until(
+            "the last step in the status",
+            lambda: (r := get("trun", "toy"))["status"].get("step") == TOY_STEPS and r,
+            timeout=90,
+        )
         status = run["status"]
         assert status["step"] == TOY_STEPS, status
         assert status["lastCheckpoint"]["step"] == TOY_STEPS, status
