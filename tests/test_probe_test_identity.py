@@ -127,15 +127,25 @@ def test_a_method_replaced_once_loaded_is_evidence_however_unittest_is_given_it(
 DOUBLE = 'def double(x):\n    """\n    >>> double(2)\n    4\n    """\n    return 2 * x\n'
 TEST_DOUBLE = "from pkg import double\n\n\ndef test_double():\n    assert double(3) == 6\n"
 #: Package code that, as the tests import it, puts a doctest runner of its own where pytest's
-#: doctest plugin looks for its lazily made one, under the plugin's module name, with a
-#: built-in for the method that reports a failure (so no failure would be reported).
-OWN_DOCTEST_RUNNER = DOUBLE + (
-    "import doctest\nimport _pytest.doctest as _d\n\n\n"
-    "class Runner(doctest.DocTestRunner):\n"
-    "    report_failure = staticmethod(print)\n\n\n"
-    "Runner.__module__ = '_pytest.doctest'\n"
-    "_d.RUNNER_CLASS = Runner\n"
-)
+#: doctest plugin looks for its lazily made one, under the plugin's module name (red team 14's
+#: review: ``__module__`` says anything): with a built-in for the method that reports a failure,
+#: with the candidate's methods in a base, or with doctest's own code run on other globals.
+OWN_DOCTEST_RUNNERS = {
+    "builtin-method": (
+        "class Runner(doctest.DocTestRunner):\n    report_failure = staticmethod(print)\n"
+    ),
+    "method-in-a-base": (
+        "class Base(doctest.DocTestRunner):\n"
+        "    def report_failure(self, *args):\n        pass\n\n\n"
+        "Runner = type('Runner', (Base,), {})\n"
+    ),
+    "runner-code-other-globals": (
+        "import types\n"
+        "_code = doctest.DocTestRunner.report_failure.__code__\n"
+        "Runner = type('Runner', (doctest.DocTestRunner,),\n"
+        "              {'report_failure': types.FunctionType(_code, {'__builtins__': {}})})\n"
+    ),
+}
 
 
 def test_pytest_filling_its_doctest_runner_lazily_is_not_a_change(tmp_path: Path) -> None:
@@ -148,6 +158,9 @@ def test_pytest_filling_its_doctest_runner_lazily_is_not_a_change(tmp_path: Path
     records = run_probe(tmp_path / "lazy", files, unittest=False)
     assert [r["status"] for r in records if r["kind"] == "test"] == ["PASSED"]
     assert not _tampered(records), records
-    files = {**ini, "pkg.py": OWN_DOCTEST_RUNNER, "tests/test_pkg.py": TEST_DOUBLE}
-    [why] = _tampered(run_probe(tmp_path / "own", files, unittest=False))
-    assert "_pytest.doctest.RUNNER_CLASS" in str(why)
+    for name, runner in OWN_DOCTEST_RUNNERS.items():
+        package = DOUBLE + "import doctest\nimport _pytest.doctest as _d\n\n\n" + runner
+        package += "Runner.__module__ = '_pytest.doctest'\n_d.RUNNER_CLASS = Runner\n"
+        files = {**ini, "pkg.py": package, "tests/test_pkg.py": TEST_DOUBLE}
+        found = _tampered(run_probe(tmp_path / name, files, unittest=False))
+        assert found and "_pytest.doctest.RUNNER_CLASS" in str(found[0]), (name, found)

@@ -450,20 +450,72 @@ def _is_runner_file(filename):
     return any(_under(path, folder) for folder in _CONFIG["runner_folders"])
 
 
+#: Names the runner fills on first use, after it is configured, with a class of its own:
+#: pytest's doctest plugin under ``--doctest-modules`` (httpie's ``setup.cfg``). Only these.
+_FILLED_LATER = frozenset(("_pytest.doctest.RUNNER_CLASS", "_pytest.doctest.CHECKER_CLASS"))
+
+
+def _own_code(value, folders_ok):
+    """Whether every function ``value`` (a class) defines, its properties' included, has code
+    in a file ``folders_ok`` accepts; a built-in as a method is nobody's."""
+    for member in list(vars(value).values()):
+        parts = [member]
+        if isinstance(member, property):
+            parts = [f for f in (member.fget, member.fset, member.fdel) if f is not None]
+        for part in parts:
+            function = getattr(part, "__func__", part)
+            if not (callable(function) or isinstance(part, (staticmethod, classmethod))):
+                continue
+            if isinstance(function, type):
+                return False
+            code = getattr(function, "__code__", None)
+            if code is None or not folders_ok(code.co_filename):
+                return False
+            # The runner's code run with other globals, or other cells, is not the runner's.
+            module = sys.modules.get(getattr(function, "__module__", None) or "")
+            if module is None or getattr(function, "__globals__", None) is not vars(module):
+                return False
+            for cell in getattr(function, "__closure__", None) or ():
+                if not _own_cell(cell.cell_contents, value, folders_ok):
+                    return False
+    return True
+
+
+def _own_cell(content, owner, folders_ok):
+    """A closure's cell the runner's own methods hold: the class itself (``super()``), or a
+    module that is the loaded one (``doctest``), or a class of the runner or the standard
+    library."""
+    if content is owner:
+        return True
+    if type(content) is type(sys):
+        name = getattr(content, "__name__", None)
+        return sys.modules.get(name or "") is content and folders_ok(getattr(content, "__file__", None))
+    return isinstance(content, type) and type(content) is type and folders_ok(_origin(content))
+
+
 def _runner_made(value):
-    """Whether ``value`` (a function or class) is the runner's own: its module is a runner
-    file, and so is the code of each of its functions (a class's ``__module__`` can be set to
-    anything; code made to claim a runner file is evidence already: ``_check_compile``)."""
+    """Whether ``value`` is a class the runner made: its metaclass is ``type``, its module is a
+    runner file, and every class of its MRO (but ``object``) defines only functions whose code
+    lies in the runner's files or the standard library (pytest's doctest runner derives from
+    ``doctest``'s): a class's ``__module__`` can be set to anything, a base can carry the
+    candidate's methods; code made to claim such a file is evidence already (``_check_compile``)."""
+
+    def runner_or_stdlib(filename):
+        if _is_runner_file(filename):
+            return True
+        return isinstance(filename, str) and not filename.startswith("<") and _is_stdlib(_real(filename))
+
     try:
+        if not isinstance(value, type) or type(value) is not type:
+            return False
         if not _is_runner_file(_origin(value)):
             return False
-        members = list(vars(value).values()) if isinstance(value, type) else [value]
-        for member in members:
-            function = getattr(member, "__func__", member)
-            if not (callable(function) or isinstance(member, (staticmethod, classmethod))):
+        for cls in value.__mro__:
+            if cls is object:
                 continue
-            code = getattr(function, "__code__", None)  # a built-in as a method: not ours
-            if code is None or not _is_runner_file(code.co_filename):
+            if type(cls) is not type or not runner_or_stdlib(_origin(cls)):
+                return False
+            if not _own_code(cls, runner_or_stdlib):
                 return False
     except Exception:
         return False
@@ -481,9 +533,8 @@ def _check_runner(critical_only=False):
         for key in _compare(_CONFIGURED, now):
             scope, _, attr = key.rpartition(".")  # a ``.__code__`` key's scope is no scope
             before = _CONFIGURED.get(scope)
-            if before is not None and attr not in before and _runner_made(now[scope].get(attr)):
-                # A name the runner fills on first use with its own class (pytest's doctest
-                # plugin: ``RUNNER_CLASS``, ``CHECKER_CLASS`` under ``--doctest-modules``).
+            filled = key in _FILLED_LATER and before is not None and attr not in before
+            if filled and _runner_made(now[scope].get(attr)):
                 continue
             changed.append(key)
     for key in _compare(_SNAPSHOT, now):
