@@ -330,8 +330,15 @@ async def _run_tests(
     test_command = build_test_command(in_run)
     probe: Probe | None = None
     command = test_command
+    recorder: Probe | None = None
+    if canary and task.test_spec.log_format in seals.APPENDED_FORMATS:
+        # A folder outside the repository for the records of the recorder the modules carry.
+        recorder = await install(sandbox, [])
     # Only the integrity check's run is sealed (the fast path reads no test module for it).
-    sealed = seals.plan(in_run, sources, planted) if canary else seals.Seals("")
+    report_path = recorder.report if recorder is not None else None
+    sealed = seals.plan(in_run, sources, planted, report_path) if canary else seals.Seals("")
+    if recorder is not None:
+        await seals.write(sandbox, sealed, run.add)
     if canary and task.test_spec.log_format in HARDENED_FORMATS:
         probe = await install(sandbox, [*sources, *selected_modules(task)], sealed.name)
         plugins = list(task.test_spec.plugins)
@@ -343,12 +350,6 @@ async def _run_tests(
         command = hardened or test_command
         if hardened is not None:  # the recorder is there to call
             await seals.write(sandbox, sealed, run.add)
-    recorder: Probe | None = None
-    if canary and task.test_spec.log_format in seals.APPENDED_FORMATS:
-        # A folder outside the repository for the records of the recorder the modules carry.
-        recorder = await install(sandbox, [])
-        sealed = seals.plan(in_run, sources, planted, report=recorder.report)
-        await seals.write(sandbox, sealed, run.add)
     native = canary and native_language(task) is not None
     if native:
         hidden = touched_files(task.test_patch)
