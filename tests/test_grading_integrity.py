@@ -46,6 +46,7 @@ from .fixtures.forgery import (
     append_to_package,
 )
 from .fixtures.forgery_groups import GROUP_PICK
+from .fixtures.forgery_runner import RUNNER_ADDITIONS
 from .fixtures.redteam import (
     BACKENDS,
     HOOK,
@@ -416,6 +417,7 @@ ATTACKS += (
         evidence="was replaced after it was collected",
     ),
 )
+ATTACKS += RUNNER_ADDITIONS
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -3,7 +3,7 @@
 The candidate's code runs inside the test process, so what that process prints is no evidence.
 For a graded run (the integrity check's) the harness:
 
-1. writes its own reporter (``inprocess/probe.pyt`` and ``runners.pyt``, one module) into a
+1. writes its own reporter (``inprocess/*.pyt``, one module) into a
    fresh folder outside the repository under a random module name, with its configuration
    beside it;
 2. runs pytest with plugin auto-loading off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``,
@@ -46,9 +46,11 @@ from crl_worker.sandbox.base import Sandbox
 logger = logging.getLogger(__name__)
 
 #: The reporter's source files, written as one module (Python 3.6 syntax, standard library
-#: only): its core, the sealed expectations' recorder, then the runners' side.
+#: only): its core, the watch on the runner's code, the sealed expectations' recorder, then the
+#: runners' side.
 PROBE_PARTS = tuple(
-    Path(__file__).with_name("inprocess") / n for n in ("probe.pyt", "seals.pyt", "runners.pyt")
+    Path(__file__).with_name("inprocess") / n
+    for n in ("probe.pyt", "guard.pyt", "seals.pyt", "runners.pyt")
 )
 
 

@@ -322,7 +322,7 @@ def _check_compile(args):
 def _hook(event, args):
     if _STATE["busy"]:
         return
-    if event not in ("open", "sys._getframe", "compile", "code.__new__"):
+    if event not in ("open", "sys._getframe", "compile", "code.__new__", "object.__setattr__"):
         return
     _STATE["busy"] = True
     # Room of its own: package code that sets the limit just above its depth would make the
@@ -337,6 +337,8 @@ def _hook(event, args):
             _check_open(args)
         elif event == "sys._getframe":
             _check_getframe(args)
+        elif event == "object.__setattr__":
+            _check_setattr(args)
         else:
             _check_compile(args)
     except Exception as exc:
@@ -354,198 +356,6 @@ def _hook(event, args):
         except Exception:
             pass
         _STATE["busy"] = False
-
-
-def _callables(namespace):
-    kept = {}
-    for key, value in list(namespace.items()):
-        if callable(value) or isinstance(value, (classmethod, staticmethod, property)):
-            kept[key] = value
-            kept[key + ".__code__"] = value.__code__ if type(value) is type(_callables) else None
-    return kept
-
-
-def _resolve_lazy():
-    """A snapshot once ``__all__`` names runner modules load on first use are, not from the repo."""
-    path = sys.path[:]
-    sys.path[:] = [p for p in path if p not in ("", ".") and not _under(_real(p), _CONFIG["root"])]
-    try:
-        for name, module in list(sys.modules.items()):
-            try:
-                namespace = vars(module) if name.split(".")[0] in _RUNNERS else {}
-                for attr in list(namespace.get("__all__", ())) if "__getattr__" in namespace else []:
-                    if isinstance(attr, str) and attr not in namespace:
-                        getattr(module, attr)
-            except Exception:
-                continue
-    finally:
-        sys.path[:] = path
-    return _take_snapshot()
-
-
-def _take_snapshot(critical_only=False):
-    shot = {}
-    for name, module in list(sys.modules.items()):
-        if module is None or name.split(".")[0] not in _RUNNERS:
-            continue
-        if critical_only and name not in _CRITICAL_MODULES:
-            continue
-        values = _callables(vars(module))
-        shot[name] = values
-        for key, value in values.items():
-            if isinstance(value, type) and getattr(value, "__module__", None) == name:
-                shot[name + ":" + key] = _callables(vars(value))
-    own = sys.modules.get(__name__)
-    if own is not None:
-        shot[__name__] = _callables(vars(own))
-        for key, value in list(vars(own).items()):
-            if isinstance(value, type) and getattr(value, "__module__", None) == __name__:
-                shot[__name__ + ":" + key] = _callables(vars(value))
-    return shot
-
-
-_CRITICAL_MODULES = frozenset(
-    "_pytest.runner _pytest.reports _pytest.python _pytest.skipping _pytest.outcomes "
-    "_pytest.terminal _pytest.main _pytest.unittest pluggy._callers pluggy._hooks "
-    "pluggy._manager unittest.case unittest.result unittest.runner unittest.main".split()
-)
-
-
-def _compare(before, after):
-    """What was replaced or removed; added functions and classes too (pytest's own plugins
-    add properties, e.g. ``legacypath``'s ``startdir``)."""
-    changed = []
-    for scope, values in before.items():
-        now = after.get(scope)
-        if now is None:
-            continue
-        for key in set(values) | set(now):
-            old, new = values.get(key), now.get(key)
-            if key in values and old is not new:
-                changed.append(scope + "." + key)
-            elif key not in values and isinstance(new, (type(_compare), type, classmethod, staticmethod)):
-                changed.append(scope + "." + key)
-    return sorted(changed)
-
-
-_REPORTED = set()
-_CONFIGURED = {}
-
-
-def _origin(value):
-    """The file that defines ``value`` (a function, method or class), if any."""
-    value = getattr(value, "__func__", value)
-    code = getattr(value, "__code__", None)
-    if code is not None:
-        return code.co_filename
-    module = sys.modules.get(getattr(value, "__module__", None) or "")
-    return getattr(module, "__file__", None)
-
-
-def _is_runner_file(filename):
-    """A file of the runner's packages (``_pytest``, ``pluggy``, ``unittest``)."""
-    if not isinstance(filename, str) or not filename or filename.startswith("<"):
-        return False
-    path = _real(filename)
-    return any(_under(path, folder) for folder in _CONFIG["runner_folders"])
-
-
-#: Names the runner fills on first use, after it is configured, with a class of its own:
-#: pytest's doctest plugin under ``--doctest-modules`` (httpie's ``setup.cfg``). Only these.
-_FILLED_LATER = frozenset(("_pytest.doctest.RUNNER_CLASS", "_pytest.doctest.CHECKER_CLASS"))
-
-
-def _own_code(value, folders_ok):
-    """Whether every function ``value`` (a class) defines, its properties' included, has code
-    in a file ``folders_ok`` accepts; a built-in as a method is nobody's."""
-    for member in list(vars(value).values()):
-        parts = [member]
-        if isinstance(member, property):
-            parts = [f for f in (member.fget, member.fset, member.fdel) if f is not None]
-        for part in parts:
-            function = getattr(part, "__func__", part)
-            if not (callable(function) or isinstance(part, (staticmethod, classmethod))):
-                continue
-            if isinstance(function, type):
-                return False
-            code = getattr(function, "__code__", None)
-            if code is None or not folders_ok(code.co_filename):
-                return False
-            # The runner's code run with other globals, or other cells, is not the runner's.
-            module = sys.modules.get(getattr(function, "__module__", None) or "")
-            if module is None or getattr(function, "__globals__", None) is not vars(module):
-                return False
-            for cell in getattr(function, "__closure__", None) or ():
-                if not _own_cell(cell.cell_contents, value, folders_ok):
-                    return False
-    return True
-
-
-def _own_cell(content, owner, folders_ok):
-    """A closure's cell the runner's own methods hold: the class itself (``super()``), or a
-    module that is the loaded one (``doctest``), or a class of the runner or the standard
-    library."""
-    if content is owner:
-        return True
-    if type(content) is type(sys):
-        name = getattr(content, "__name__", None)
-        return sys.modules.get(name or "") is content and folders_ok(getattr(content, "__file__", None))
-    return isinstance(content, type) and type(content) is type and folders_ok(_origin(content))
-
-
-def _runner_made(value):
-    """Whether ``value`` is a class the runner made: its metaclass is ``type``, its module is a
-    runner file, and every class of its MRO (but ``object``) defines only functions whose code
-    lies in the runner's files or the standard library (pytest's doctest runner derives from
-    ``doctest``'s): a class's ``__module__`` can be set to anything, a base can carry the
-    candidate's methods; code made to claim such a file is evidence already (``_check_compile``)."""
-
-    def runner_or_stdlib(filename):
-        if _is_runner_file(filename):
-            return True
-        return isinstance(filename, str) and not filename.startswith("<") and _is_stdlib(_real(filename))
-
-    try:
-        if not isinstance(value, type) or type(value) is not type:
-            return False
-        if not _is_runner_file(_origin(value)):
-            return False
-        for cls in value.__mro__:
-            if cls is object:
-                continue
-            if type(cls) is not type or not runner_or_stdlib(_origin(cls)):
-                return False
-            if not _own_code(cls, runner_or_stdlib):
-                return False
-    except Exception:
-        return False
-    return True
-
-
-def _check_runner(critical_only=False):
-    """Evidence when the runner's code changed: since the runner was configured (its own
-    plugins patch it while they configure), or since the start with the candidate's code."""
-    if _CONFIG.get("runner_in_repo"):
-        return
-    now = _take_snapshot(critical_only)
-    changed = []
-    if _CONFIGURED:
-        for key in _compare(_CONFIGURED, now):
-            scope, _, attr = key.rpartition(".")  # a ``.__code__`` key's scope is no scope
-            before = _CONFIGURED.get(scope)
-            filled = key in _FILLED_LATER and before is not None and attr not in before
-            if filled and _runner_made(now[scope].get(attr)):
-                continue
-            changed.append(key)
-    for key in _compare(_SNAPSHOT, now):
-        scope, _, attr = key.rpartition(".")
-        if _is_package_file(_origin(now.get(scope, {}).get(attr)) or ""):
-            changed.append(key)
-    _check_linecache()
-    changed = sorted(set(changed) - _REPORTED)
-    if changed:
-        _REPORTED.update(changed)
-        _evidence("the test runner's code was changed while it ran: " + ", ".join(changed[:10]))
 
 
 def _start():

@@ -241,7 +241,7 @@ def _unittest_main():
     globals()["Result"], globals()["Runner"], globals()["Loader"] = Result, Runner, Loader
     _SNAPSHOT[__name__] = _callables(globals())
     for cls in (Result, Runner, Loader):
-        _SNAPSHOT[__name__ + ":" + cls.__name__] = _callables(vars(cls))
+        _SNAPSHOT[__name__ + ":" + cls.__name__] = _class_shot(cls)
     _CONFIGURED.update(_SNAPSHOT)
     sys.argv[0] = "python -m unittest"
     unittest.main(module=None, testRunner=Runner, testLoader=Loader())

@@ -1,0 +1,167 @@
+"""The reporter's watch on the test runner's own code.
+
+Run directly, like ``test_probe_test_identity.py``: the reporter loaded into a real pytest and a
+real unittest run of a small suite. Package code that the tests import changes how the runner
+decides a test failed without replacing anything it had: it adds a property or another
+descriptor to a runner class (the instance's own attribute is then never read), puts plain data
+over a base's property, swaps a runner class's bases, or a runner function's defaults or code in
+place. Each is evidence, whether it happens before pytest is configured or after. A test that
+sets a plain setting of a runner class (``TestCase.maxDiff``) is not, and neither is package
+code that changes its own subclass of a runner class or its own functions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .fixtures.probe_run import run_probe
+
+FAILS = "import pkg\n\n\ndef test_fails():\n    assert 1 == 2\n"
+FAILS_UNITTEST = (
+    "import unittest\n\nimport pkg\n\n\n"
+    "class Case(unittest.TestCase):\n    def test_fails(self):\n        self.assertEqual(1, 2)\n"
+)
+
+#: Package code, run as the tests import it (or, ``conftest``, as a conftest that imports it is
+#: loaded: before pytest is configured), what the tamper reason must name, and the runner.
+FORGERIES = {
+    # A property on pytest's call record that hides the exception the test raised.
+    "added-property": (
+        "import _pytest.runner as r\n"
+        "r.CallInfo.excinfo = property(lambda s: None, lambda s, v: None)\n",
+        "_pytest.runner:CallInfo.excinfo",
+        "pytest",
+    ),
+    # The same, imported by a conftest: the property is in the snapshot taken once pytest is
+    # configured, and is told apart by its code's file.
+    "added-property-conftest": (
+        "import _pytest.runner as r\n"
+        "r.CallInfo.excinfo = property(lambda s: None, lambda s, v: None)\n",
+        "_pytest.runner:CallInfo.excinfo",
+        "conftest",
+    ),
+    # The same with a descriptor that is no function and no property, and cannot be called.
+    "descriptor-instance": (
+        "import _pytest.runner as r\n\n\n"
+        "class Nothing:\n"
+        "    def __get__(self, obj, owner=None):\n        return None\n\n"
+        "    def __set__(self, obj, value):\n        pass\n\n\n"
+        "r.CallInfo.excinfo = Nothing()\n",
+        "_pytest.runner:CallInfo.excinfo",
+        "pytest",
+    ),
+    # A base of the report class swapped for one that says every report passed.
+    "bases-swap": (
+        "from _pytest.reports import BaseReport, TestReport\n\n\n"
+        "class Passed(BaseReport):\n"
+        "    passed = property(lambda s: True)\n"
+        "    failed = property(lambda s: False)\n\n\n"
+        "TestReport.__bases__ = (Passed,)\n",
+        "_pytest.reports:TestReport.<bases>",
+        "pytest",
+    ),
+    # Plain data over the base's properties: no code, so no file to tell who made it.
+    "plain-over-property-conftest": (
+        "from _pytest.reports import TestReport\n"
+        "TestReport.passed = True\nTestReport.failed = False\n",
+        "_pytest.reports:TestReport.passed",
+        "conftest",
+    ),
+    # Tolerances no comparison exceeds, as ``approx``'s defaults: plain data again.
+    "approx-defaults-conftest": (
+        "import pytest\npytest.approx.__defaults__ = (1e308, 1e308, True)\n",
+        "set __defaults__ of the test runner's approx",
+        "conftest",
+    ),
+    # A property's code swapped in place: the property is the same object.
+    "property-code-conftest": (
+        "from _pytest.reports import BaseReport\n"
+        "BaseReport.passed.fget.__code__ = (lambda self: True).__code__\n",
+        "set __code__ of the test runner's BaseReport.",
+        "conftest",
+    ),
+    # unittest's record of a test's outcome, made to send failures nowhere and say it succeeded.
+    "outcome-properties": (
+        "import unittest.case as c\n\n\n"
+        "class Sink:\n"
+        "    def __getattr__(self, name):\n        return lambda *a, **k: None\n\n\n"
+        "c._Outcome.result = property(lambda s: Sink(), lambda s, v: None)\n"
+        "c._Outcome.success = property(lambda s: True, lambda s, v: None)\n",
+        "unittest.case:_Outcome.result",
+        "unittest",
+    ),
+    "assert-almost-equal-defaults": (
+        "import unittest\nunittest.TestCase.assertAlmostEqual.__defaults__ = (None, None, 1e308)\n",
+        "unittest.case:TestCase.assertAlmostEqual.__defaults__",
+        "unittest",
+    ),
+}
+
+
+def _tampered(records: list[dict[str, object]]) -> str:
+    return " ".join(str(r["why"]) for r in records if r["kind"] == "tamper")
+
+
+@pytest.mark.parametrize("name", sorted(FORGERIES))
+def test_package_code_that_changes_the_runner_in_place_is_evidence(
+    tmp_path: Path, name: str
+) -> None:
+    package, expected, how = FORGERIES[name]
+    test = FAILS_UNITTEST if how == "unittest" else FAILS
+    files = {"pkg.py": package, "tests/__init__.py": "", "tests/test_fails.py": test}
+    if how == "conftest":
+        files["conftest.py"] = "import pkg\n"
+    records = run_probe(tmp_path, files, unittest=how == "unittest")
+    assert expected in _tampered(records), records
+
+
+#: A test that sets a runner class's plain setting, as many suites do, and package code that
+#: changes its own subclass of the runner's class and its own function's defaults.
+SETTINGS = (
+    "import unittest\n\nimport pkg\nfrom pytest import approx\n\n\n"
+    "class Case(pkg.Base):\n"
+    "    def test_long(self):\n"
+    "        unittest.TestCase.maxDiff = None\n"
+    "        unittest.TestCase.longMessage = False\n"
+    "        self.assertEqual([1] * 3, [1] * 3)\n\n"
+    "    def test_close(self):\n"
+    "        self.assertAlmostEqual(1.0, 1.05, delta=0.1)\n"
+    "        assert pkg.scale(1.0) == approx(2.0, rel=0.01)\n"
+)
+OWN_CHANGES = (
+    "import unittest\n\n\n"
+    "class Base(unittest.TestCase):\n    pass\n\n\n"
+    "def scale(x, by=1):\n    return x * by\n\n\n"
+    "Base.maxDiff = 100\nBase.helper = property(lambda s: 1)\n"
+    "Base.__bases__ = (unittest.TestCase,)\nscale.__defaults__ = (2,)\n"
+)
+
+
+@pytest.mark.parametrize("unittest", [False, True], ids=["pytest", "unittest"])
+def test_settings_and_the_packages_own_classes_are_not_a_change(
+    tmp_path: Path, unittest: bool
+) -> None:
+    files = {"pkg.py": OWN_CHANGES, "tests/__init__.py": "", "tests/test_settings.py": SETTINGS}
+    if not unittest:
+        files["conftest.py"] = "import pkg\n"
+    records = run_probe(tmp_path, files, unittest)
+    assert [r["status"] for r in records if r["kind"] == "test"] == ["PASSED", "PASSED"]
+    assert not [r for r in records if r["kind"] == "tamper"], records
+
+
+#: A test that, once an earlier test has run, gives a runner function keyword defaults it had
+#: none of, and the next test that takes them away: only the check after each test sees it.
+LATE = (
+    "import _pytest.runner\n\n\n"
+    "def test_first():\n    assert True\n\n\n"
+    "def test_second():\n"
+    "    _pytest.runner.call_and_report.__kwdefaults__ = {'log': False}\n\n\n"
+    "def test_third():\n    _pytest.runner.call_and_report.__kwdefaults__ = None\n"
+)
+
+
+def test_a_change_after_the_first_test_is_seen_past_the_quick_check(tmp_path: Path) -> None:
+    records = run_probe(tmp_path, {"tests/__init__.py": "", "tests/test_late.py": LATE}, False)
+    assert "_pytest.runner.call_and_report.__kwdefaults__" in _tampered(records), records

@@ -1,0 +1,477 @@
+# --- The runner's own code, watched (appended to probe.pyt, before seals.pyt: one module) ----
+#
+# A snapshot of what the runner's modules and classes hold, taken as the run starts and once the
+# runner is configured, compared with what they hold later: a change is evidence when the runner
+# did not make it (see _check_runner).
+
+
+import operator
+
+_IS = operator.is_
+_CODE_OF = operator.attrgetter("__code__")
+_DEFAULTS_OF = operator.attrgetter("__defaults__")
+_KWDEFAULTS_OF = operator.attrgetter("__kwdefaults__")
+_BASES_OF = type.__dict__["__bases__"].__get__
+_PLAIN_DATA = (str, bytes, int, float, complex, bool, type(None), tuple, list, dict, set, frozenset)
+_FUNCTION = type(lambda: None)
+_CODE = type((lambda: None).__code__)
+# A class's own namespace and its method resolution order, read past any metaclass.
+_CLASS_DICT = type.__dict__["__dict__"].__get__
+_CLASS_MRO = type.__dict__["__mro__"].__get__
+
+
+def _descriptor(value):
+    """Whether ``value`` acts when looked up on a class: a function, a property, any object
+    whose type defines ``__get__``, ``__set__`` or ``__delete__`` (as Python looks them up, past
+    a metaclass that says otherwise)."""
+    try:
+        return any(
+            name in _CLASS_DICT(klass)
+            for klass in _CLASS_MRO(type(value))
+            for name in ("__get__", "__set__", "__delete__")
+        )
+    except Exception:
+        return True
+
+
+def _watched(value):
+    """Whether a snapshot keeps ``value``: anything but plain data (a function, a class, a
+    module, a descriptor, any object that might be called or bound)."""
+    return type(value) not in _PLAIN_DATA or callable(value) or _descriptor(value)
+
+
+def _acts(value):
+    """Whether ``value`` is code or can run code where it is kept: a code object, anything
+    that can be called, a descriptor."""
+    return type(value) is _CODE or callable(value) or _descriptor(value)
+
+
+def _code_holder(value):
+    """A function, method, property or class: what :func:`_origins` looks into."""
+    return isinstance(value, (_FUNCTION, classmethod, staticmethod, property, type))
+
+
+#: A cell with nothing in it, as a snapshot keeps it.
+_EMPTY_CELL = object()
+
+
+def _functions_in(value):
+    """The functions ``value`` runs when looked up: itself, the one a ``classmethod`` or
+    ``staticmethod`` wraps, a property's accessors; each with the suffix its keys get."""
+    if isinstance(value, (classmethod, staticmethod)):
+        value = type(value).__func__.__get__(value)
+    if type(value) is _FUNCTION:
+        return [("", value)]
+    if isinstance(value, property):
+        parts = [(n, getattr(property, n).__get__(value)) for n in ("fget", "fset", "fdel")]
+        return [("." + n, f) for n, f in parts if type(f) is _FUNCTION]
+    return []
+
+
+def _function_parts(function):
+    """What a function runs with besides its name: its code, its defaults and its closure's
+    cells (``approx.__defaults__`` set to huge tolerances passes every comparison)."""
+    kwdefaults = function.__kwdefaults__
+    cells = []
+    for cell in function.__closure__ or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:
+            cells.append(_EMPTY_CELL)
+    return (
+        ("__code__", function.__code__),
+        ("__defaults__", function.__defaults__),
+        ("__kwdefaults__", tuple(kwdefaults.items()) if kwdefaults else None),
+        ("__closure__", tuple(cells)),
+    )
+
+
+def _callables(namespace, everything=False):
+    """What a module's (or, ``everything``, a class's) namespace holds that the snapshot keeps,
+    and, for each function it holds (in a method or property too), the code, defaults and
+    closure it runs with (``<name>.__code__``, …: changed in place, not replaced)."""
+    kept = {}
+    for key, value in list(namespace.items()):
+        if everything or _watched(value):
+            kept[key] = value
+            for suffix, function in _functions_in(value):
+                for part, held in _function_parts(function):
+                    kept[key + suffix + "." + part] = held
+    return kept
+
+
+def _same(old, new):
+    """``old`` and ``new`` are the same object, or tuples of the same objects (a snapshot's
+    defaults and closures are taken anew each time)."""
+    if old is new:
+        return True
+    if type(old) is not tuple or type(new) is not tuple or len(old) != len(new):
+        return False
+    return all(_same(a, b) for a, b in zip(old, new))
+
+
+def _resolve_lazy():
+    """A snapshot once ``__all__`` names runner modules load on first use are, not from the repo."""
+    path = sys.path[:]
+    sys.path[:] = [p for p in path if p not in ("", ".") and not _under(_real(p), _CONFIG["root"])]
+    try:
+        for name, module in list(sys.modules.items()):
+            try:
+                namespace = vars(module) if name.split(".")[0] in _RUNNERS else {}
+                for attr in list(namespace.get("__all__", ())) if "__getattr__" in namespace else []:
+                    if isinstance(attr, str) and attr not in namespace:
+                        getattr(module, attr)
+            except Exception:
+                continue
+    finally:
+        sys.path[:] = path
+    return _take_snapshot()
+
+
+def _take_snapshot(critical_only=False):
+    shot = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or name.split(".")[0] not in _RUNNERS:
+            continue
+        if critical_only and name not in _CRITICAL_MODULES:
+            continue
+        values = _callables(vars(module))
+        shot[name] = values
+        for key, value in values.items():
+            if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                shot[name + ":" + key] = _class_shot(value)
+    own = sys.modules.get(__name__)
+    if own is not None:
+        shot[__name__] = _callables(vars(own))
+        for key, value in list(vars(own).items()):
+            if isinstance(value, type) and getattr(value, "__module__", None) == __name__:
+                shot[__name__ + ":" + key] = _class_shot(value)
+    return shot
+
+
+def _class_shot(cls):
+    """A runner class's snapshot: what its namespace holds that can act (a descriptor hides
+    the instances' own attributes), and plain data that hides a base's method or property
+    (named in ``<hides>``); plain data over plain data is a setting (pytest sets flags of its
+    own on classes: ``_pytest_diamond_inheritance_warning_shown``). Then its bases and its
+    metaclass."""
+    namespace = _CLASS_DICT(cls)
+    bases = [_CLASS_DICT(base) for base in _CLASS_MRO(cls)[1:]]
+    shot, hides = {}, []
+    for key, value in list(namespace.items()):
+        if _watched(value):
+            shot[key] = value
+        elif any(key in b and _watched(b[key]) for b in bases):
+            shot[key] = value
+            if any(key in b and _acts(b[key]) for b in bases):
+                hides.append(key)
+    shot = _callables(shot, everything=True)
+    shot["<bases>"] = type.__dict__["__bases__"].__get__(cls)
+    shot["<metaclass>"] = type(cls)
+    shot["<hides>"] = frozenset(hides)
+    return shot
+
+
+_CRITICAL_MODULES = frozenset(
+    "_pytest.runner _pytest.reports _pytest.python _pytest.skipping _pytest.outcomes "
+    "_pytest.terminal _pytest.main _pytest.unittest pluggy._callers pluggy._hooks "
+    "pluggy._manager unittest.case unittest.result unittest.runner unittest.main".split()
+)
+
+
+def _compare(before, after, settings_ok=False):
+    """What was replaced or removed, and what was added that can act: in a class, anything (a
+    value hides a base's attribute of its name); in a module, anything but plain data and
+    modules (a package's submodule is set on it as it is imported). In a class, plain data
+    replaced by plain data is a setting (``TestCase.maxDiff = None``), and so, with
+    ``settings_ok``, is any value that cannot act replaced by another (Python 3.6's ``abc``
+    renews a class's ``_abc_negative_cache``); a function's code, defaults and closure, a
+    class's bases and metaclass are never settings. Pairs of the scope and the key, sorted."""
+    changed = []
+    for scope, values in before.items():
+        now = after.get(scope)
+        if now is None:
+            continue
+        hid = values.get("<hides>", ())
+        for key in set(values) | set(now):
+            if key == "<hides>":
+                continue
+            derived = key.startswith("<") or "." in key
+            if key not in now:
+                plain = type(values[key]) in _PLAIN_DATA and not _acts(values[key])
+                if derived or not (plain and ":" in scope and key not in hid):
+                    changed.append((scope, key))
+            elif key in values:
+                old, new = values[key], now[key]
+                if _same(old, new):
+                    continue
+                if ":" in scope and not derived:
+                    if type(old) in _PLAIN_DATA and type(new) in _PLAIN_DATA:
+                        continue
+                    if settings_ok and not _acts(old) and not _acts(new):
+                        continue
+                changed.append((scope, key))
+            elif ":" in scope or derived or (_watched(now[key]) and type(now[key]) is not type(sys)):
+                changed.append((scope, key))
+    return sorted(changed)
+
+
+_REPORTED = set()
+_CONFIGURED = {}
+
+
+def _origin(value):
+    """The file that defines ``value`` (a function, method or class), if any."""
+    value = getattr(value, "__func__", value)
+    code = getattr(value, "__code__", None)
+    if code is not None:
+        return code.co_filename
+    module = sys.modules.get(getattr(value, "__module__", None) or "")
+    return getattr(module, "__file__", None)
+
+
+def _origins(value, depth=0):
+    """Every file whose code ``value`` runs when the runner uses it, as far as can be told
+    without calling it: a function's or code object's file; a method's, a property's or a
+    ``partial``'s functions'; a class's module and the functions its classes define; any other
+    object's class's."""
+    if depth > 3:
+        return []
+    kind = type(value)
+    if kind is _CODE:
+        return [value.co_filename]
+    if kind is _FUNCTION:
+        return [value.__code__.co_filename]
+    if kind is tuple:
+        return [f for item in value for f in _origins(item, depth + 1)]
+    parts = []
+    if isinstance(value, property):
+        parts = [property.fget.__get__(value), property.fset.__get__(value), property.fdel.__get__(value)]
+    elif isinstance(value, (classmethod, staticmethod)):
+        parts = [kind.__func__.__get__(value)]
+    elif kind.__name__ in ("method", "partial", "partialmethod"):
+        parts = [getattr(value, n, None) for n in ("__func__", "func")]
+    elif isinstance(value, type):
+        found = [_origin(value)]
+        for cls in _CLASS_MRO(value):
+            members = list(_CLASS_DICT(cls).values()) if cls is not object else []
+            found += [f for m in members if _code_holder(m) for f in _origins(m, depth + 1)]
+        return found
+    else:
+        return _origins(kind, depth + 1)
+    return [f for part in parts if part is not None for f in _origins(part, depth + 1)]
+
+
+def _is_runner_file(filename):
+    """A file of the runner's packages (``_pytest``, ``pluggy``, ``unittest``)."""
+    if not isinstance(filename, str) or not filename or filename.startswith("<"):
+        return False
+    path = _real(filename)
+    return any(_under(path, folder) for folder in _CONFIG["runner_folders"])
+
+
+#: Names the runner fills on first use, after it is configured, with a class of its own:
+#: pytest's doctest plugin under ``--doctest-modules`` (httpie's ``setup.cfg``). Only these.
+_FILLED_LATER = frozenset(("_pytest.doctest.RUNNER_CLASS", "_pytest.doctest.CHECKER_CLASS"))
+
+
+def _own_code(value, folders_ok):
+    """Whether every function ``value`` (a class) defines, its properties' included, has code
+    in a file ``folders_ok`` accepts; a built-in as a method is nobody's."""
+    for member in list(vars(value).values()):
+        parts = [member]
+        if isinstance(member, property):
+            parts = [f for f in (member.fget, member.fset, member.fdel) if f is not None]
+        for part in parts:
+            function = getattr(part, "__func__", part)
+            if not (callable(function) or isinstance(part, (staticmethod, classmethod))):
+                continue
+            if isinstance(function, type):
+                return False
+            code = getattr(function, "__code__", None)
+            if code is None or not folders_ok(code.co_filename):
+                return False
+            # The runner's code run with other globals, or other cells, is not the runner's.
+            module = sys.modules.get(getattr(function, "__module__", None) or "")
+            if module is None or getattr(function, "__globals__", None) is not vars(module):
+                return False
+            for cell in getattr(function, "__closure__", None) or ():
+                if not _own_cell(cell.cell_contents, value, folders_ok):
+                    return False
+    return True
+
+
+def _own_cell(content, owner, folders_ok):
+    """A closure's cell the runner's own methods hold: the class itself (``super()``), or a
+    module that is the loaded one (``doctest``), or a class of the runner or the standard
+    library."""
+    if content is owner:
+        return True
+    if type(content) is type(sys):
+        name = getattr(content, "__name__", None)
+        return sys.modules.get(name or "") is content and folders_ok(getattr(content, "__file__", None))
+    return isinstance(content, type) and type(content) is type and folders_ok(_origin(content))
+
+
+def _runner_made(value):
+    """Whether ``value`` is a class the runner made: its metaclass is ``type``, its module is a
+    runner file, and every class of its MRO (but ``object``) defines only functions whose code
+    lies in the runner's files or the standard library (pytest's doctest runner derives from
+    ``doctest``'s): a class's ``__module__`` can be set to anything, a base can carry the
+    candidate's methods; code made to claim such a file is evidence already (``_check_compile``)."""
+
+    def runner_or_stdlib(filename):
+        if _is_runner_file(filename):
+            return True
+        return isinstance(filename, str) and not filename.startswith("<") and _is_stdlib(_real(filename))
+
+    try:
+        if not isinstance(value, type) or type(value) is not type:
+            return False
+        if not _is_runner_file(_origin(value)):
+            return False
+        for cls in value.__mro__:
+            if cls is object:
+                continue
+            if type(cls) is not type or not runner_or_stdlib(_origin(cls)):
+                return False
+            if not _own_code(cls, runner_or_stdlib):
+                return False
+    except Exception:
+        return False
+    return True
+
+
+def _quick_marks():
+    """What the check after each test looks at before anything else: the critical modules' and
+    the reporter's namespaces and their classes' (each one's keys and values, in order), the
+    classes' bases and metaclasses, and every function's code, defaults and closure's cells
+    there. Reading them again is a matter of identities, compared in C (``map``); only when one
+    differs is the full snapshot taken and compared (perf/runner_guard.md)."""
+    spaces, classes, functions = [], [], []
+    names = [n for n in _CRITICAL_MODULES if n in sys.modules] + [__name__]
+    for name in names:
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        scopes = [vars(module)]
+        for value in list(scopes[0].values()):
+            if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                scopes.append(_CLASS_DICT(value))
+                classes.append(value)
+        for space in scopes:
+            spaces.append((space, tuple(space), tuple(space.values())))
+            for value in spaces[-1][2]:
+                functions += [f for _, f in _functions_in(value)]
+    kwdefaults = [f.__kwdefaults__ for f in functions]
+    cells = [c for f in functions for c in f.__closure__ or ()]
+    return (
+        spaces,
+        (classes, [_BASES_OF(c) for c in classes], [type(c) for c in classes]),
+        (functions, [f.__code__ for f in functions], [f.__defaults__ for f in functions]),
+        (kwdefaults, [tuple(k.items()) if k else () for k in kwdefaults]),
+        (cells, [_cell(c) for c in cells]),
+    )
+
+
+def _cell(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return _EMPTY_CELL
+
+
+def _quick_same(marks):
+    """Whether nothing :func:`_quick_marks` took has changed since."""
+    spaces, (classes, bases, metas), (functions, codes, defaults), kws, cells = marks
+    for space, keys, values in spaces:
+        if len(space) != len(keys) or not all(map(_IS, space.values(), values)):
+            return False
+        if not all(map(_IS, space, keys)):
+            return False
+    if not all(map(_IS, map(_BASES_OF, classes), bases)) or not all(map(_IS, map(type, classes), metas)):
+        return False
+    if not all(map(_IS, map(_CODE_OF, functions), codes)):
+        return False
+    if not all(map(_IS, map(_DEFAULTS_OF, functions), defaults)):
+        return False
+    now = list(map(_KWDEFAULTS_OF, functions))
+    if not all(map(_IS, now, kws[0])) or not all(_same(tuple(k.items()) if k else (), i) for k, i in zip(now, kws[1]) if k):
+        return False
+    return all(map(_IS, map(_cell, cells[0]), cells[1]))
+
+
+_QUICK = []
+_DEFAULTS = (".__defaults__", ".__kwdefaults__")
+
+
+def _check_runner(critical_only=False):
+    """Evidence when the runner's code changed: since the runner was configured (its own
+    plugins patch it while they configure), or since the start with the candidate's code.
+    After each test (``critical_only``) only the runner's critical modules are looked at, and
+    first only through :func:`_quick_marks`."""
+    if _CONFIG.get("runner_in_repo"):
+        return
+    if critical_only and _QUICK and _quick_same(_QUICK[0]):
+        _check_linecache()
+        return
+    now = _take_snapshot(critical_only)
+    changed = []
+    if _CONFIGURED:
+        for scope, key in _compare(_CONFIGURED, now, settings_ok=True):
+            name = scope + "." + key
+            if name in _FILLED_LATER and key not in _CONFIGURED[scope]:
+                if _runner_made(now[scope].get(key)):
+                    continue
+            changed.append(name)
+    for scope, key in _compare(_SNAPSHOT, now):
+        # Made by package code; or plain data, which has no code to tell who made it, put over
+        # a base's method or property, or as a function's defaults (one it had before): the
+        # runner does neither.
+        try:
+            found = _origins(now[scope].get(key))
+        except Exception:
+            found = [""]
+        defaults = key.endswith(_DEFAULTS) and key in _SNAPSHOT[scope]
+        plain = defaults or key in now[scope].get("<hides>", ())
+        if plain or any(_is_package_file(f or "") for f in found):
+            changed.append(scope + "." + key)
+    _check_linecache()
+    if critical_only:
+        _QUICK[:] = [_quick_marks()]
+    changed = sorted(set(changed) - _REPORTED)
+    if changed:
+        _REPORTED.update(changed)
+        _evidence("the test runner's code was changed while it ran: " + ", ".join(changed[:10]))
+
+
+#: The attribute assignments Python audits (``object.__setattr__``, 3.8 on) that change what a
+#: runner's function or class runs, whatever the snapshot can tell of who made the new value.
+_AUDITED_PARTS = frozenset(("__code__", "__defaults__", "__kwdefaults__", "__bases__"))
+
+
+def _check_setattr(args):
+    """Evidence when package code sets the code or defaults of a function of the runner or the
+    harness, or the bases of one of their classes: a tolerance put into ``approx``'s defaults
+    is plain data and names no file (the snapshot would see it only once the runner is
+    configured)."""
+    if len(args) < 2 or args[1] not in _AUDITED_PARTS:
+        return
+    target = args[0]
+    if type(target) is _FUNCTION:
+        where = target.__code__.co_filename
+    elif isinstance(target, type):
+        module = sys.modules.get(type.__dict__["__module__"].__get__(target) or "")
+        where = getattr(module, "__file__", None)
+    else:
+        return
+    if not isinstance(where, str) or where.startswith("<"):
+        return
+    if not (_is_runner_file(where) or _under(_real(where), _CONFIG["harness"])):
+        return
+    frame = _caller(sys._getframe(2))
+    if frame is not None and _is_package_file(_provenance(frame) or ""):
+        _evidence(
+            "package code (%s:%d) set %s of the test runner's %s"
+            % (frame.f_code.co_filename, frame.f_lineno, args[1], getattr(target, "__qualname__", "?"))
+        )
