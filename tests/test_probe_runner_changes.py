@@ -7,7 +7,10 @@ descriptor to a runner class (the instance's own attribute is then never read), 
 over a base's property, swaps a runner class's bases, or a runner function's defaults or code in
 place. Each is evidence, whether it happens before pytest is configured or after. A test that
 sets a plain setting of a runner class (``TestCase.maxDiff``) is not, and neither is package
-code that changes its own subclass of a runner class or its own functions.
+code that changes its own subclass of a runner class or its own functions. Package code that
+registers a pytest plugin of its own (whose hook wrapper swallows a test's exception) is
+evidence however it gets it into the manager; plugins pytest loads, a conftest registers or an
+accepted plugin registers from its hooks are not.
 """
 
 from __future__ import annotations
@@ -165,3 +168,64 @@ LATE = (
 def test_a_change_after_the_first_test_is_seen_past_the_quick_check(tmp_path: Path) -> None:
     records = run_probe(tmp_path, {"tests/__init__.py": "", "tests/test_late.py": LATE}, False)
     assert "_pytest.runner.call_and_report.__kwdefaults__" in _tampered(records), records
+
+
+#: A pytest plugin whose hook wrapper swallows every test's exception.
+SWALLOW = (
+    "import pytest\n\n\n"
+    "class Swallow:\n"
+    "    @pytest.hookimpl(hookwrapper=True)\n"
+    "    def pytest_runtest_call(self, item):\n"
+    "        outcome = yield\n"
+    "        outcome.force_result(None)\n\n\n"
+    "import gc\nimport pluggy\nfrom _pytest.config import Config\n\n"
+    "manager = next(o for o in gc.get_objects() if isinstance(o, Config)).pluginmanager\n"
+)
+#: Package code that puts it into pytest's plugin manager: through pytest, past pytest's
+#: ``register`` (so no ``pytest_plugin_registered``), or into a hook's list directly.
+REGISTRATIONS = {
+    "register": "manager.register(Swallow())\n",
+    "past-pytest": "pluggy.PluginManager.register(manager, Swallow())\n",
+    "into-the-list": (
+        "from pluggy._hooks import HookImpl\n"
+        "plugin = Swallow()\n"
+        "call = plugin.pytest_runtest_call\n"
+        "impl = HookImpl(plugin, 'x', call, call.pytest_impl)\n"
+        "manager.hook.pytest_runtest_call._hookimpls.append(impl)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("how", sorted(REGISTRATIONS))
+def test_a_plugin_package_code_registers_is_evidence(tmp_path: Path, how: str) -> None:
+    files = {"pkg.py": SWALLOW + REGISTRATIONS[how], "tests/__init__.py": ""}
+    files["tests/test_fails.py"] = FAILS
+    assert "pytest_runtest_call" in _tampered(run_probe(tmp_path, files, unittest=False))
+
+
+#: A plugin of the repository's own, named by the task (``-p``), that registers another of its
+#: own from a hook, and a conftest that registers one as it loads and one from a hook.
+OWN_PLUGINS = {
+    "pytest.ini": "[pytest]\naddopts = -p pkgplugin\n",
+    "pkgplugin.py": (
+        "class Counter:\n"
+        "    def pytest_runtest_setup(self, item):\n        pass\n\n\n"
+        "def pytest_configure(config):\n"
+        "    config.pluginmanager.register(Counter(), 'counter')\n"
+    ),
+    "conftest.py": (
+        "import pkgplugin\n\n\n"
+        "class Early:\n    def pytest_runtest_teardown(self, item):\n        pass\n\n\n"
+        "def pytest_configure(config):\n"
+        "    config.pluginmanager.register(Early())\n"
+        "    config.pluginmanager.register(pkgplugin.Counter(), 'again')\n"
+    ),
+    "tests/__init__.py": "",
+    "tests/test_plain.py": "def test_plain():\n    assert 1 == 1\n",
+}
+
+
+def test_plugins_pytest_or_an_accepted_plugin_registers_are_not_evidence(tmp_path: Path) -> None:
+    records = run_probe(tmp_path, OWN_PLUGINS, unittest=False)
+    assert [r["status"] for r in records if r["kind"] == "test"] == ["PASSED"]
+    assert not _tampered(records), records

@@ -46,11 +46,11 @@ from crl_worker.sandbox.base import Sandbox
 logger = logging.getLogger(__name__)
 
 #: The reporter's source files, written as one module (Python 3.6 syntax, standard library
-#: only): its core, the watch on the runner's code, the sealed expectations' recorder, then the
-#: runners' side.
+#: only): its core, the watch on the runner's code, the sealed expectations' recorder, the watch
+#: on pytest's plugins, then the runners' side.
 PROBE_PARTS = tuple(
     Path(__file__).with_name("inprocess") / n
-    for n in ("probe.pyt", "guard.pyt", "seals.pyt", "runners.pyt")
+    for n in ("probe.pyt", "guard.pyt", "seals.pyt", "plugins.pyt", "runners.pyt")
 )
 
 

@@ -120,6 +120,11 @@ if _CONFIG is not None and "pytest" in sys.modules:
             _evidence("%s (%s) raised %s, reported passed" % (item.nodeid, call.when, excinfo.typename))
         if call.when == "call":
             _check_runner(critical_only=True)
+            _check_plugins()
+
+    @_pytest_module.hookimpl(tryfirst=True)
+    def pytest_plugin_registered(plugin, manager):
+        _plugin_registered(plugin, manager)
 
     @_pytest_module.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(report):
@@ -136,6 +141,7 @@ if _CONFIG is not None and "pytest" in sys.modules:
     @_pytest_module.hookimpl(tryfirst=True)
     def pytest_sessionfinish(session, exitstatus):
         _check_runner()
+        _check_plugins()
         _emit({"kind": "end", "exit": int(exitstatus)})
 
 

@@ -1,0 +1,92 @@
+# --- pytest plugins registered while the run goes (after seals.pyt, before runners.pyt) ----------
+#
+# Package code that reaches pytest's plugin manager (through the objects ``gc`` lists, or a frame
+# reached from a traceback) can register a plugin of its own whose hook wrapper swallows a test's
+# exception, and nothing of the runner's code changes. So every registration is looked at as it
+# happens (``pytest_plugin_registered``, from runners.pyt), and the hook implementations the
+# manager holds are looked at after each test and at the end: one whose code is package code
+# stands only if pytest registered its plugin (a plugin the task names, an entry point, a
+# conftest) or an accepted plugin's own hook implementation did (a plugin repository's).
+
+_PLUGINS = {"manager": None, "functions": {}, "codes": {}}
+
+
+def _hookimpls(manager):
+    """Every hook implementation ``manager`` holds, with its hook's name."""
+    found = []
+    for name, caller in list(vars(manager.hook).items()):
+        try:
+            found += [(name, impl) for impl in caller.get_hookimpls()]
+        except Exception:
+            continue
+    return found
+
+
+def _accept(manager, plugin):
+    """Take ``plugin``'s hook implementations, and their code, as the run's own."""
+    for _, impl in _hookimpls(manager):
+        if impl.plugin is plugin:
+            function = impl.function
+            _PLUGINS["functions"][id(function)] = function
+            code = getattr(getattr(function, "__func__", function), "__code__", None)
+            if code is not None:
+                _PLUGINS["codes"][id(code)] = code
+
+
+def _package_frame(frame):
+    """The nearest frame at or above ``frame`` that runs package code, or ``None``."""
+    while frame is not None:
+        if _is_package_file(_provenance(frame) or ""):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _as_hook(frame):
+    """Whether the package code running at ``frame`` was called by pluggy as the hook
+    implementation of an accepted plugin (through the standard library, or package helpers)."""
+    called = frame
+    frame = frame.f_back
+    while frame is not None:
+        name = _provenance(frame)
+        if name is None or _is_package_file(name) or _is_stdlib(_real(name)):
+            called, frame = frame, frame.f_back
+            continue
+        known = _PLUGINS["codes"].get(id(called.f_code)) is called.f_code
+        return frame.f_code.co_name == "_multicall" and _is_runner_file(name) and known
+    return False
+
+
+def _plugin_registered(plugin, manager):
+    """Accept ``plugin``, or give evidence when package code registered it, not as a hook of
+    an accepted plugin."""
+    _PLUGINS["manager"] = manager
+    if _CONFIG.get("runner_in_repo"):
+        return
+    frame = _package_frame(sys._getframe(1))
+    if frame is None or _as_hook(frame):
+        _accept(manager, plugin)
+        return
+    _evidence(
+        "package code (%s:%d) registered a pytest plugin while the run went"
+        % (frame.f_code.co_filename, frame.f_lineno)
+    )
+
+
+def _check_plugins():
+    """Evidence when the plugin manager holds a hook implementation of package code that no
+    accepted registration brought (put in its lists, or under an accepted plugin's name)."""
+    manager = _PLUGINS["manager"]
+    if manager is None or _CONFIG.get("runner_in_repo"):
+        return
+    for name, impl in _hookimpls(manager):
+        function = impl.function
+        if _PLUGINS["functions"].get(id(function)) is function:
+            continue
+        try:
+            found = _origins(function)
+        except Exception:
+            found = [""]
+        if any(_is_package_file(f or "") for f in found) and "plugin:" + name not in _REPORTED:
+            _REPORTED.add("plugin:" + name)
+            _evidence("a hook implementation of package code was put into pytest's %s" % name)
