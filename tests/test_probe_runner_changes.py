@@ -22,9 +22,11 @@ import pytest
 from .fixtures.probe_run import run_probe
 
 FAILS = "import pkg\n\n\ndef test_fails():\n    assert 1 == 2\n"
+#: The unittest test calls the package's ``value`` when it has one.
 FAILS_UNITTEST = (
     "import unittest\n\nimport pkg\n\n\n"
-    "class Case(unittest.TestCase):\n    def test_fails(self):\n        self.assertEqual(1, 2)\n"
+    "class Case(unittest.TestCase):\n    def test_fails(self):\n"
+    "        self.assertEqual(getattr(pkg, 'value', lambda: 1)(), 2)\n"
 )
 
 #: Package code, run as the tests import it (or, ``conftest``, as a conftest that imports it is
@@ -93,6 +95,27 @@ FORGERIES = {
         "c._Outcome.result = property(lambda s: Sink(), lambda s, v: None)\n"
         "c._Outcome.success = property(lambda s: True, lambda s, v: None)\n",
         "unittest.case:_Outcome.result",
+        "unittest",
+    ),
+    # The running test's outcome given a class whose properties swallow failures, reached up
+    # the frames of a traceback (no ``sys._getframe``) as the test calls the package.
+    "outcome-class-swap": (
+        "import unittest.case as c\n\n\n"
+        "class Sink:\n"
+        "    def __getattr__(self, name):\n        return lambda *a, **k: None\n\n\n"
+        "class Forged(c._Outcome):\n"
+        "    result = property(lambda s: Sink(), lambda s, v: None)\n"
+        "    success = property(lambda s: True, lambda s, v: None)\n\n\n"
+        "def value():\n"
+        "    try:\n        raise ValueError\n"
+        "    except ValueError as e:\n        frame = e.__traceback__.tb_frame\n"
+        "    while frame is not None:\n"
+        "        test = frame.f_locals.get('self')\n"
+        "        if isinstance(test, c.TestCase) and test._outcome is not None:\n"
+        "            test._outcome.__class__ = Forged\n"
+        "        frame = frame.f_back\n"
+        "    return 1\n",
+        "set __class__ of the test runner's _Outcome",
         "unittest",
     ),
     "assert-almost-equal-defaults": (

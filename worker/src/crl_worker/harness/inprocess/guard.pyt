@@ -12,6 +12,15 @@ _CODE_OF = operator.attrgetter("__code__")
 _DEFAULTS_OF = operator.attrgetter("__defaults__")
 _KWDEFAULTS_OF = operator.attrgetter("__kwdefaults__")
 _BASES_OF = type.__dict__["__bases__"].__get__
+_QUALNAME_OF = type.__dict__["__qualname__"].__get__
+
+
+def _qualname(target):
+    """A function's or class's qualified name, or an object's class's (read without running any
+    of the candidate's code)."""
+    if type(target) is _FUNCTION:
+        return _FUNCTION.__dict__["__qualname__"].__get__(target)
+    return _QUALNAME_OF(target if isinstance(target, type) else type(target))
 _PLAIN_DATA = (str, bytes, int, float, complex, bool, type(None), tuple, list, dict, set, frozenset)
 _FUNCTION = type(lambda: None)
 _CODE = type((lambda: None).__code__)
@@ -447,22 +456,30 @@ def _check_runner(critical_only=False):
 
 #: The attribute assignments Python audits (``object.__setattr__``, 3.8 on) that change what a
 #: runner's function or class runs, whatever the snapshot can tell of who made the new value.
-_AUDITED_PARTS = frozenset(("__code__", "__defaults__", "__kwdefaults__", "__bases__"))
+_AUDITED_PARTS = frozenset(("__code__", "__defaults__", "__kwdefaults__", "__bases__", "__class__"))
+
+
+def _class_file(cls):
+    """The file of the module ``cls`` says it comes from (read past any metaclass)."""
+    module = sys.modules.get(type.__dict__["__module__"].__get__(cls) or "")
+    return getattr(module, "__file__", None)
 
 
 def _check_setattr(args):
     """Evidence when package code sets the code or defaults of a function of the runner or the
-    harness, or the bases of one of their classes: a tolerance put into ``approx``'s defaults
-    is plain data and names no file (the snapshot would see it only once the runner is
-    configured)."""
+    harness, the bases or metaclass of one of their classes, or the class of one of their
+    objects (unittest's ``_Outcome`` of the running test, reached up a traceback's frames, made
+    one whose properties swallow failures): a tolerance put into ``approx``'s defaults is plain
+    data and names no file, an object's class is no snapshot's."""
     if len(args) < 2 or args[1] not in _AUDITED_PARTS:
         return
     target = args[0]
     if type(target) is _FUNCTION:
         where = target.__code__.co_filename
     elif isinstance(target, type):
-        module = sys.modules.get(type.__dict__["__module__"].__get__(target) or "")
-        where = getattr(module, "__file__", None)
+        where = _class_file(target)
+    elif args[1] == "__class__":
+        where = _class_file(type(target))
     else:
         return
     if not isinstance(where, str) or where.startswith("<"):
@@ -473,5 +490,5 @@ def _check_setattr(args):
     if frame is not None and _is_package_file(_provenance(frame) or ""):
         _evidence(
             "package code (%s:%d) set %s of the test runner's %s"
-            % (frame.f_code.co_filename, frame.f_lineno, args[1], getattr(target, "__qualname__", "?"))
+            % (frame.f_code.co_filename, frame.f_lineno, args[1], _qualname(target))
         )
