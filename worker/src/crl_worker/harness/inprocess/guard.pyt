@@ -414,6 +414,15 @@ _QUICK = []
 _DEFAULTS = (".__defaults__", ".__kwdefaults__")
 
 
+def _owner(shot, key):
+    """The function whose defaults ``key`` (``<name>[.fget].__defaults__``) names in ``shot``."""
+    name, _, part = key.rsplit(".", 1)[0].partition(".")
+    for suffix, function in _functions_in(shot.get(name)):
+        if suffix == ("." + part if part else ""):
+            return function
+    return None
+
+
 def _check_runner(critical_only=False):
     """Evidence when the runner's code changed: since the runner was configured (its own
     plugins patch it while they configure), or since the start with the candidate's code.
@@ -435,13 +444,14 @@ def _check_runner(critical_only=False):
             changed.append(name)
     for scope, key in _compare(_SNAPSHOT, now):
         # Made by package code; or plain data, which has no code to tell who made it, put over
-        # a base's method or property, or as a function's defaults (one it had before): the
-        # runner does neither.
+        # a base's method or property, or as new defaults of the same function: the runner
+        # does neither (a plugin that puts its own function in place brings its own).
         try:
             found = _origins(now[scope].get(key))
         except Exception:
             found = [""]
-        defaults = key.endswith(_DEFAULTS) and key in _SNAPSHOT[scope]
+        owner = _owner(_SNAPSHOT[scope], key) if key.endswith(_DEFAULTS) else None
+        defaults = owner is not None and owner is _owner(now[scope], key)
         plain = defaults or key in now[scope].get("<hides>", ())
         if plain or any(_is_package_file(f or "") for f in found):
             changed.append(scope + "." + key)
