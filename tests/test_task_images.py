@@ -208,6 +208,7 @@ def test_bench_gold_in_docker_resolves_the_suite(
     built = crl(
         "tasks", "images", str(SUITE), "--base", f"python={docker_base}",
         "--docker-host", docker_engine.host, "--out", str(with_images), "--jobs", "2",
+        timeout=900,  # the first build on a fresh machine: Go, Rust, C++ and Jest layers
     )  # fmt: skip
     assert built.returncode == 0, built.stdout + built.stderr
     sandbox = json.dumps(_sandbox(docker_engine))
@@ -234,12 +235,14 @@ def test_polyglot_suite_resolves_with_gold_in_docker(
     built = crl(
         "tasks", "images", str(POLYGLOT), "-f", "polyglot", *bases,
         "--docker-host", docker_engine.host, "--out", str(with_images), "--jobs", "2",
+        timeout=900,  # the first build on a fresh machine: Go, Rust, C++ and Jest layers
     )  # fmt: skip
     assert built.returncode == 0, built.stdout + built.stderr
     result = crl(
         "bench", str(ROOT / "examples" / "local-benchmark-polyglot.yaml"), "--agent", "gold",
         "--tasks", str(with_images), "--sandbox", json.dumps(_sandbox(docker_engine)),
         "--results", str(tmp_path / "results"), "--jobs", "2", "--output", "json",
+        timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads(result.stdout)
