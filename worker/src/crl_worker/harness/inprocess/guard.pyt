@@ -137,24 +137,34 @@ def _resolve_lazy():
     return _take_snapshot()
 
 
+def _runner_scopes(critical_only=False):
+    """The runner's modules a snapshot covers (``critical_only``: the critical ones), then the
+    reporter's own: each one's name, namespace, and the classes it defines, by the names it
+    holds them under."""
+    names = [n for n, m in list(sys.modules.items()) if m is not None and n.split(".")[0] in _RUNNERS]
+    if critical_only:
+        names = [n for n in names if n in _CRITICAL_MODULES]
+    found = []
+    for name in names + [__name__]:
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        namespace = vars(module)
+        classes = [
+            (key, value)
+            for key, value in list(namespace.items())
+            if isinstance(value, type) and getattr(value, "__module__", None) == name
+        ]
+        found.append((name, namespace, classes))
+    return found
+
+
 def _take_snapshot(critical_only=False):
     shot = {}
-    for name, module in list(sys.modules.items()):
-        if module is None or name.split(".")[0] not in _RUNNERS:
-            continue
-        if critical_only and name not in _CRITICAL_MODULES:
-            continue
-        values = _callables(vars(module))
-        shot[name] = values
-        for key, value in values.items():
-            if isinstance(value, type) and getattr(value, "__module__", None) == name:
-                shot[name + ":" + key] = _class_shot(value)
-    own = sys.modules.get(__name__)
-    if own is not None:
-        shot[__name__] = _callables(vars(own))
-        for key, value in list(vars(own).items()):
-            if isinstance(value, type) and getattr(value, "__module__", None) == __name__:
-                shot[__name__ + ":" + key] = _class_shot(value)
+    for name, namespace, classes in _runner_scopes(critical_only):
+        shot[name] = _callables(namespace)
+        for key, cls in classes:
+            shot[name + ":" + key] = _class_shot(cls)
     return shot
 
 
@@ -358,17 +368,9 @@ def _quick_marks():
     there. Reading them again is a matter of identities, compared in C (``map``); only when one
     differs is the full snapshot taken and compared (perf/runner_guard.md)."""
     spaces, classes, functions = [], [], []
-    names = [n for n in _CRITICAL_MODULES if n in sys.modules] + [__name__]
-    for name in names:
-        module = sys.modules.get(name)
-        if module is None:
-            continue
-        scopes = [vars(module)]
-        for value in list(scopes[0].values()):
-            if isinstance(value, type) and getattr(value, "__module__", None) == name:
-                scopes.append(_CLASS_DICT(value))
-                classes.append(value)
-        for space in scopes:
+    for _, namespace, defined in _runner_scopes(critical_only=True):
+        classes += [cls for _, cls in defined]
+        for space in [namespace] + [_CLASS_DICT(cls) for _, cls in defined]:
             spaces.append((space, tuple(space), tuple(space.values())))
             for value in spaces[-1][2]:
                 functions += [f for _, f in _functions_in(value)]
