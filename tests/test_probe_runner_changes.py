@@ -29,6 +29,15 @@ FAILS_UNITTEST = (
     "        self.assertEqual(getattr(pkg, 'value', lambda: 1)(), 2)\n"
 )
 
+#: What the forgeries below share: pytest's call record with a failed assertion taken out.
+QUIET = (
+    "import functools\nimport types\n\nimport _pytest.runner as r\n\nOriginal = r.CallInfo\n\n\n"
+    "def quiet(info):\n"
+    "    if info.excinfo is not None and info.excinfo.errisinstance(AssertionError):\n"
+    "        object.__setattr__(info, 'excinfo', None)\n"
+    "    return info\n\n\n"
+)
+
 #: Package code, run as the tests import it (or, ``conftest``, as a conftest that imports it is
 #: loaded: before pytest is configured), what the tamper reason must name, and the runner.
 FORGERIES = {
@@ -117,6 +126,63 @@ FORGERIES = {
         "    return 1\n",
         "set __class__ of the test runner's _Outcome",
         "unittest",
+    ),
+    # Package code put before configure where pytest calls it, past what tells whose code it
+    # is: a class whose metaclass (not the class) holds the code and which claims another
+    # runner module; a descriptor that is no function in such a class; the runner's own
+    # function run with other globals; the candidate's function inside a C wrapper, inside an
+    # object of the standard library.
+    "metaclass-code-conftest": (
+        QUIET + "class Quiet(type):\n"
+        "    def from_call(cls, func, when, reraise=None):\n"
+        "        return quiet(Original.from_call(func, when, reraise))\n\n\n"
+        "class CallInfo(metaclass=Quiet):\n    __module__ = '_pytest.python'\n\n\n"
+        "r.CallInfo = CallInfo\n",
+        "_pytest.runner.CallInfo",
+        "conftest",
+    ),
+    "descriptor-member-conftest": (
+        QUIET + "class Binder:\n"
+        "    def __get__(self, obj, owner=None):\n"
+        "        return lambda func, when, reraise=None: quiet(Original.from_call(func, when, reraise))\n\n\n"
+        "class CallInfo:\n    __module__ = '_pytest.python'\n    from_call = Binder()\n\n\n"
+        "r.CallInfo = CallInfo\n",
+        "_pytest.runner.CallInfo",
+        "conftest",
+    ),
+    "runner-code-other-globals-conftest": (
+        QUIET + "class CallInfo:\n"
+        "    @staticmethod\n"
+        "    def from_call(func, when, reraise=None):\n"
+        "        return quiet(Original.from_call(func, when, reraise))\n\n\n"
+        "names = dict(vars(r), CallInfo=CallInfo)\n"
+        "call = r.call_and_report\n"
+        "r.call_and_report = types.FunctionType(call.__code__, names, call.__name__, call.__defaults__)\n",
+        "_pytest.runner.call_and_report",
+        "conftest",
+    ),
+    "c-wrapper-conftest": (
+        QUIET + "def from_call(func, when, reraise=None):\n"
+        "    return quiet(Original.from_call(func, when, reraise))\n\n\n"
+        "r.CallInfo = types.SimpleNamespace(from_call=functools.lru_cache(maxsize=0)(from_call))\n",
+        "_pytest.runner.CallInfo",
+        "conftest",
+    ),
+    # The plugin manager's hook caller replaced by an object that asks the real one for
+    # everything and swallows what the test raised: no plugin is registered, no runner code
+    # changes, and a check that asked it for its hook implementations would run its code.
+    "hook-caller-replaced": (
+        "import gc\n\nfrom _pytest.config import PytestPluginManager\n\n\n"
+        "class Caller:\n"
+        "    def __init__(self, real):\n        self.real = real\n\n"
+        "    def __call__(self, **kwargs):\n"
+        "        try:\n            return self.real(**kwargs)\n"
+        "        except AssertionError:\n            return None\n\n"
+        "    def __getattr__(self, name):\n        return getattr(self.real, name)\n\n\n"
+        "for manager in [o for o in gc.get_objects() if type(o) is PytestPluginManager]:\n"
+        "    manager.hook.pytest_runtest_call = Caller(manager.hook.pytest_runtest_call)\n",
+        "replaced pytest's pytest_runtest_call",
+        "pytest",
     ),
     "assert-almost-equal-defaults": (
         "import unittest\nunittest.TestCase.assertAlmostEqual.__defaults__ = (None, None, 1e308)\n",

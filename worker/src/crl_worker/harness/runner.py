@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 #: on pytest's plugins, then the runners' side.
 PROBE_PARTS = tuple(
     Path(__file__).with_name("inprocess") / n
-    for n in ("probe.pyt", "guard.pyt", "seals.pyt", "plugins.pyt", "runners.pyt")
+    for n in ("probe.pyt", "guard.pyt", "origins.pyt", "seals.pyt", "plugins.pyt", "runners.pyt")
 )
 
 

@@ -1,4 +1,4 @@
-# --- The runner's own code, watched (appended to probe.pyt, before seals.pyt: one module) ----
+# --- The runner's own code, watched (appended to probe.pyt, before origins.pyt: one module) --
 #
 # A snapshot of what the runner's modules and classes hold, taken as the run starts and once the
 # runner is configured, compared with what they hold later: a change is evidence when the runner
@@ -20,7 +20,7 @@ def _qualname(target):
     of the candidate's code)."""
     if type(target) is _FUNCTION:
         return _FUNCTION.__dict__["__qualname__"].__get__(target)
-    return _QUALNAME_OF(target if isinstance(target, type) else type(target))
+    return _QUALNAME_OF(target if issubclass(type(target), type) else type(target))
 _PLAIN_DATA = (str, bytes, int, float, complex, bool, type(None), tuple, list, dict, set, frozenset)
 _FUNCTION = type(lambda: None)
 _CODE = type((lambda: None).__code__)
@@ -55,24 +55,22 @@ def _acts(value):
     return type(value) is _CODE or callable(value) or _descriptor(value)
 
 
-def _code_holder(value):
-    """A function, method, property or class: what :func:`_origins` looks into."""
-    return isinstance(value, (_FUNCTION, classmethod, staticmethod, property, type))
-
-
 #: A cell with nothing in it, as a snapshot keeps it.
 _EMPTY_CELL = object()
 
 
 def _functions_in(value):
     """The functions ``value`` runs when looked up: itself, the one a ``classmethod`` or
-    ``staticmethod`` wraps, a property's accessors; each with the suffix its keys get."""
-    if isinstance(value, (classmethod, staticmethod)):
-        value = type(value).__func__.__get__(value)
+    ``staticmethod`` wraps, a property's accessors; each with the suffix its keys get (read
+    through the built-in types' own descriptors, whatever a subclass says)."""
+    for wrapper in (classmethod, staticmethod):
+        if issubclass(type(value), wrapper):
+            value = wrapper.__dict__["__func__"].__get__(value)
+            break
     if type(value) is _FUNCTION:
         return [("", value)]
-    if isinstance(value, property):
-        parts = [(n, getattr(property, n).__get__(value)) for n in ("fget", "fset", "fdel")]
+    if issubclass(type(value), property):
+        parts = [(n, property.__dict__[n].__get__(value)) for n in ("fget", "fset", "fdel")]
         return [("." + n, f) for n, f in parts if type(f) is _FUNCTION]
     return []
 
@@ -141,7 +139,9 @@ def _runner_scopes(critical_only=False):
     """The runner's modules a snapshot covers (``critical_only``: the critical ones), then the
     reporter's own: each one's name, namespace, and the classes it defines, by the names it
     holds them under."""
-    names = [n for n, m in list(sys.modules.items()) if m is not None and n.split(".")[0] in _RUNNERS]
+    names = [
+        n for n, m in list(sys.modules.items()) if type(n) is str and m is not None and n.split(".")[0] in _RUNNERS
+    ]
     if critical_only:
         names = [n for n in names if n in _CRITICAL_MODULES]
     found = []
@@ -149,11 +149,13 @@ def _runner_scopes(critical_only=False):
         module = sys.modules.get(name)
         if module is None:
             continue
-        namespace = vars(module)
+        namespace = _module_namespace(module)
+        if namespace is None:
+            namespace = {}
         classes = [
             (key, value)
             for key, value in list(namespace.items())
-            if isinstance(value, type) and getattr(value, "__module__", None) == name
+            if issubclass(type(value), type) and _module_name(value) == name
         ]
         found.append((name, namespace, classes))
     return found
@@ -239,51 +241,9 @@ _REPORTED = set()
 _CONFIGURED = {}
 
 
-def _origin(value):
-    """The file that defines ``value`` (a function, method or class), if any."""
-    value = getattr(value, "__func__", value)
-    code = getattr(value, "__code__", None)
-    if code is not None:
-        return code.co_filename
-    module = sys.modules.get(getattr(value, "__module__", None) or "")
-    return getattr(module, "__file__", None)
-
-
-def _origins(value, depth=0):
-    """Every file whose code ``value`` runs when the runner uses it, as far as can be told
-    without calling it: a function's or code object's file; a method's, a property's or a
-    ``partial``'s functions'; a class's module and the functions its classes define; any other
-    object's class's."""
-    if depth > 3:
-        return []
-    kind = type(value)
-    if kind is _CODE:
-        return [value.co_filename]
-    if kind is _FUNCTION:
-        return [value.__code__.co_filename]
-    if kind is tuple:
-        return [f for item in value for f in _origins(item, depth + 1)]
-    parts = []
-    if isinstance(value, property):
-        parts = [property.fget.__get__(value), property.fset.__get__(value), property.fdel.__get__(value)]
-    elif isinstance(value, (classmethod, staticmethod)):
-        parts = [kind.__func__.__get__(value)]
-    elif kind.__name__ in ("method", "partial", "partialmethod"):
-        parts = [getattr(value, n, None) for n in ("__func__", "func")]
-    elif isinstance(value, type):
-        found = [_origin(value)]
-        for cls in _CLASS_MRO(value):
-            members = list(_CLASS_DICT(cls).values()) if cls is not object else []
-            found += [f for m in members if _code_holder(m) for f in _origins(m, depth + 1)]
-        return found
-    else:
-        return _origins(kind, depth + 1)
-    return [f for part in parts if part is not None for f in _origins(part, depth + 1)]
-
-
 def _is_runner_file(filename):
     """A file of the runner's packages (``_pytest``, ``pluggy``, ``unittest``)."""
-    if not isinstance(filename, str) or not filename or filename.startswith("<"):
+    if type(filename) is not str or not filename or filename.startswith("<"):
         return False
     path = _real(filename)
     return any(_under(path, folder) for folder in _CONFIG["runner_folders"])
@@ -296,25 +256,24 @@ _FILLED_LATER = frozenset(("_pytest.doctest.RUNNER_CLASS", "_pytest.doctest.CHEC
 
 def _own_code(value, folders_ok):
     """Whether every function ``value`` (a class) defines, its properties' included, has code
-    in a file ``folders_ok`` accepts; a built-in as a method is nobody's."""
-    for member in list(vars(value).values()):
-        parts = [member]
-        if isinstance(member, property):
-            parts = [f for f in (member.fget, member.fset, member.fdel) if f is not None]
-        for part in parts:
-            function = getattr(part, "__func__", part)
-            if not (callable(function) or isinstance(part, (staticmethod, classmethod))):
-                continue
-            if isinstance(function, type):
+    in a file ``folders_ok`` accepts and runs with its module's globals and the runner's own
+    cells; a built-in, a class or any other callable as a method is nobody's."""
+    for member in list(_CLASS_DICT(value).values()):
+        kind = type(member)
+        if not (callable(member) or issubclass(kind, (classmethod, staticmethod, property))):
+            continue
+        if issubclass(kind, property):
+            accessors = [property.__dict__[n].__get__(member) for n in ("fget", "fset", "fdel")]
+            if any(a is not None and type(a) is not _FUNCTION for a in accessors):
                 return False
-            code = getattr(function, "__code__", None)
-            if code is None or not folders_ok(code.co_filename):
-                return False
+        functions = [function for _, function in _functions_in(member)]
+        if not functions and not issubclass(kind, property):
+            return False
+        for function in functions:
             # The runner's code run with other globals, or other cells, is not the runner's.
-            module = sys.modules.get(getattr(function, "__module__", None) or "")
-            if module is None or getattr(function, "__globals__", None) is not vars(module):
+            if not folders_ok(function.__code__.co_filename) or not _own_globals(function):
                 return False
-            for cell in getattr(function, "__closure__", None) or ():
+            for cell in function.__closure__ or ():
                 if not _own_cell(cell.cell_contents, value, folders_ok):
                     return False
     return True
@@ -326,10 +285,10 @@ def _own_cell(content, owner, folders_ok):
     library."""
     if content is owner:
         return True
-    if type(content) is type(sys):
-        name = getattr(content, "__name__", None)
-        return sys.modules.get(name or "") is content and folders_ok(getattr(content, "__file__", None))
-    return isinstance(content, type) and type(content) is type and folders_ok(_origin(content))
+    if type(content) is _MODULE:
+        name = dict.get(_MODULE_DICT(content), "__name__")
+        return type(name) is str and sys.modules.get(name) is content and folders_ok(_module_file(content))
+    return type(content) is type and folders_ok(_class_file(content))
 
 
 def _runner_made(value):
@@ -342,17 +301,17 @@ def _runner_made(value):
     def runner_or_stdlib(filename):
         if _is_runner_file(filename):
             return True
-        return isinstance(filename, str) and not filename.startswith("<") and _is_stdlib(_real(filename))
+        return type(filename) is str and not filename.startswith("<") and _is_stdlib(_real(filename))
 
     try:
-        if not isinstance(value, type) or type(value) is not type:
+        if type(value) is not type:
             return False
-        if not _is_runner_file(_origin(value)):
+        if not _is_runner_file(_class_file(value)):
             return False
         for cls in value.__mro__:
             if cls is object:
                 continue
-            if type(cls) is not type or not runner_or_stdlib(_origin(cls)):
+            if type(cls) is not type or not runner_or_stdlib(_class_file(cls)):
                 return False
             if not _own_code(cls, runner_or_stdlib):
                 return False
@@ -448,14 +407,11 @@ def _check_runner(critical_only=False):
         # Made by package code; or plain data, which has no code to tell who made it, put over
         # a base's method or property, or as new defaults of the same function: the runner
         # does neither (a plugin that puts its own function in place brings its own).
-        try:
-            found = _origins(now[scope].get(key))
-        except Exception:
-            found = [""]
+        by_package = _by_package(now[scope].get(key))
         owner = _owner(_SNAPSHOT[scope], key) if key.endswith(_DEFAULTS) else None
         defaults = owner is not None and owner is _owner(now[scope], key)
         plain = defaults or key in now[scope].get("<hides>", ())
-        if plain or any(_is_package_file(f or "") for f in found):
+        if plain or by_package:
             changed.append(scope + "." + key)
     _check_linecache()
     if critical_only:
@@ -471,12 +427,6 @@ def _check_runner(critical_only=False):
 _AUDITED_PARTS = frozenset(("__code__", "__defaults__", "__kwdefaults__", "__bases__", "__class__"))
 
 
-def _class_file(cls):
-    """The file of the module ``cls`` says it comes from (read past any metaclass)."""
-    module = sys.modules.get(type.__dict__["__module__"].__get__(cls) or "")
-    return getattr(module, "__file__", None)
-
-
 def _check_setattr(args):
     """Evidence when package code sets the code or defaults of a function of the runner or the
     harness, the bases or metaclass of one of their classes, or the class of one of their
@@ -488,13 +438,13 @@ def _check_setattr(args):
     target = args[0]
     if type(target) is _FUNCTION:
         where = target.__code__.co_filename
-    elif isinstance(target, type):
+    elif issubclass(type(target), type):
         where = _class_file(target)
     elif args[1] == "__class__":
         where = _class_file(type(target))
     else:
         return
-    if not isinstance(where, str) or where.startswith("<"):
+    if type(where) is not str or where.startswith("<"):
         return
     if not (_is_runner_file(where) or _under(_real(where), _CONFIG["harness"])):
         return

@@ -12,14 +12,55 @@ _PLUGINS = {"manager": None, "functions": {}, "codes": {}}
 
 
 def _hookimpls(manager):
-    """Every hook implementation ``manager`` holds, with its hook's name."""
+    """Every hook implementation ``manager`` holds, with its hook's name (read only through
+    the runner's own classes: a hook relay or hook caller put in place by package code is
+    evidence, and is not asked)."""
+    relay = object.__getattribute__(manager, "hook")
+    callers = []
+    if _is_hook_class(type(relay)):
+        callers = list(object.__getattribute__(relay, "__dict__").items())
+    elif _by_package(relay):
+        _hook_replaced("hook")
     found = []
-    for name, caller in list(vars(manager.hook).items()):
+    for name, caller in callers:
+        if not _is_hook_class(type(caller)):
+            if _by_package(caller):
+                _hook_replaced(name)
+            continue
         try:
             found += [(name, impl) for impl in caller.get_hookimpls()]
         except Exception:
             continue
     return found
+
+
+_HOOK_CLASSES = []
+
+
+def _is_hook_class(cls):
+    """Whether ``cls`` (a hook relay's or hook caller's class) is the runner's own."""
+    if any(known is cls for known in _HOOK_CLASSES):
+        return True
+    if _runner_made(cls):
+        _HOOK_CLASSES.append(cls)
+        return True
+    return False
+
+
+def _hook_replaced(name):
+    if "hook:" + name not in _REPORTED:
+        _REPORTED.add("hook:" + name)
+        _evidence("package code replaced pytest's %s" % name)
+
+
+_METHOD = type(_hook_replaced.__get__(1))
+
+
+def _code_of(function):
+    """A hook implementation's code (a method's function's), or ``None``."""
+    if type(function) is _METHOD:
+        function = _METHOD.__dict__["__func__"].__get__(function)
+    return function.__code__ if type(function) is _FUNCTION else None
 
 
 def _accept(manager, plugin):
@@ -28,7 +69,7 @@ def _accept(manager, plugin):
         if impl.plugin is plugin:
             function = impl.function
             _PLUGINS["functions"][id(function)] = function
-            code = getattr(getattr(function, "__func__", function), "__code__", None)
+            code = _code_of(function)
             if code is not None:
                 _PLUGINS["codes"][id(code)] = code
 
@@ -83,10 +124,6 @@ def _check_plugins():
         function = impl.function
         if _PLUGINS["functions"].get(id(function)) is function:
             continue
-        try:
-            found = _origins(function)
-        except Exception:
-            found = [""]
-        if any(_is_package_file(f or "") for f in found) and "plugin:" + name not in _REPORTED:
+        if _by_package(function) and "plugin:" + name not in _REPORTED:
             _REPORTED.add("plugin:" + name)
             _evidence("a hook implementation of package code was put into pytest's %s" % name)
