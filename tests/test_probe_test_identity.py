@@ -164,3 +164,37 @@ def test_pytest_filling_its_doctest_runner_lazily_is_not_a_change(tmp_path: Path
         files = {**ini, "pkg.py": package, "tests/test_pkg.py": TEST_DOUBLE}
         found = _tampered(run_probe(tmp_path / name, files, unittest=False))
         assert found and "_pytest.doctest.RUNNER_CLASS" in str(found[0]), (name, found)
+
+
+#: Package code, called by the test that runs first, that reaches the next test's objects through ``gc``:
+#: pytest's item is given a ``runtest`` that never calls the test function; unittest's case
+#: object is given its own attribute in its test method's place. Neither changes a function or
+#: a class the checks above look at.
+BYPASSES = {
+    "pytest": (
+        "import gc\n\nimport _pytest.python\n\n\ndef go():\n"
+        "    for item in gc.get_objects():\n"
+        "        if type(item) is _pytest.python.Function and item.name == 'test_fails':\n"
+        "            item.runtest = lambda: None\n",
+        "import pkg\n\n\ndef test_first():\n    pkg.go()\n\n\ndef test_fails():\n    assert 1 == 2\n",
+        "test_fails (call): its test function was never called, reported passed",
+    ),
+    "unittest": (
+        "import gc\nimport unittest\n\n\ndef go():\n"
+        "    for case in gc.get_objects():\n"
+        "        if isinstance(case, unittest.TestCase) and case._testMethodName == 'test_fails':\n"
+        "            case.test_fails = lambda: None\n",
+        "import unittest\n\nimport pkg\n\n\nclass Case(unittest.TestCase):\n"
+        "    def test_a(self):\n        pkg.go()\n\n"
+        "    def test_fails(self):\n        self.assertEqual(1, 2)\n",
+        "Case.test_fails was replaced on its object before it ran",
+    ),
+}
+
+
+@pytest.mark.parametrize("runner", sorted(BYPASSES))
+def test_a_test_bypassed_on_its_own_object_is_evidence(tmp_path: Path, runner: str) -> None:
+    package, tests, expected = BYPASSES[runner]
+    files = {"pkg.py": package, "tests/__init__.py": "", "tests/test_bypass.py": tests}
+    records = run_probe(tmp_path, files, unittest=runner == "unittest")
+    assert any(expected in str(why) for why in _tampered(records)), records

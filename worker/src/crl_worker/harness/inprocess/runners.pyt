@@ -39,6 +39,18 @@ def _class_entry(cls, name):
     return None
 
 
+def _check_instance(test, name, nodeid):
+    """Evidence when a TestCase object holds its own ``name`` (the test method unittest looks
+    up on it as it runs): package code that reached the object put something in the method's
+    place, which the class's method (checked by :func:`_check_test`) does not show."""
+    try:
+        held = name in object.__getattribute__(test, "__dict__")
+    except Exception:
+        return
+    if held:
+        _evidence("the test %s was replaced on its object before it ran" % nodeid)
+
+
 def _check_test(key, function):
     """Evidence when the test ``key`` is about to run other code than was collected. Once per
     test: a plugin may wrap what a test runs during its call (pytest-asyncio, pytest-trio),
@@ -84,8 +96,37 @@ def _item_function(item):
     return getattr(item, "obj", None)
 
 
+#: By test: what the test's function raised when pytest called it (``None``: nothing), from
+#: the outermost wrapper of ``pytest_pyfunc_call``, which no call record stands between.
+_CALLED = {}
+_NOT_CALLED = object()
+_FUNCTION_RUNTEST = []
+
+
+def _calls_its_function(item):
+    """Whether pytest runs ``item`` by calling its test function (``pytest_pyfunc_call``): a
+    ``Function`` whose class runs the runner's own ``runtest`` (not a unittest case, a
+    doctest, or a plugin's item with a ``runtest`` of its own)."""
+    if not _FUNCTION_RUNTEST:
+        return False
+    return _class_entry(type(item), "runtest") is _FUNCTION_RUNTEST[0]
+
+
+def _skip_or_xfail(value):
+    """Whether ``value`` (an exception) is pytest's skip or its imperative xfail."""
+    outcomes = (_pytest_module.skip.Exception, _pytest_module.xfail.Exception)
+    return issubclass(type(value), outcomes)
+
+
 if _CONFIG is not None and "pytest" in sys.modules:
     import pytest as _pytest_module
+
+    try:
+        import _pytest.python as _pytest_python
+
+        _FUNCTION_RUNTEST.append(_CLASS_DICT(_pytest_python.Function)["runtest"])
+    except Exception:
+        pass
 
     @_pytest_module.hookimpl(trylast=True)
     def pytest_itemcollected(item):
@@ -101,23 +142,36 @@ if _CONFIG is not None and "pytest" in sys.modules:
         except Exception:
             function = None
         _check_test(item.nodeid, function)
+        testcase = getattr(item, "_testcase", None)
+        if testcase is not None:
+            _check_instance(testcase, getattr(testcase, "_testMethodName", ""), item.nodeid)
         _CURRENT["id"] = item.nodeid
         try:
             yield
         finally:
             _CURRENT["id"] = None
 
+    @_pytest_module.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_pyfunc_call(pyfuncitem):
+        outcome = yield
+        _CALLED[pyfuncitem.nodeid] = outcome.excinfo
+
     @_pytest_module.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(item, call):
+        expect_call = call.when == "call" and _calls_its_function(item)
+        called = _CALLED.pop(item.nodeid, _NOT_CALLED) if call.when == "call" else _NOT_CALLED
         outcome = yield
         report = outcome.get_result()
         excinfo = call.excinfo
-        raised = excinfo is not None and not isinstance(
-            excinfo.value, (_pytest_module.skip.Exception, _pytest_module.xfail.Exception)
-        )
+        raised = excinfo is not None and not _skip_or_xfail(excinfo.value)
         _RAW[(item.nodeid, call.when)] = raised
-        if raised and report.passed and not hasattr(report, "wasxfail"):
-            _evidence("%s (%s) raised %s, reported passed" % (item.nodeid, call.when, excinfo.typename))
+        if report.passed and not hasattr(report, "wasxfail"):
+            if raised:
+                _evidence("%s (%s) raised %s, reported passed" % (item.nodeid, call.when, excinfo.typename))
+            elif called is not _NOT_CALLED and called is not None and not _skip_or_xfail(called[1]):
+                _evidence("%s (call): its test function raised %s, reported passed" % (item.nodeid, called[0].__name__))
+            elif expect_call and called is _NOT_CALLED:
+                _evidence("%s (call): its test function was never called, reported passed" % item.nodeid)
         if call.when == "call":
             _check_runner(critical_only=True)
             _check_plugins()
@@ -191,6 +245,7 @@ def _unittest_main():
         def startTest(self, test):
             name = getattr(test, "_testMethodName", "")
             _check_test((type(test), name), _class_entry(type(test), name))
+            _check_instance(test, name, test.id())
             _CURRENT["id"] = _unittest_id(test)
             base.startTest(self, test)
 
