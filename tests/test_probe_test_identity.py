@@ -169,7 +169,7 @@ def test_pytest_filling_its_doctest_runner_lazily_is_not_a_change(tmp_path: Path
 #: Package code, called by the test that runs first, that reaches the next test's objects through ``gc``:
 #: pytest's item is given a ``runtest`` that never calls the test function; unittest's case
 #: object is given its own attribute in its test method's place. Neither changes a function or
-#: a class the checks above look at.
+#: a class the checks above look at. Nor does an outcome object given its own method.
 BYPASSES = {
     "pytest": (
         "import gc\n\nimport _pytest.python\n\n\ndef go():\n"
@@ -189,6 +189,23 @@ BYPASSES = {
         "    def test_fails(self):\n        self.assertEqual(1, 2)\n",
         "Case.test_fails was replaced on its object before it ran",
     ),
+    # The running test's outcome object given its own ``testPartExecutor`` that swallows what
+    # the test method raises (from ``setUp``, up a traceback's frames): no class changes.
+    "unittest-outcome": (
+        "import contextlib\n\n\n@contextlib.contextmanager\ndef swallow(*args, **kwargs):\n"
+        "    try:\n        yield\n    except AssertionError:\n        pass\n\n\n"
+        "def go():\n"
+        "    try:\n        raise ValueError\n"
+        "    except ValueError as e:\n        frame = e.__traceback__.tb_frame\n"
+        "    while frame is not None:\n"
+        "        outcome = getattr(frame.f_locals.get('self'), '_outcome', None)\n"
+        "        if outcome is not None:\n            outcome.testPartExecutor = swallow\n"
+        "        frame = frame.f_back\n",
+        "import unittest\n\nimport pkg\n\n\nclass Case(unittest.TestCase):\n"
+        "    def setUp(self):\n        pkg.go()\n\n"
+        "    def test_fails(self):\n        self.assertEqual(1, 2)\n",
+        "Case.test_fails raised AssertionError, reported ok",
+    ),
 }
 
 
@@ -196,5 +213,5 @@ BYPASSES = {
 def test_a_test_bypassed_on_its_own_object_is_evidence(tmp_path: Path, runner: str) -> None:
     package, tests, expected = BYPASSES[runner]
     files = {"pkg.py": package, "tests/__init__.py": "", "tests/test_bypass.py": tests}
-    records = run_probe(tmp_path, files, unittest=runner == "unittest")
+    records = run_probe(tmp_path, files, unittest=runner.startswith("unittest"))
     assert any(expected in str(why) for why in _tampered(records)), records

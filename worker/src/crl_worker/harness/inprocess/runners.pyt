@@ -209,6 +209,54 @@ def _unittest_id(test):
     return "%s (%s)" % (parts[-1], ".".join(parts[:-1]))
 
 
+#: By test object: what its test method raised when unittest called it (``None``: nothing).
+_METHOD_RAISED = {}
+#: By test object: the wrapper :func:`_observe` put on it.
+_OBSERVERS = {}
+
+
+def _observe(test, name):
+    """Put, on the test object, a wrapper of its test method that keeps what the method raised
+    (unittest looks the method up on the object right after ``startTest``): the reporter's own
+    view of the test, which no outcome object or result stands between. A coroutine method is
+    left as it is (unittest awaits it by its kind)."""
+    import functools
+    import inspect
+    import types
+
+    method = getattr(test, name, None)
+    function = getattr(method, "__func__", None)
+    if type(method) is not types.MethodType or inspect.iscoroutinefunction(method):
+        return
+
+    @functools.wraps(function)
+    def observed(self, *args, **kwargs):
+        _METHOD_RAISED[id(test)] = None
+        try:
+            return function(self, *args, **kwargs)
+        except BaseException as exc:
+            _METHOD_RAISED[id(test)] = exc
+            raise
+
+    try:
+        bound = types.MethodType(observed, test)
+        object.__getattribute__(test, "__dict__")[name] = bound
+        _OBSERVERS[id(test)] = (name, bound)
+    except Exception:
+        pass
+
+
+def _unobserve(test):
+    """Take :func:`_observe`'s wrapper off the test object; what its method raised, or
+    :data:`_NOT_CALLED`."""
+    name, observed = _OBSERVERS.pop(id(test), (None, None))
+    if name is not None:
+        held = object.__getattribute__(test, "__dict__")
+        if held.get(name) is observed:
+            del held[name]
+    return _METHOD_RAISED.pop(id(test), _NOT_CALLED)
+
+
 def _unittest_main():
     import unittest
 
@@ -248,17 +296,23 @@ def _unittest_main():
             _check_instance(test, name, test.id())
             _CURRENT["id"] = _unittest_id(test)
             base.startTest(self, test)
+            _observe(test, name)
 
         def stopTest(self, test):
             _CURRENT["id"] = None
+            _unobserve(test)
             base.stopTest(self, test)
 
         def addSuccess(self, test):
             outcome = getattr(test, "_outcome", None)
             method = getattr(test, getattr(test, "_testMethodName", ""), None)
             marked = getattr(method, "__unittest_expecting_failure__", False)
+            raised = _METHOD_RAISED.get(id(test))
             if getattr(outcome, "expectedFailure", None) is not None and not marked:
                 _evidence("%s failed, then was reported ok (expected failure set)" % test.id())
+                _record(_unittest_id(test), "FAILED")
+            elif raised is not None and not marked and not isinstance(raised, unittest.SkipTest):
+                _evidence("%s raised %s, reported ok" % (test.id(), type(raised).__name__))
                 _record(_unittest_id(test), "FAILED")
             else:
                 _record(_unittest_id(test), "PASSED")
