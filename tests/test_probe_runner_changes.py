@@ -168,6 +168,15 @@ FORGERIES = {
         "_pytest.runner.CallInfo",
         "conftest",
     ),
+    # Built-ins as the report's accessors: no code of the candidate's at all, so no file to
+    # tell who made them (every report passes, none fails).
+    "builtin-accessors-conftest": (
+        "import operator\n\nfrom _pytest.reports import TestReport\n\n"
+        "TestReport.passed = property(operator.truth)\n"
+        "TestReport.failed = property(operator.not_)\n",
+        "_pytest.reports:TestReport.passed",
+        "conftest",
+    ),
     # The plugin manager's hook caller replaced by an object that asks the real one for
     # everything and swallows what the test raised: no plugin is registered, no runner code
     # changes, and a check that asked it for its hook implementations would run its code.

@@ -143,13 +143,17 @@ def _origins(value):
 
 def _by_package(value):
     """Whether :func:`_origins` of ``value`` names the candidate's code, or cannot tell (the
-    walk stops at the first such file)."""
+    walk stops at the first such file): a value that can act but names no file at all (built-ins
+    put together: ``property(operator.truth)`` as a report's ``passed``) has no code to say who
+    made it, as plain data over a method has none."""
+    named = False
     try:
         for filename in _origins(value):
             if filename is None:
                 continue
             if type(filename) is not str or filename == _UNKNOWN or _is_package_file(filename):
                 return True
+            named = True
+        return not named and _acts(value)
     except Exception:
         return True
-    return False
