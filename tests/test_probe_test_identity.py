@@ -206,6 +206,19 @@ BYPASSES = {
         "    def test_fails(self):\n        self.assertEqual(1, 2)\n",
         "Case.test_fails raised AssertionError, reported ok",
     ),
+    # Every case object given its own ``run``, which tells the result the test started and
+    # succeeded and never calls the test method.
+    "unittest-run": (
+        "import gc\nimport unittest\n\n\ndef go():\n"
+        "    for case in gc.get_objects():\n"
+        "        if isinstance(case, unittest.TestCase) and case._testMethodName == 'test_fails':\n"
+        "            case.run = lambda result=None, case=case: ("
+        "result.startTest(case), result.addSuccess(case), result.stopTest(case))\n",
+        "import unittest\n\nimport pkg\n\n\nclass Case(unittest.TestCase):\n"
+        "    def test_a(self):\n        pkg.go()\n\n"
+        "    def test_fails(self):\n        self.assertEqual(1, 2)\n",
+        "Case.test_fails: its test method was never called, reported ok",
+    ),
 }
 
 

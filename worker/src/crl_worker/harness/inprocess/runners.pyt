@@ -40,9 +40,10 @@ def _class_entry(cls, name):
 
 
 def _check_instance(test, name, nodeid):
-    """Evidence when a TestCase object holds its own ``name`` (the test method unittest looks
-    up on it as it runs): package code that reached the object put something in the method's
-    place, which the class's method (checked by :func:`_check_test`) does not show."""
+    """Evidence when a test's object holds its own ``name`` (a TestCase's test method, which
+    unittest looks up on it as it runs; a pytest item's ``runtest``): package code that reached
+    the object put something in the method's place, which the class (checked by
+    :func:`_check_test` and the runner's snapshot) does not show."""
     try:
         held = name in object.__getattribute__(test, "__dict__")
     except Exception:
@@ -100,6 +101,7 @@ def _item_function(item):
 #: the outermost wrapper of ``pytest_pyfunc_call``, which no call record stands between.
 _CALLED = {}
 _NOT_CALLED = object()
+_TYPE_NAME = type.__dict__["__name__"].__get__
 _FUNCTION_RUNTEST = []
 
 
@@ -142,19 +144,23 @@ if _CONFIG is not None and "pytest" in sys.modules:
         except Exception:
             function = None
         _check_test(item.nodeid, function)
+        _check_instance(item, "runtest", item.nodeid)
         testcase = getattr(item, "_testcase", None)
         if testcase is not None:
             _check_instance(testcase, getattr(testcase, "_testMethodName", ""), item.nodeid)
         _CURRENT["id"] = item.nodeid
+        _CURRENT["item"] = item
         try:
             yield
         finally:
-            _CURRENT["id"] = None
+            _CURRENT["id"] = _CURRENT["item"] = None
 
     @_pytest_module.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_pyfunc_call(pyfuncitem):
         outcome = yield
-        _CALLED[pyfuncitem.nodeid] = outcome.excinfo
+        # Only the running item's own call counts (not a copy of it made to share its id).
+        if pyfuncitem is _CURRENT.get("item"):
+            _CALLED[pyfuncitem.nodeid] = outcome.excinfo
 
     @_pytest_module.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(item, call):
@@ -169,7 +175,9 @@ if _CONFIG is not None and "pytest" in sys.modules:
             if raised:
                 _evidence("%s (%s) raised %s, reported passed" % (item.nodeid, call.when, excinfo.typename))
             elif called is not _NOT_CALLED and called is not None and not _skip_or_xfail(called[1]):
-                _evidence("%s (call): its test function raised %s, reported passed" % (item.nodeid, called[0].__name__))
+                _evidence(
+                    "%s (call): its test function raised %s, reported passed" % (item.nodeid, _TYPE_NAME(type(called[1])))
+                )
             elif expect_call and called is _NOT_CALLED:
                 _evidence("%s (call): its test function was never called, reported passed" % item.nodeid)
         if call.when == "call":
@@ -307,12 +315,16 @@ def _unittest_main():
             outcome = getattr(test, "_outcome", None)
             method = getattr(test, getattr(test, "_testMethodName", ""), None)
             marked = getattr(method, "__unittest_expecting_failure__", False)
-            raised = _METHOD_RAISED.get(id(test))
+            raised = _METHOD_RAISED.get(id(test), _NOT_CALLED)
+            skipped = issubclass(type(raised), unittest.SkipTest)
             if getattr(outcome, "expectedFailure", None) is not None and not marked:
                 _evidence("%s failed, then was reported ok (expected failure set)" % test.id())
                 _record(_unittest_id(test), "FAILED")
-            elif raised is not None and not marked and not isinstance(raised, unittest.SkipTest):
-                _evidence("%s raised %s, reported ok" % (test.id(), type(raised).__name__))
+            elif raised is not None and raised is not _NOT_CALLED and not marked and not skipped:
+                _evidence("%s raised %s, reported ok" % (test.id(), _TYPE_NAME(type(raised))))
+                _record(_unittest_id(test), "FAILED")
+            elif raised is _NOT_CALLED and id(test) in _OBSERVERS:
+                _evidence("%s: its test method was never called, reported ok" % test.id())
                 _record(_unittest_id(test), "FAILED")
             else:
                 _record(_unittest_id(test), "PASSED")
