@@ -254,18 +254,21 @@ def test_settings_and_the_packages_own_classes_are_not_a_change(
 
 #: A test that, once an earlier test has run, gives a runner function keyword defaults it had
 #: none of, and the next test that takes them away: only the check after each test sees it.
+#: Then one that changes a runner method's keyword defaults in place (the same dict).
 LATE = (
     "import _pytest.runner\n\n\n"
     "def test_first():\n    assert True\n\n\n"
     "def test_second():\n"
     "    _pytest.runner.call_and_report.__kwdefaults__ = {'log': False}\n\n\n"
-    "def test_third():\n    _pytest.runner.call_and_report.__kwdefaults__ = None\n"
+    "def test_third():\n    _pytest.runner.call_and_report.__kwdefaults__ = None\n\n\n"
+    "def test_fourth():\n    _pytest.runner.CallInfo.__init__.__kwdefaults__['_ispytest'] = True\n"
 )
 
 
 def test_a_change_after_the_first_test_is_seen_past_the_quick_check(tmp_path: Path) -> None:
     records = run_probe(tmp_path, {"tests/__init__.py": "", "tests/test_late.py": LATE}, False)
     assert "_pytest.runner.call_and_report.__kwdefaults__" in _tampered(records), records
+    assert "_pytest.runner:CallInfo.__init__.__kwdefaults__" in _tampered(records), records
 
 
 #: A pytest plugin whose hook wrapper swallows every test's exception.

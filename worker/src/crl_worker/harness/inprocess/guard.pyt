@@ -334,12 +334,14 @@ def _quick_marks():
             for value in spaces[-1][2]:
                 functions += [f for _, f in _functions_in(value)]
     kwdefaults = [f.__kwdefaults__ for f in functions]
+    # A function's keyword defaults are a dict that can change in place: read like a namespace.
+    spaces += [(k, tuple(k), tuple(k.values())) for k in kwdefaults if k]
     cells = [c for f in functions for c in f.__closure__ or ()]
     return (
         spaces,
         (classes, [_BASES_OF(c) for c in classes], [type(c) for c in classes]),
         (functions, [f.__code__ for f in functions], [f.__defaults__ for f in functions]),
-        (kwdefaults, [tuple(k.items()) if k else () for k in kwdefaults]),
+        kwdefaults,
         (cells, [_cell(c) for c in cells]),
     )
 
@@ -365,8 +367,7 @@ def _quick_same(marks):
         return False
     if not all(map(_IS, map(_DEFAULTS_OF, functions), defaults)):
         return False
-    now = list(map(_KWDEFAULTS_OF, functions))
-    if not all(map(_IS, now, kws[0])) or not all(_same(tuple(k.items()) if k else (), i) for k, i in zip(now, kws[1]) if k):
+    if not all(map(_IS, map(_KWDEFAULTS_OF, functions), kws)):
         return False
     return all(map(_IS, map(_cell, cells[0]), cells[1]))
 

@@ -22,8 +22,11 @@ def _hookimpls(manager):
     elif _by_package(relay):
         _hook_replaced("hook")
     found = []
+    # By id: a class's own hash and equality could be the candidate's code.
+    kinds = dict((id(type(caller)), type(caller)) for _, caller in callers)
+    strange = set(key for key, kind in kinds.items() if not _is_hook_class(kind))
     for name, caller in callers:
-        if not _is_hook_class(type(caller)):
+        if strange and id(type(caller)) in strange:
             if _by_package(caller):
                 _hook_replaced(name)
             continue
@@ -34,15 +37,16 @@ def _hookimpls(manager):
     return found
 
 
-_HOOK_CLASSES = []
+#: The hook relay's and hook callers' classes found to be the runner's own, by id.
+_HOOK_CLASSES = {}
 
 
 def _is_hook_class(cls):
     """Whether ``cls`` (a hook relay's or hook caller's class) is the runner's own."""
-    if any(known is cls for known in _HOOK_CLASSES):
+    if _HOOK_CLASSES.get(id(cls)) is cls:
         return True
     if _runner_made(cls):
-        _HOOK_CLASSES.append(cls)
+        _HOOK_CLASSES[id(cls)] = cls
         return True
     return False
 

@@ -103,6 +103,9 @@ _CALLED = {}
 _NOT_CALLED = object()
 _TYPE_NAME = type.__dict__["__name__"].__get__
 _FUNCTION_RUNTEST = []
+#: By the id of an item's class: the class, and whether its ``runtest`` is ``Function``'s (a
+#: class's methods are the runner snapshot's to watch).
+_RUNS_ITS_FUNCTION = {}
 
 
 def _calls_its_function(item):
@@ -111,7 +114,11 @@ def _calls_its_function(item):
     doctest, or a plugin's item with a ``runtest`` of its own)."""
     if not _FUNCTION_RUNTEST:
         return False
-    return _class_entry(type(item), "runtest") is _FUNCTION_RUNTEST[0]
+    kind = type(item)
+    known = _RUNS_ITS_FUNCTION.get(id(kind))
+    if known is None or known[0] is not kind:
+        known = _RUNS_ITS_FUNCTION[id(kind)] = (kind, _class_entry(kind, "runtest") is _FUNCTION_RUNTEST[0])
+    return known[1]
 
 
 def _skip_or_xfail(value):
