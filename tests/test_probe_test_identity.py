@@ -170,13 +170,41 @@ def test_pytest_filling_its_doctest_runner_lazily_is_not_a_change(tmp_path: Path
 #: pytest's item is given a ``runtest`` that never calls the test function; unittest's case
 #: object is given its own attribute in its test method's place. Neither changes a function or
 #: a class the checks above look at. Nor does an outcome object given its own method.
+RUNTEST = (
+    "import gc\nimport threading\n\nimport _pytest.python\n\n\ndef go():\n"
+    "    items = [i for i in gc.get_objects() if type(i) is _pytest.python.Function]\n"
+    "    first = next(i for i in items if i.name == 'test_first')\n"
+    "    for item in items:\n"
+    "        if item.name == 'test_fails':\n"
+    "            item.runtest = {runtest}\n"
+)
+RUNTEST_TESTS = (
+    "import pkg\n\n\ndef test_first():\n    pkg.go()\n\n\ndef test_fails():\n    assert 1 == 2\n"
+)
 BYPASSES = {
     "pytest": (
-        "import gc\n\nimport _pytest.python\n\n\ndef go():\n"
-        "    for item in gc.get_objects():\n"
-        "        if type(item) is _pytest.python.Function and item.name == 'test_fails':\n"
-        "            item.runtest = lambda: None\n",
-        "import pkg\n\n\ndef test_first():\n    pkg.go()\n\n\ndef test_fails():\n    assert 1 == 2\n",
+        RUNTEST.replace("{runtest}", "lambda: None"),
+        RUNTEST_TESTS,
+        "the test tests/test_bypass.py::test_fails was given a runtest by package code",
+    ),
+    # Code the standard library has, that does nothing a test needs.
+    "pytest-stdlib": (
+        RUNTEST.replace("{runtest}", "threading.current_thread"),
+        RUNTEST_TESTS,
+        "was given a runtest of built-ins only",
+    ),
+    # Code compiled from a string: no file of the package's to name.
+    "pytest-exec": (
+        RUNTEST.replace("{runtest}", "exec_noop()") + "\n\ndef exec_noop():\n"
+        "    space = {}\n    exec('def runtest():\\n    return None\\n', space)\n"
+        "    return space['runtest']\n",
+        RUNTEST_TESTS,
+        "was given a runtest by package code",
+    ),
+    # The runner's own code, bound to another test: that one's function runs instead.
+    "pytest-other-item": (
+        RUNTEST.replace("{runtest}", "first.runtest"),
+        RUNTEST_TESTS,
         "test_fails (call): its test function was never called, reported passed",
     ),
     "unittest": (
@@ -220,6 +248,28 @@ BYPASSES = {
         "Case.test_fails: its test method was never called, reported ok",
     ),
 }
+
+
+#: A conftest that runs some tests its own way, as real suites do (huggingface_hub's runs its
+#: distributed tests from a fixture and gives the item a ``runtest`` that does nothing; MPI
+#: suites run a test in a subprocess through ``functools.partial``).
+OWN_WAY = (
+    "import functools\n\n\n"
+    "def elsewhere(item):\n    return None\n\n\n"
+    "def pytest_collection_modifyitems(items):\n"
+    "    for item in items:\n"
+    "        if item.name == 'test_other':\n"
+    "            item.runtest = lambda: True\n"
+    "        if item.name == 'test_plain':\n"
+    "            item.runtest = functools.partial(elsewhere, item)\n"
+)
+
+
+def test_a_conftest_that_runs_tests_its_own_way_is_not_evidence(tmp_path: Path) -> None:
+    files = {"tests/__init__.py": "", "tests/test_plain.py": PLAIN, "conftest.py": OWN_WAY}
+    records = run_probe(tmp_path, files, unittest=False)
+    assert [r["status"] for r in records if r["kind"] == "test"] == ["PASSED", "PASSED"]
+    assert not _tampered(records), records
 
 
 @pytest.mark.parametrize("runner", sorted(BYPASSES))

@@ -114,13 +114,15 @@ def _class_parts(cls, found):
     return parts
 
 
-def _origins(value):
+def _origins(value, runner_objects=False):
     """Every file whose code ``value`` runs when the runner uses it, as far as can be told
     without calling it and without running any of its code (no ``getattr``, ``isinstance`` or
     comparison on the candidate's objects): a code object's or function's file, and what the
     function runs with (defaults, closure); a class's module and what its metaclass and its
     classes hold that can act; any other object's class and what it holds. Nearest first (an
-    object's class before what the object holds); :data:`_UNKNOWN` where that cannot be told."""
+    object's class before what the object holds); :data:`_UNKNOWN` where that cannot be told.
+    ``runner_objects``: an object whose class is the runner's own (a test item a function is
+    bound to) names its class's file, and what it holds is not walked."""
     seen, todo = set(), collections.deque([value])
     while todo:
         item = todo.popleft()
@@ -132,7 +134,11 @@ def _origins(value):
             return
         found = []
         try:
-            parts = _origin_parts(item, found)
+            if runner_objects and _is_runner_object(item):
+                found.append(_class_file(type(item)))
+                parts = ()
+            else:
+                parts = _origin_parts(item, found)
         except Exception:
             found.append(_UNKNOWN)
             parts = ()
@@ -141,11 +147,38 @@ def _origins(value):
         todo.extend(p for p in parts if type(p) in _CONTAINERS or _acts(p))
 
 
+def _not_told(filename):
+    """Whether a file name :func:`_origins` gave says nothing of who wrote the code: not a
+    string, :data:`_UNKNOWN`, or code compiled from a string (``<string>``: ``exec`` of the
+    candidate's text). For what a test is run by, where no code of the runner's own is
+    compiled from a string."""
+    return type(filename) is not str or filename.startswith("<")
+
+
+#: Classes found to be the runner's own, by id (see :func:`_is_runner_object`).
+_RUNNER_CLASSES = {}
+
+
+def _is_runner_object(value):
+    """Whether ``value`` is an instance (not a class, not a function) of a class the runner
+    made."""
+    kind = type(value)
+    if kind is type or kind is _FUNCTION or issubclass(kind, type):
+        return False
+    known = _RUNNER_CLASSES.get(id(kind))
+    if known is None or known[0] is not kind:
+        known = _RUNNER_CLASSES[id(kind)] = (kind, _runner_made(kind))
+    return known[1]
+
+
 def _by_package(value):
     """Whether :func:`_origins` of ``value`` names the candidate's code, or cannot tell (the
-    walk stops at the first such file): a value that can act but names no file at all (built-ins
-    put together: ``property(operator.truth)`` as a report's ``passed``) has no code to say who
-    made it, as plain data over a method has none."""
+    walk stops at the first such file): a value that can act but names no file at all
+    (built-ins put together: ``property(operator.truth)`` as a report's ``passed``) has no code
+    to say who made it, as plain data over a method has none. Code compiled from a string
+    (``<string>``) is not counted either way here: the runner's own dataclasses' methods are
+    such code, and what pytest puts in its classes as it configures (its config) leads to
+    them."""
     named = False
     try:
         for filename in _origins(value):

@@ -108,12 +108,49 @@ _FUNCTION_RUNTEST = []
 _RUNS_ITS_FUNCTION = {}
 
 
+def _own_runtest(item):
+    """What ``item`` holds as its own ``runtest`` (a conftest's or plugin's wrapper, or package
+    code's), else ``None``."""
+    try:
+        return dict.get(object.__getattribute__(item, "__dict__"), "runtest")
+    except Exception:
+        return None
+
+
+def _runtest_expects_call(item, runtest):
+    """For an item with its own ``runtest``: evidence when package code put it there, or when
+    it is made of nothing but built-ins and the standard library (no test is run by those);
+    whether the test's function must still be called (the runner's own code bound to
+    something: another item's ``runtest``). One from a conftest or an installed plugin runs
+    the test its own way (in another process, under a profiler) and is not held to it."""
+    found, named = [], False
+    for filename in _origins(runtest, runner_objects=True):
+        if filename is None:
+            continue
+        if _not_told(filename) or _is_package_file(filename):
+            _evidence("the test %s was given a runtest by package code" % item.nodeid)
+            return False
+        found.append(filename)
+    runner = [f for f in found if _is_runner_file(f)]
+    other = [f for f in found if not _is_runner_file(f) and not _is_stdlib(_real(f))]
+    if other:
+        return False
+    if not runner:
+        _evidence("the test %s was given a runtest of built-ins only" % item.nodeid)
+        return False
+    return True
+
+
 def _calls_its_function(item):
     """Whether pytest runs ``item`` by calling its test function (``pytest_pyfunc_call``): a
     ``Function`` whose class runs the runner's own ``runtest`` (not a unittest case, a
-    doctest, or a plugin's item with a ``runtest`` of its own)."""
+    doctest, or a plugin's item with a ``runtest`` of its own), and that holds none of its own
+    but the runner's code (:func:`_runtest_expects_call`)."""
     if not _FUNCTION_RUNTEST:
         return False
+    runtest = _own_runtest(item)
+    if runtest is not None:
+        return _runtest_expects_call(item, runtest)
     kind = type(item)
     known = _RUNS_ITS_FUNCTION.get(id(kind))
     if known is None or known[0] is not kind:
@@ -151,7 +188,6 @@ if _CONFIG is not None and "pytest" in sys.modules:
         except Exception:
             function = None
         _check_test(item.nodeid, function)
-        _check_instance(item, "runtest", item.nodeid)
         testcase = getattr(item, "_testcase", None)
         if testcase is not None:
             _check_instance(testcase, getattr(testcase, "_testMethodName", ""), item.nodeid)
