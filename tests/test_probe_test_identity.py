@@ -191,7 +191,13 @@ BYPASSES = {
     "pytest-stdlib": (
         RUNTEST.replace("{runtest}", "threading.current_thread"),
         RUNTEST_TESTS,
-        "was given a runtest of built-ins only",
+        "was given a runtest of no plugin's or conftest's",
+    ),
+    # An installed package's function (no plugin of the run's) that does nothing a test needs.
+    "pytest-installed": (
+        "import packaging.tags\n" + RUNTEST.replace("{runtest}", "packaging.tags.interpreter_name"),
+        RUNTEST_TESTS,
+        "was given a runtest of no plugin's or conftest's",
     ),
     # Code compiled from a string: no file of the package's to name.
     "pytest-exec": (

@@ -8,7 +8,7 @@
 # stands only if pytest registered its plugin (a plugin the task names, an entry point, a
 # conftest) or an accepted plugin's own hook implementation did (a plugin repository's).
 
-_PLUGINS = {"manager": None, "functions": {}, "codes": {}}
+_PLUGINS = {"manager": None, "functions": {}, "codes": {}, "folders": set()}
 
 
 def _hookimpls(manager):
@@ -76,6 +76,23 @@ def _accept(manager, plugin):
             code = _code_of(function)
             if code is not None:
                 _PLUGINS["codes"][id(code)] = code
+                _PLUGINS["folders"].add(_plugin_folder(code.co_filename, impl.plugin))
+
+
+def _plugin_folder(filename, plugin):
+    """The folder of an accepted plugin's code: its top-level package's (a plugin module
+    ``pkg.plugin`` lives in ``pkg/``), or its file's own for a module on its own."""
+    path = _real(filename)
+    name = dict.get(_module_namespace(plugin) or {}, "__name__")
+    depth = name.count(".") if type(name) is str else -1
+    if os.path.basename(path) != "__init__.py":
+        depth -= 1
+    if depth < 0:
+        return path
+    folder = os.path.dirname(path)
+    for _ in range(depth):
+        folder = os.path.dirname(folder)
+    return folder
 
 
 def _package_frame(frame):

@@ -117,12 +117,22 @@ def _own_runtest(item):
         return None
 
 
+def _is_infrastructure(filename):
+    """A file of the task's own test infrastructure: a conftest or test module of the
+    repository, or the code of a pytest plugin the run accepted (its package's folder)."""
+    path = _real(filename)
+    if _under(path, _CONFIG["root"]):
+        return not _is_package_file(filename)
+    return any(_under(path, folder) for folder in _PLUGINS["folders"] if not _is_runner_file(folder))
+
+
 def _runtest_expects_call(item, runtest):
     """For an item with its own ``runtest``: evidence when package code put it there, or when
     it is made of nothing but built-ins and the standard library (no test is run by those);
     whether the test's function must still be called (the runner's own code bound to
-    something: another item's ``runtest``). One from a conftest or an installed plugin runs
-    the test its own way (in another process, under a profiler) and is not held to it."""
+    something: another item's ``runtest``). One from a conftest or an accepted plugin runs the
+    test its own way (in another process, under a profiler) and is not held to it; code of any
+    other installed package is evidence as well."""
     found, named = [], False
     for filename in _origins(runtest, runner_objects=True):
         if filename is None:
@@ -132,11 +142,10 @@ def _runtest_expects_call(item, runtest):
             return False
         found.append(filename)
     runner = [f for f in found if _is_runner_file(f)]
-    other = [f for f in found if not _is_runner_file(f) and not _is_stdlib(_real(f))]
-    if other:
+    if any(_is_infrastructure(f) for f in found):
         return False
-    if not runner:
-        _evidence("the test %s was given a runtest of built-ins only" % item.nodeid)
+    if not runner or any(not _is_runner_file(f) and not _is_stdlib(_real(f)) for f in found):
+        _evidence("the test %s was given a runtest of no plugin's or conftest's" % item.nodeid)
         return False
     return True
 
