@@ -86,6 +86,24 @@ def test_factory_classes_and_partialmethods_are_not_taken_for_swaps(
     assert statuses.count("PASSED") == 3 and not _tampered(records), records
 
 
+#: Test methods that are no plain methods: the reporter's wrapper of the method (unittest runner)
+#: must leave them as unittest calls them.
+NOT_PLAIN = (
+    "import unittest\n\n\nclass Case(unittest.TestCase):\n"
+    "    @classmethod\n    def test_cls(cls):\n        assert isinstance(cls, type)\n\n"
+    "    @staticmethod\n    def test_static():\n        assert True\n\n"
+    "    @unittest.expectedFailure\n    def test_expected(self):\n        self.assertEqual(1, 2)\n"
+)
+
+
+def test_class_static_and_expected_failure_methods_run_as_unittest_runs_them(
+    tmp_path: Path,
+) -> None:
+    records = run_probe(tmp_path, {"tests/__init__.py": "", "tests/test_c.py": NOT_PLAIN}, True)
+    statuses = sorted(r["status"] for r in records if r["kind"] == "test")
+    assert statuses == ["PASSED", "PASSED", "XFAIL"] and not _tampered(records), records
+
+
 def test_a_plugin_that_wraps_the_call_and_reruns_is_not_taken_for_a_swap(tmp_path: Path) -> None:
     files = {"tests/__init__.py": "", "tests/test_plain.py": PLAIN, "conftest.py": WRAP_AND_RERUN}
     records = run_probe(tmp_path, files, unittest=False)

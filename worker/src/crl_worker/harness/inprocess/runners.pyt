@@ -286,7 +286,9 @@ def _observe(test, name):
 
     method = getattr(test, name, None)
     function = getattr(method, "__func__", None)
-    if type(method) is not types.MethodType or inspect.iscoroutinefunction(method):
+    if type(method) is not types.MethodType or method.__self__ is not test:
+        return  # a classmethod's method is bound to the class, a partialmethod is no method
+    if inspect.iscoroutinefunction(method):
         return
 
     @functools.wraps(function)
