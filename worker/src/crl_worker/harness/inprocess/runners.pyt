@@ -168,9 +168,35 @@ def _calls_its_function(item):
 
 
 def _skip_or_xfail(value):
-    """Whether ``value`` (an exception) is pytest's skip or its imperative xfail."""
-    outcomes = (_pytest_module.skip.Exception, _pytest_module.xfail.Exception)
+    """Whether ``value`` (an exception) is pytest's or unittest's skip, or pytest's imperative
+    xfail."""
+    import unittest
+
+    outcomes = (_pytest_module.skip.Exception, _pytest_module.xfail.Exception, unittest.SkipTest)
     return issubclass(type(value), outcomes)
+
+
+#: By test: what a unittest case's test method raised as pytest ran it (``None``: nothing;
+#: :data:`_NOT_CALLED`: it was never called), from the reporter's wrapper of the method.
+_UNITTEST_CALLED = {}
+
+
+def _observe_item(item, testcase):
+    """Put the reporter's wrapper of a unittest case's test method (:func:`_observe`) where
+    pytest takes the method from (``item.obj``, which it sets on the case before running it)
+    and on the case itself (older pytest let unittest look it up there); the method it had, or
+    ``None`` when it is not wrapped."""
+    original = item.obj
+    _observe(testcase, getattr(testcase, "_testMethodName", ""))
+    entry = _OBSERVERS.get(id(testcase))
+    if entry is None:
+        return None
+    try:
+        item.obj = entry[1]
+    except Exception:
+        _unobserve(testcase)
+        return None
+    return original
 
 
 if _CONFIG is not None and "pytest" in sys.modules:
@@ -198,14 +224,22 @@ if _CONFIG is not None and "pytest" in sys.modules:
             function = None
         _check_test(item.nodeid, function)
         testcase = getattr(item, "_testcase", None)
+        original = None
         if testcase is not None:
             _check_instance(testcase, getattr(testcase, "_testMethodName", ""), item.nodeid)
+            original = _observe_item(item, testcase)
         _CURRENT["id"] = item.nodeid
         _CURRENT["item"] = item
         try:
             yield
         finally:
             _CURRENT["id"] = _CURRENT["item"] = None
+            if original is not None:
+                _UNITTEST_CALLED[item.nodeid] = _unobserve(testcase)
+                try:
+                    item.obj = original
+                except Exception:
+                    pass
 
     @_pytest_module.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_pyfunc_call(pyfuncitem):
@@ -218,6 +252,7 @@ if _CONFIG is not None and "pytest" in sys.modules:
     def pytest_runtest_makereport(item, call):
         expect_call = call.when == "call" and _calls_its_function(item)
         called = _CALLED.pop(item.nodeid, _NOT_CALLED) if call.when == "call" else _NOT_CALLED
+        method = _UNITTEST_CALLED.pop(item.nodeid, None) if call.when == "call" else None
         outcome = yield
         report = outcome.get_result()
         excinfo = call.excinfo
@@ -232,6 +267,10 @@ if _CONFIG is not None and "pytest" in sys.modules:
                 )
             elif expect_call and called is _NOT_CALLED:
                 _evidence("%s (call): its test function was never called, reported passed" % item.nodeid)
+            elif method is _NOT_CALLED:
+                _evidence("%s (call): its test method was never called, reported passed" % item.nodeid)
+            elif method is not None and not _skip_or_xfail(method):
+                _evidence("%s (call): its test method raised %s, reported passed" % (item.nodeid, _TYPE_NAME(type(method))))
         if call.when == "call":
             _check_runner(critical_only=True)
             _check_plugins()
