@@ -330,3 +330,29 @@ def test_plugins_pytest_or_an_accepted_plugin_registers_are_not_evidence(tmp_pat
     records = run_probe(tmp_path, OWN_PLUGINS, unittest=False)
     assert [r["status"] for r in records if r["kind"] == "test"] == ["PASSED"]
     assert not _tampered(records), records
+
+
+#: Package code whose objects' metaclass answers ``==`` (as ``type(x) in (...)`` asks it) and
+#: notes each time the reporter's own code asked: a candidate that runs while it is looked at
+#: can tell it is being looked at, and undo or redo what it did.
+LOOKED_AT = (
+    "import sys\n\nimport _pytest.runner as r\n\n\n"
+    "class Meta(type):\n"
+    "    def __eq__(cls, other):\n"
+    "        if 'mprobe' in sys._getframe(1).f_code.co_filename:\n"
+    "            open(__file__ + '.asked', 'a').write('asked\\n')\n"
+    "        return type.__eq__(cls, other)\n\n"
+    "    __hash__ = type.__hash__\n\n\n"
+    "class Caller(metaclass=Meta):\n"
+    "    def __init__(self, real):\n        self.real = real\n\n"
+    "    def __call__(self, *args, **kwargs):\n        return self.real(*args, **kwargs)\n\n\n"
+    "r.call_and_report = Caller(r.call_and_report)\n"
+)
+
+
+def test_the_reporter_runs_none_of_the_candidates_code_while_it_looks(tmp_path: Path) -> None:
+    files = {"pkg.py": LOOKED_AT, "conftest.py": "import pkg\n", "tests/__init__.py": ""}
+    files["tests/test_fails.py"] = FAILS
+    records = run_probe(tmp_path, files, unittest=False)
+    assert "_pytest.runner.call_and_report" in _tampered(records), records
+    assert not (tmp_path / "repo" / "pkg.py.asked").exists()

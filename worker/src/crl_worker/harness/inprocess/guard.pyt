@@ -22,6 +22,13 @@ def _qualname(target):
         return _FUNCTION.__dict__["__qualname__"].__get__(target)
     return _QUALNAME_OF(target if issubclass(type(target), type) else type(target))
 _PLAIN_DATA = (str, bytes, int, float, complex, bool, type(None), tuple, list, dict, set, frozenset)
+# By id: ``type(x) in (...)`` would ask a metaclass's ``__eq__``, the candidate's code.
+_PLAIN_IDS = frozenset(map(id, _PLAIN_DATA))
+
+
+def _plain_type(value):
+    """Whether ``value``'s type is exactly one of :data:`_PLAIN_DATA`."""
+    return id(type(value)) in _PLAIN_IDS
 _FUNCTION = type(lambda: None)
 _CODE = type((lambda: None).__code__)
 # A class's own namespace and its method resolution order, read past any metaclass.
@@ -46,7 +53,7 @@ def _descriptor(value):
 def _watched(value):
     """Whether a snapshot keeps ``value``: anything but plain data (a function, a class, a
     module, a descriptor, any object that might be called or bound)."""
-    return type(value) not in _PLAIN_DATA or callable(value) or _descriptor(value)
+    return not _plain_type(value) or callable(value) or _descriptor(value)
 
 
 def _acts(value):
@@ -219,7 +226,7 @@ def _compare(before, after, settings_ok=False):
                 continue
             derived = key.startswith("<") or "." in key
             if key not in now:
-                plain = type(values[key]) in _PLAIN_DATA and not _acts(values[key])
+                plain = _plain_type(values[key]) and not _acts(values[key])
                 if derived or not (plain and ":" in scope and key not in hid):
                     changed.append((scope, key))
             elif key in values:
@@ -227,7 +234,7 @@ def _compare(before, after, settings_ok=False):
                 if _same(old, new):
                     continue
                 if ":" in scope and not derived:
-                    if type(old) in _PLAIN_DATA and type(new) in _PLAIN_DATA:
+                    if _plain_type(old) and _plain_type(new):
                         continue
                     if settings_ok and not _acts(old) and not _acts(new):
                         continue

@@ -20,6 +20,7 @@ _ORIGINS_LIMIT = 5000
 _MODULE = type(sys)
 _MODULE_DICT = _MODULE.__dict__["__dict__"].__get__
 _CONTAINERS = (tuple, list, dict, set, frozenset)
+_CONTAINER_IDS = frozenset(map(id, _CONTAINERS))
 _HEAP_TYPE = 1 << 9
 _FLAGS_OF = type.__dict__["__flags__"].__get__
 
@@ -61,15 +62,22 @@ def _own_globals(function):
     return _module_namespace(sys.modules.get(name)) is namespace
 
 
+def _filename(code):
+    """A code object's file name, or :data:`_UNKNOWN` when it is not exactly a string (a
+    subclass's methods would be the candidate's code)."""
+    filename = code.co_filename
+    return filename if type(filename) is str else _UNKNOWN
+
+
 def _origin_parts(value, found):
     """One step of :func:`_origins`: the files ``value`` itself names go into ``found``; what
     it holds that could run code is returned, to be looked at in turn."""
     kind = type(value)
     if kind is _CODE:
-        found.append(value.co_filename)
+        found.append(_filename(value))
         return ()
     if kind is _FUNCTION:
-        filename = value.__code__.co_filename
+        filename = _filename(value.__code__)
         found.append(filename)
         if not filename.startswith("<") and not _own_globals(value):
             found.append(_UNKNOWN)
@@ -82,9 +90,9 @@ def _origin_parts(value, found):
         return [value.__defaults__ or (), value.__kwdefaults__ or {}, cells]
     if kind is dict:
         return list(dict.keys(value)) + list(dict.values(value))
-    if kind in _CONTAINERS:
+    if id(kind) in _CONTAINER_IDS:
         return list(value)
-    if kind in _PLAIN_DATA or issubclass(kind, _MODULE):
+    if id(kind) in _PLAIN_IDS or issubclass(kind, _MODULE):
         if issubclass(kind, _MODULE):
             found.append(_module_file(value))
         return ()
@@ -109,6 +117,8 @@ def _class_parts(cls, found):
         for key, member in list(_CLASS_DICT(klass).items()):
             if _acts(member):
                 parts.append(member)
+            elif type(key) is not str:
+                found.append(_UNKNOWN)  # its hash and equality could be the candidate's code
             elif any(key in _CLASS_DICT(later) and _acts(_CLASS_DICT(later)[key]) for later in mro[index + 1 :]):
                 found.append(_UNKNOWN)
     return parts
@@ -144,7 +154,7 @@ def _origins(value, runner_objects=False):
             parts = ()
         for filename in found:
             yield filename
-        todo.extend(p for p in parts if type(p) in _CONTAINERS or _acts(p))
+        todo.extend(p for p in parts if id(type(p)) in _CONTAINER_IDS or _acts(p))
 
 
 def _not_told(filename):
