@@ -40,10 +40,9 @@ def _class_entry(cls, name):
 
 
 def _check_instance(test, name, nodeid):
-    """Evidence when a test's object holds its own ``name`` (a TestCase's test method, which
-    unittest looks up on it as it runs; a pytest item's ``runtest``): package code that reached
-    the object put something in the method's place, which the class (checked by
-    :func:`_check_test` and the runner's snapshot) does not show."""
+    """Evidence when a TestCase object holds its own ``name`` (its test method, which unittest
+    looks up on it as it runs): package code that reached the object put something in the
+    method's place, which the class (checked by :func:`_check_test`) does not show."""
     try:
         held = name in object.__getattribute__(test, "__dict__")
     except Exception:
@@ -127,13 +126,12 @@ def _is_infrastructure(filename):
 
 
 def _runtest_expects_call(item, runtest):
-    """For an item with its own ``runtest``: evidence when package code put it there, or when
-    it is made of nothing but built-ins and the standard library (no test is run by those);
-    whether the test's function must still be called (the runner's own code bound to
-    something: another item's ``runtest``). One from a conftest or an accepted plugin runs the
-    test its own way (in another process, under a profiler) and is not held to it; code of any
-    other installed package is evidence as well."""
-    found, named = [], False
+    """For an item with its own ``runtest``, whether the test's function must still be called:
+    yes for the runner's own code bound to something (another item's ``runtest``); no for code
+    of a conftest or an accepted plugin, which runs the test its own way (in another process,
+    under a profiler). Evidence, and no, for anything else: package code, code compiled from a
+    string, built-ins, the standard library or another installed package alone."""
+    found = []
     for filename in _origins(runtest, runner_objects=True):
         if filename is None:
             continue
