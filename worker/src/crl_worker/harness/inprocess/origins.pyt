@@ -81,12 +81,7 @@ def _origin_parts(value, found):
         found.append(filename)
         if not filename.startswith("<") and not _own_globals(value):
             found.append(_UNKNOWN)
-        cells = []
-        for cell in value.__closure__ or ():
-            try:
-                cells.append(cell.cell_contents)
-            except ValueError:
-                continue
+        cells = [_cell(cell) for cell in value.__closure__ or ()]
         return [value.__defaults__ or (), value.__kwdefaults__ or {}, cells]
     if kind is dict:
         return list(dict.keys(value)) + list(dict.values(value))
@@ -165,20 +160,26 @@ def _not_told(filename):
     return type(filename) is not str or filename.startswith("<")
 
 
-#: Classes found to be the runner's own, by id (see :func:`_is_runner_object`).
+#: By id: the classes :func:`_runner_made` was asked about, and its answer (a class's own
+#: hash could be the candidate's code; a runner class's later changes are the snapshot's).
 _RUNNER_CLASSES = {}
+
+
+def _is_runner_class(cls):
+    """:func:`_runner_made`, asked once per class."""
+    known = _RUNNER_CLASSES.get(id(cls))
+    if known is None or known[0] is not cls:
+        known = _RUNNER_CLASSES[id(cls)] = (cls, _runner_made(cls))
+    return known[1]
 
 
 def _is_runner_object(value):
     """Whether ``value`` is an instance (not a class, not a function) of a class the runner
     made."""
     kind = type(value)
-    if kind is type or kind is _FUNCTION or issubclass(kind, type):
+    if kind is _FUNCTION or issubclass(kind, type):
         return False
-    known = _RUNNER_CLASSES.get(id(kind))
-    if known is None or known[0] is not kind:
-        known = _RUNNER_CLASSES[id(kind)] = (kind, _runner_made(kind))
-    return known[1]
+    return _is_runner_class(kind)
 
 
 def _by_package(value):

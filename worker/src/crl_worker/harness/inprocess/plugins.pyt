@@ -17,14 +17,14 @@ def _hookimpls(manager):
     evidence, and is not asked)."""
     relay = object.__getattribute__(manager, "hook")
     callers = []
-    if _is_hook_class(type(relay)):
+    if _is_runner_class(type(relay)):
         callers = list(object.__getattribute__(relay, "__dict__").items())
     elif _by_package(relay):
         _hook_replaced("hook")
     found = []
     # By id: a class's own hash and equality could be the candidate's code.
     kinds = dict((id(type(caller)), type(caller)) for _, caller in callers)
-    strange = set(key for key, kind in kinds.items() if not _is_hook_class(kind))
+    strange = set(key for key, kind in kinds.items() if not _is_runner_class(kind))
     for name, caller in callers:
         if strange and id(type(caller)) in strange:
             if _by_package(caller):
@@ -35,20 +35,6 @@ def _hookimpls(manager):
         except Exception:
             continue
     return found
-
-
-#: The hook relay's and hook callers' classes found to be the runner's own, by id.
-_HOOK_CLASSES = {}
-
-
-def _is_hook_class(cls):
-    """Whether ``cls`` (a hook relay's or hook caller's class) is the runner's own."""
-    if _HOOK_CLASSES.get(id(cls)) is cls:
-        return True
-    if _runner_made(cls):
-        _HOOK_CLASSES[id(cls)] = cls
-        return True
-    return False
 
 
 def _hook_replaced(name):
@@ -76,7 +62,9 @@ def _accept(manager, plugin):
             code = _code_of(function)
             if code is not None:
                 _PLUGINS["codes"][id(code)] = code
-                _PLUGINS["folders"].add(_plugin_folder(code.co_filename, impl.plugin))
+                folder = _plugin_folder(code.co_filename, impl.plugin)
+                if not _is_runner_file(folder):
+                    _PLUGINS["folders"].add(folder)
 
 
 def _plugin_folder(filename, plugin):

@@ -122,7 +122,7 @@ def _is_infrastructure(filename):
     path = _real(filename)
     if _under(path, _CONFIG["root"]):
         return not _is_package_file(filename)
-    return any(_under(path, folder) for folder in _PLUGINS["folders"] if not _is_runner_file(folder))
+    return any(_under(path, folder) for folder in _PLUGINS["folders"])
 
 
 def _runtest_expects_call(item, runtest):
@@ -244,13 +244,17 @@ if _CONFIG is not None and "pytest" in sys.modules:
         outcome = yield
         # Only the running item's own call counts (not a copy of it made to share its id).
         if pyfuncitem is _CURRENT.get("item"):
-            _CALLED[pyfuncitem.nodeid] = outcome.excinfo
+            _CALLED[pyfuncitem.nodeid] = outcome.excinfo[1] if outcome.excinfo else None
 
     @_pytest_module.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(item, call):
-        expect_call = call.when == "call" and _calls_its_function(item)
-        called = _CALLED.pop(item.nodeid, _NOT_CALLED) if call.when == "call" else _NOT_CALLED
-        method = _UNITTEST_CALLED.pop(item.nodeid, None) if call.when == "call" else None
+        # The reporter's own view of the call: the test function's (pytest_pyfunc_call), or a
+        # unittest case's method's (its wrapper); what it raised, or _NOT_CALLED.
+        what, seen, expected = "function", _NOT_CALLED, False
+        if call.when == "call":
+            what, seen, expected = "function", _CALLED.pop(item.nodeid, _NOT_CALLED), _calls_its_function(item)
+            if item.nodeid in _UNITTEST_CALLED:
+                what, seen, expected = "method", _UNITTEST_CALLED.pop(item.nodeid), True
         outcome = yield
         report = outcome.get_result()
         excinfo = call.excinfo
@@ -259,16 +263,12 @@ if _CONFIG is not None and "pytest" in sys.modules:
         if report.passed and not hasattr(report, "wasxfail"):
             if raised:
                 _evidence("%s (%s) raised %s, reported passed" % (item.nodeid, call.when, excinfo.typename))
-            elif called is not _NOT_CALLED and called is not None and not _skip_or_xfail(called[1]):
+            elif seen is _NOT_CALLED and expected:
+                _evidence("%s (call): its test %s was never called, reported passed" % (item.nodeid, what))
+            elif seen is not _NOT_CALLED and seen is not None and not _skip_or_xfail(seen):
                 _evidence(
-                    "%s (call): its test function raised %s, reported passed" % (item.nodeid, _TYPE_NAME(type(called[1])))
+                    "%s (call): its test %s raised %s, reported passed" % (item.nodeid, what, _TYPE_NAME(type(seen)))
                 )
-            elif expect_call and called is _NOT_CALLED:
-                _evidence("%s (call): its test function was never called, reported passed" % item.nodeid)
-            elif method is _NOT_CALLED:
-                _evidence("%s (call): its test method was never called, reported passed" % item.nodeid)
-            elif method is not None and not _skip_or_xfail(method):
-                _evidence("%s (call): its test method raised %s, reported passed" % (item.nodeid, _TYPE_NAME(type(method))))
         if call.when == "call":
             _check_runner(critical_only=True)
             _check_plugins()
