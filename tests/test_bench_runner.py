@@ -80,7 +80,10 @@ async def test_gold_run_resolves_every_fixture_and_writes_a_consistent_folder(
     assert summary["exitReasons"] == {"submitted": 4}
 
     assert sorted(done for _, done in seen) == [1, 2, 3, 4]
-    assert [r["done"] for r in reporter.reports] == [1, 2, 3, 4, 4]
+    # One before the first attempt ends (the operator waits for the last once it read one),
+    # one per attempt, the last.
+    assert [r["done"] for r in reporter.reports] == [0, 1, 2, 3, 4, 4]
+    assert [r["finished"] for r in reporter.reports] == [False] * 5 + [True]
     assert reporter.reports[-1]["finished"] is True
     assert reporter.reports[-1]["passAtK"] == [{"k": 1, "value": 1.0}, {"k": 2, "value": 1.0}]
     # What the operator reads back from the ConfigMap accepts every report.

@@ -250,6 +250,12 @@ class BenchmarkRunner:
             logger.info(
                 "%d of %d attempts already done; running %d", skipped, self.total, len(pending)
             )
+        # A report before the first attempt ends: once the operator has read one, it waits for
+        # the last before it says the Benchmark succeeded (crl_operator.reports).
+        report = progress_report(
+            list(self._latest.values()), total=self.total, ks=self.pass_at_k, finished=False
+        )
+        await self._publish(report)
         queue = deque(pending)
         tries: dict[tuple[str, int], int] = {}
         ran = 0
