@@ -35,6 +35,7 @@ from .fixtures.incluster import (
     Gateway,
     build_image,
     delete_benchmark,
+    final_status,
     host_python_trainer_image,
     install_operator,
     local_volume,
@@ -42,7 +43,6 @@ from .fixtures.incluster import (
     pin_namespace,
     run_gold_benchmark,
     sandbox_pods,
-    settled_progress,
     share_host_python,
     start_pool,
     suite_on_node,
@@ -317,9 +317,9 @@ def test_a_gold_benchmark_runs_in_the_cluster(
             raise AssertionError(f"status: {json.dumps(status)[:3000]}\n"
                                  f"runner log:\n{runner[-4000:]}")  # fmt: skip
         log.info("the gold benchmark took %.1f s in the cluster", run.wall)
-        # The completion comes from the Job, the progress from the runner's report: an operator
-        # just restarted may see the Job finish before its watch brings the last report.
-        status = settled_progress(cluster, run, total=8)
+        # The Job's completion and the runner's last report are two events in either order:
+        # the verdict waits for the report, so whoever reads it reads the final progress.
+        status = final_status(cluster, run)
         assert status["progress"] == {"total": 8, "done": 8, "resolved": 8, "errored": 0,
                                       "summary": "8/8"}  # fmt: skip
         conditions = {c["type"]: c["status"] for c in status["conditions"]}

@@ -13,6 +13,48 @@ from crl_operator import conditions as c
 from crl_operator.children import Obj
 from crl_operator.conditions import Cond, cond, timestamp
 
+# --- both kinds -----------------------------------------------------------------------------
+
+#: Seconds a TrainingRun or Benchmark whose worker Job succeeded waits for the worker's last
+#: report (``finished: true``) before it says Succeeded without it.
+FINAL_REPORT_GRACE = 30.0
+
+
+def final_report_wait(
+    report: Obj | None, succeeded: bool, completion: str | None, now: datetime
+) -> float:
+    """Seconds the resource still waits for its worker's last report before it says Succeeded
+    (0: it does not wait).
+
+    The Job's completion and the worker's last write to its progress ConfigMap reach the
+    operator as two watch events, in either order: a resource that said Succeeded at the Job's
+    would show, to whoever reads it then, the progress of the report before the last. So it
+    waits while the report it read is not the last (``succeeded``: the Job succeeded), for at
+    most :data:`FINAL_REPORT_GRACE` from the Job's ``completion`` (a worker whose last publish
+    failed). A worker of which no report was read is not waited for.
+    """
+    if not succeeded or report is None or report.get("finished"):
+        return 0.0
+    return _grace_left(completion, now)
+
+
+def _grace_left(completion: str | None, now: datetime) -> float:
+    if not completion:
+        return FINAL_REPORT_GRACE
+    done = datetime.fromisoformat(completion.replace("Z", "+00:00"))
+    return max(0.0, FINAL_REPORT_GRACE - (now - done).total_seconds())
+
+
+def final_report_requeue(status: Mapping[str, Any], now: datetime) -> float | None:
+    """When a resource whose computed ``status`` waits for the worker's last report should be
+    reconciled again, if no event comes first (None: it does not wait)."""
+    succeeded = c.find(status.get("conditions"), c.SUCCEEDED)
+    if succeeded is None or succeeded.get("reason") != c.AWAITING_REPORT:
+        return None
+    completion = status.get("completionTime")
+    return _grace_left(str(completion) if completion else None, now) + 1.0
+
+
 # --- TrainingRun ----------------------------------------------------------------------------
 
 
@@ -178,8 +220,11 @@ def validation_condition(validation: Mapping[str, Any]) -> Cond:
 
 
 __all__ = [
+    "FINAL_REPORT_GRACE",
     "benchmark_progress",
     "benchmark_results",
+    "final_report_requeue",
+    "final_report_wait",
     "pool_validation",
     "reasons_in_words",
     "significant",

@@ -22,6 +22,7 @@ from crl_operator.conditions import Cond, cond, merge_conditions, timestamp
 from crl_operator.reports import (
     benchmark_progress,
     benchmark_results,
+    final_report_wait,
     pool_validation,
     trainer_says,
     training_progress,
@@ -121,10 +122,23 @@ def _finished_as(js: JobState | None) -> tuple[bool, bool]:
     return js is not None and js.phase == "succeeded", js is not None and js.phase == "failed"
 
 
-def _verdict(js: JobState | None) -> tuple[Cond, Cond]:
+def _awaiting(who: str) -> Problem:
+    """Why a resource whose Job succeeded does not say so yet (:func:`final_report_wait`)."""
+    return Problem(
+        c.AWAITING_REPORT, f"the Job completed; waiting for the {who}'s last progress report"
+    )
+
+
+def _verdict(js: JobState | None, awaiting: Problem | None = None) -> tuple[Cond, Cond]:
     """Succeeded and Failed of a resource whose outcome is its Job's (trainer or runner): both
     give the Job's outcome as their reason once it has one (a failed run's ``Succeeded`` is
-    ``False`` because the Job failed, not because it is still in progress)."""
+    ``False`` because the Job failed, not because it is still in progress); while ``awaiting``
+    the worker's last report, both are ``False`` and say so."""
+    if awaiting is not None:
+        return (
+            cond(c.SUCCEEDED, False, awaiting.reason, awaiting.message),
+            cond(c.FAILED, False, awaiting.reason, awaiting.message),
+        )
     succeeded, failed = _finished_as(js)
     message = js.message if js is not None else ""
     reason = c.JOB_SUCCEEDED if succeeded else c.JOB_FAILED if failed else c.IN_PROGRESS
@@ -193,9 +207,12 @@ def _ready(problem: Problem | None, parts: Iterable[Cond], ok_message: str) -> C
 _NO_ROLLOUTS = "algorithm.type is sft: it trains on recorded trajectories, no rollouts run"
 
 
-def trainingrun_conditions(run: TrainingRun, seen: Observed) -> list[Cond]:
+def trainingrun_conditions(
+    run: TrainingRun, seen: Observed, awaiting_report: bool = False
+) -> list[Cond]:
     """Conditions of a TrainingRun from its children (supervised fine-tuning has no server and
-    no pool: InferenceReady and SandboxesReady hold, and Ready follows the trainer)."""
+    no pool: InferenceReady and SandboxesReady hold, and Ready follows the trainer);
+    ``awaiting_report``: its Job succeeded, the trainer's last report has not been read."""
     suspended = run.spec.suspend
     dep = seen.of_kind("Deployment")
     job = seen.of_kind("Job")
@@ -259,9 +276,11 @@ def trainingrun_conditions(run: TrainingRun, seen: Observed) -> list[Cond]:
             c.SUSPENDED_BY_USER if suspended else c.NOT_SUSPENDED,
             "spec.suspend is true" if suspended else "",
         ),
-        *_verdict(js),
+        *_verdict(js, _awaiting("trainer") if awaiting_report else None),
     ]
-    if succeeded:
+    if succeeded and awaiting_report:
+        ready = _ready(seen.problem or _awaiting("trainer"), (), "")
+    elif succeeded:
         ready = _ready(seen.problem, (), "training finished")
     elif failed and js is not None:
         ready = _ready(seen.problem or Problem(c.JOB_FAILED, js.message), (), "")
@@ -293,13 +312,16 @@ def trainingrun_status(
     """The status fields a TrainingRun's reconcile owns: conditions and children from what was
     observed, step, policy version, last checkpoint and metrics from the trainer's report."""
     prev = previous or {}
-    conds = trainingrun_conditions(run, seen)
+    job = seen.of_kind("Job")
+    js = job_state(job) if job is not None else None
+    completion = _completion_time(prev, js, now)
+    succeeded, _ = _finished_as(js)
+    wait = final_report_wait(seen.report, succeeded, completion, now)
+    conds = trainingrun_conditions(run, seen, awaiting_report=wait > 0)
     weight_sync = weight_sync_condition(seen.report, prev)
     if weight_sync is not None:
         conds.append(weight_sync)
     generation = run.metadata.model_dump().get("generation")
-    job = seen.of_kind("Job")
-    js = job_state(job) if job is not None else None
     out: dict[str, Any] = {
         "observedGeneration": generation,
         "conditions": merge_conditions(
@@ -326,7 +348,7 @@ def trainingrun_status(
     out["validation"] = _pool_validation(seen, prev)
     if seen.admission is not None:
         out["queue"] = seen.admission.status()
-    out["completionTime"] = _completion_time(prev, js, now)
+    out["completionTime"] = completion
     return _drop_none(out)
 
 
@@ -446,8 +468,11 @@ def served_by_operator(bench: Benchmark) -> bool:
     return bench.spec.model.endpoint is None and bench.spec.model.gold is None
 
 
-def benchmark_conditions(bench: Benchmark, seen: Observed, finished_cleanup: bool) -> list[Cond]:
-    """Conditions of a Benchmark from its children (or, after cleanup, from what was recorded)."""
+def benchmark_conditions(
+    bench: Benchmark, seen: Observed, finished_cleanup: bool, awaiting_report: bool = False
+) -> list[Cond]:
+    """Conditions of a Benchmark from its children (or, after cleanup, from what was recorded);
+    ``awaiting_report``: its Job succeeded, the runner's last report has not been read."""
     job = seen.of_kind("Job")
     js = job_state(job) if job is not None else None
     served = served_by_operator(bench)
@@ -469,14 +494,16 @@ def benchmark_conditions(bench: Benchmark, seen: Observed, finished_cleanup: boo
         inference,
         sandboxes,
         running,
-        *_verdict(js),
+        *_verdict(js, _awaiting("runner") if awaiting_report else None),
     ]
     queued: tuple[Cond, ...] = ()
     if seen.admission is not None and not (succeeded or failed):
         admitted = seen.admission.condition()
         out.insert(0, admitted)
         queued = () if admitted.true else (admitted,)
-    if succeeded:
+    if succeeded and awaiting_report:
+        ready = _ready(seen.problem or _awaiting("runner"), (), "")
+    elif succeeded:
         ready = _ready(seen.problem, (), "the benchmark finished")
     elif failed and js is not None:
         ready = _ready(seen.problem or Problem(c.JOB_FAILED, js.message), (), "")
@@ -514,7 +541,9 @@ def benchmark_status(
             *[x for x in benchmark_conditions(bench, seen, True) if x.type == c.INFERENCE_READY],
         ]
     else:
-        conds = benchmark_conditions(bench, seen, False)
+        completion = _completion_time(prev, js, now)
+        wait = final_report_wait(seen.report, _finished_as(js)[0], completion, now)
+        conds = benchmark_conditions(bench, seen, False, awaiting_report=wait > 0)
     total = (
         len(bench.spec.suite.tasks.filter.instance_ids or ()) * bench.spec.attempts
         if (

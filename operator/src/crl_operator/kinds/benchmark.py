@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from crl_operator import builders
+from crl_operator import conditions as c
 from crl_operator.builders import BuildError, RenderState, ResolvedCheckpoint
 from crl_operator.cache import Key
 from crl_operator.kinds.base import Subject
@@ -115,10 +116,14 @@ class BenchmarkKind(WorkloadKind[Benchmark]):
         return super().retained(s, state)
 
     def ttl_remaining(self, bench: Benchmark, uid: str, status: Mapping[str, Any]) -> float | None:
-        """Seconds until the finished runner Job goes (None: no TTL, or not finished)."""
+        """Seconds until the finished runner Job goes (None: no TTL, not finished, or still
+        waiting for the runner's last report, which the Job's deletion would cut short)."""
         ttl = bench.spec.ttl_seconds_after_finished
         finished, when = self.finished(uid, status)
         if ttl is None or not finished:
+            return None
+        succeeded = c.find(status.get("conditions"), c.SUCCEEDED)
+        if succeeded is not None and succeeded.get("reason") == c.AWAITING_REPORT:
             return None
         if not when:
             return float(ttl)
@@ -134,11 +139,12 @@ class BenchmarkKind(WorkloadKind[Benchmark]):
         return problem.reason == CHECKPOINT_UNAVAILABLE
 
     def requeue_after(self, s: Subject[Benchmark], status: Mapping[str, Any]) -> float | None:
-        """Just after the runner's TTL expires, to delete it."""
+        """Just after the runner's TTL expires, to delete it; before, when the wait for the
+        runner's last report ends."""
         remaining = self.ttl_remaining(s.resource, s.uid, status)
         if remaining is not None and remaining > 0:
             return remaining + 1.0
-        return None
+        return super().requeue_after(s, status)
 
     def record(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """The benchmark's progress and resolve rate as gauges."""

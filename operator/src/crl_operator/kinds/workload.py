@@ -14,6 +14,7 @@ from crl_operator.builders import RenderState
 from crl_operator.cache import Key
 from crl_operator.children import Obj, component_of, deployment_state, job_state
 from crl_operator.kinds.base import KindHandler, Subject
+from crl_operator.reports import final_report_requeue
 from crl_operator.status import Observed, Problem
 from crl_worker.api import Benchmark, TrainingRun
 from crl_worker.api.common import PoolReference
@@ -60,9 +61,18 @@ class WorkloadKind(KindHandler[W]):
                 if js.phase in ("succeeded", "failed"):
                     return True, js.completion_time or previous.get("completionTime")
         conds = previous.get("conditions")
+        # completionTime is set once the Job was seen finished, before Succeeded may be (while
+        # the resource waits for the worker's last report).
         if c.is_true(conds, c.SUCCEEDED) or c.is_true(conds, c.FAILED):
             return True, previous.get("completionTime")
+        if previous.get("completionTime"):
+            return True, previous.get("completionTime")
         return False, None
+
+    def requeue_after(self, s: Subject[W], status: Mapping[str, Any]) -> float | None:
+        """While the resource waits for its worker's last report: when the wait ends
+        (:func:`~crl_operator.reports.final_report_requeue`)."""
+        return final_report_requeue(status, self.ctx.now())
 
     def render_state(self, s: Subject[W]) -> tuple[RenderState, Problem | None]:
         """Whether inference is ready and the Job finished, Kueue's queueing and the priority

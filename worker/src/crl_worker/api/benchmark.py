@@ -218,7 +218,7 @@ class BenchmarkStatus(CommonStatus):
     start_time: datetime | None = None
     """When the runner started; from then on the suite and the model cannot change."""
     completion_time: datetime | None = None
-    """When the benchmark finished."""
+    """When the runner Job finished (the verdict follows with the runner's last report)."""
     progress: BenchmarkProgress | None = None
     """How far it is."""
     resolve_rate: float | None = Field(default=None, ge=0.0, le=1.0)

@@ -489,7 +489,7 @@ class TrainingRunStatus(CommonStatus):
     start_time: datetime | None = None
     """When training started; from then on the model and the tasks cannot change."""
     completion_time: datetime | None = None
-    """When the run succeeded or failed."""
+    """When the trainer Job finished (the verdict follows with the trainer's last report)."""
     step: int | None = Field(default=None, ge=0)
     """Last finished optimizer step."""
     total_steps: int | None = Field(default=None, ge=0)
