@@ -10,7 +10,8 @@ attack must be graded unresolved with reward 0. Each was graded resolved before 
 changes (see the commit that added this file).
 
 Backends: ``local``, and ``docker`` (marked; the engine's fixtures of tests/conftest.py) with
-images of the attacked instances, for the forgeries of ``ON_DOCKER``. Attacks and gold patches of a backend run once, a few at a
+images of the attacked instances, for every forgery (``CRL_REDTEAM_DOCKER=subset``: those of
+``ON_DOCKER``). Attacks and gold patches of a backend run once, a few at a
 time, in one module fixture; every bundled suite's gold patch is among them on the local
 backend (no false alarms).
 """
@@ -189,12 +190,12 @@ ATTACKS: tuple[Attack, ...] = (
 )
 
 
-#: The forgeries Docker repeats: those that reach past the package into the process (its output
-#: descriptors, its plugins on ``sys.path``) and one of each kind of runner; the rest are package
-#: code that meets the same harness on every backend.
+#: The forgeries ``CRL_REDTEAM_DOCKER=subset`` keeps on Docker: those that reach past the
+#: package into the process (its output descriptors, its plugins on ``sys.path``) and one of
+#: each kind of runner; the rest are package code that meets the same harness on every backend.
 ON_DOCKER = ("xfail-call", "flip-reports-by-name", "forge-output", "dist-info-plugin")
-#: What Docker runs (all under CRL_REDTEAM_DOCKER=all but the select-by-id variant's attacks,
-#: whose task has no image of its own there).
+#: What Docker runs (all but the select-by-id variant's attacks, whose task has no image of its
+#: own there).
 DOCKER = docker_attacks([a for a in ATTACKS if a.instance not in LOCAL_ONLY], ON_DOCKER)
 
 

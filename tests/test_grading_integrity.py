@@ -16,8 +16,8 @@ the machinery this module shares with the other red-team modules:
 tests/test_grading_attacks_diff.py for the split and the network).
 
 All attacks of a backend run once, concurrently (a few at a time), in one module fixture; each
-attack's test reads its outcome. Docker repeats the attacks on the environment (``ON_DOCKER``);
-those on the repository's files meet the same harness code on every backend. The gold patches resolve through the same episode path
+attack's test reads its outcome. Docker repeats every attack (``CRL_REDTEAM_DOCKER=subset``: only
+those on the environment, ``ON_DOCKER``). The gold patches resolve through the same episode path
 (``test_gold_still_resolves``), so a defence that rejects everything would fail here too.
 """
 
@@ -426,7 +426,8 @@ def backend(request: pytest.FixtureRequest) -> Backend:
     return make_backend(request, (PYTEST, UNITTEST))
 
 
-#: The attacks Docker repeats: those on the environment outside the repository (the
+#: The attacks whose defence depends on the sandbox, which ``CRL_REDTEAM_DOCKER=subset`` keeps
+#: on Docker: those on the environment outside the repository (the
 #: interpreter's start-up, installed packages, the shell, processes, git's configuration).
 ON_DOCKER = (
     "conftest-report-hook",
