@@ -345,7 +345,8 @@ class DockerTransport:
         if shell is None or self.container is None:
             return
         await self.signal(signal.SIGKILL, shell)
-        await self.exec_once(["kill", "-9", str(shell.pid)])
+        # The shell's builtin: a minimal image (the Debian base) has no kill program.
+        await self.exec_once(["sh", "-c", f"kill -KILL {shell.pid} 2>/dev/null; true"])
 
     async def run_script(
         self, script: str, workdir: str, *, timeout: float
