@@ -174,6 +174,48 @@ def _check_open(args):
         )
 
 
+#: The changes of a file Python audits (3.8 on) that could put another text in a test module's
+#: place without opening it, or take it away: the event, what it does in words, and where its
+#: arguments hold each path and that path's directory descriptor.
+_CHANGES = {
+    "os.rename": ("renamed", ((0, 2), (1, 3))),
+    "os.remove": ("removed", ((0, 1),)),
+    "os.truncate": ("truncated", ((0, None),)),
+}
+
+
+def _event_path(args, at, dir_at):
+    """The absolute path of argument ``at`` of an audit event (relative to the directory
+    descriptor at ``dir_at`` when one is given; a descriptor for the path itself is named
+    through ``/proc``); ``None`` when there is none."""
+    target = args[at] if len(args) > at else None
+    if target is None:
+        return None
+    if isinstance(target, int):
+        return "/proc/self/fd/%d" % target
+    path = os.fsdecode(os.fspath(target))
+    folder = args[dir_at] if dir_at is not None and len(args) > dir_at else None
+    if isinstance(folder, int) and folder >= 0 and not os.path.isabs(path):
+        path = os.path.join(os.readlink("/proc/self/fd/%d" % folder), path)
+    return os.path.abspath(path)
+
+
+def _check_change(event, args):
+    verb, places = _CHANGES[event]
+    for at, dir_at in places:
+        path = _event_path(args, at, dir_at)
+        if path is None or not _is_protected_path(path):
+            continue
+        frame = _caller(sys._getframe(2))
+        if frame is not None and _is_package_file(_provenance(frame) or ""):
+            _evidence(
+                "package code (%s:%d) %s %s"
+                % (frame.f_code.co_filename, frame.f_lineno, verb,
+                   os.path.relpath(_real(path), _CONFIG["root"]))
+            )
+        return
+
+
 def _handed_over(frame, path):
     """Whether the test running above ``frame`` handed ``path`` to the package: it is that
     test's own module, and the test function that called into the package names ``__file__``
@@ -319,10 +361,15 @@ def _check_compile(args):
         )
 
 
+_EVENTS = frozenset(
+    ("open", "sys._getframe", "compile", "code.__new__", "object.__setattr__") + tuple(_CHANGES)
+)
+
+
 def _hook(event, args):
     if _STATE["busy"]:
         return
-    if event not in ("open", "sys._getframe", "compile", "code.__new__", "object.__setattr__"):
+    if event not in _EVENTS:
         return
     _STATE["busy"] = True
     # Room of its own: package code that sets the limit just above its depth would make the
@@ -335,6 +382,8 @@ def _hook(event, args):
     try:
         if event == "open":
             _check_open(args)
+        elif event in _CHANGES:
+            _check_change(event, args)
         elif event == "sys._getframe":
             _check_getframe(args)
         elif event == "object.__setattr__":
@@ -342,11 +391,11 @@ def _hook(event, args):
         else:
             _check_compile(args)
     except Exception as exc:
-        if event == "open":
+        if event == "open" or event in _CHANGES:
             try:
                 _evidence(
-                    "the harness could not check an open (%s: %s)"
-                    % (type(exc).__name__, str(exc)[:200])
+                    "the harness could not check an %s (%s: %s)"
+                    % (event, type(exc).__name__, str(exc)[:200])
                 )
             except Exception:
                 pass
