@@ -256,17 +256,28 @@ def _task(tmp_path: Path) -> tuple[Task, dict[str, str]]:
     return task, diffs
 
 
-async def test_a_test_handing_its_own_file_to_the_package_is_not_tampering(
-    tmp_path: Path,
-) -> None:
-    task, patches = _task(tmp_path)
+async def _graded(task: Task, diffs: dict[str, str]) -> dict[str, EvalResult]:
+    """Each of ``diffs`` graded through the integrity check in a local sandbox of its own."""
 
     async def grade(diff: str) -> EvalResult:
         async with create_sandbox({"type": "local"}, task) as sandbox:
             return await grade_candidate(sandbox, task, diff)
 
+    return dict(zip(diffs, await asyncio.gather(*map(grade, diffs.values())), strict=True))
+
+
+def _all_tampered(graded: dict[str, EvalResult]) -> None:
+    missed = sorted(n for n, g in graded.items() if g.resolved or g.tampered is None)
+    assert not missed, (missed, {n: graded[n].log[-600:] for n in missed})
+
+
+async def test_a_test_handing_its_own_file_to_the_package_is_not_tampering(
+    tmp_path: Path,
+) -> None:
+    task, patches = _task(tmp_path)
+
     diffs = {"the fix": task.patch, **{n: patches[n] for n in SHOWS}}
-    graded = dict(zip(diffs, await asyncio.gather(*map(grade, diffs.values())), strict=True))
+    graded = await _graded(task, diffs)
     for name, result in graded.items():
         assert result.tampered is None, (name, result.log[-3000:])
         assert result.resolved and result.confirmed, (name, result.log[-3000:])
@@ -282,13 +293,8 @@ async def test_package_code_reading_a_test_module_unasked_is_evidence_however_it
     task, patches = _task(tmp_path)
     peeking = {n: patches[n] for n in PEEKS}
 
-    async def grade(diff: str) -> EvalResult:
-        async with create_sandbox({"type": "local"}, task) as sandbox:
-            return await grade_candidate(sandbox, task, diff)
-
-    graded = dict(zip(peeking, await asyncio.gather(*map(grade, peeking.values())), strict=True))
-    missed = sorted(n for n, g in graded.items() if g.resolved or g.tampered is None)
-    assert not missed, (missed, {n: graded[n].log[-600:] for n in missed})
+    graded = await _graded(task, peeking)
+    _all_tampered(graded)
     for name, result in graded.items():
         assert "opened" in (result.tampered or "") or "could not check" in (
             result.tampered or ""
@@ -305,13 +311,8 @@ async def test_package_code_changing_a_test_module_without_opening_it_is_evidenc
     task, patches = _task(tmp_path)
     changing = {n: patches[n] for n in CHANGES}
 
-    async def grade(diff: str) -> EvalResult:
-        async with create_sandbox({"type": "local"}, task) as sandbox:
-            return await grade_candidate(sandbox, task, diff)
-
-    graded = dict(zip(changing, await asyncio.gather(*map(grade, changing.values())), strict=True))
-    missed = sorted(n for n, g in graded.items() if g.resolved or g.tampered is None)
-    assert not missed, (missed, {n: graded[n].log[-600:] for n in missed})
+    graded = await _graded(task, changing)
+    _all_tampered(graded)
     for name, result in graded.items():
         why = result.tampered or ""
         assert any(
