@@ -113,5 +113,9 @@ def test_the_runner_job_outlives_its_ttl_while_the_benchmark_waits() -> None:
     ttl = kind.ttl_remaining(bench, uid, done)
     assert ttl is not None and ttl < 0  # the Job goes at the next reconcile
     # A Job gone while the Benchmark waited (deleted by hand) is still a finished one: the
-    # render does not start the runner again.
+    # render does not start the runner again, and the wait is over.
     assert kind.finished("no-such-uid", waiting) == (True, DONE)
+    gone = benchmark_status(bench, Observed(), waiting, now)
+    assert _conds(gone)["Succeeded"] == ("True", "JobSucceeded")
+    assert _conds(gone)["Ready"] == ("True", "Reconciled")
+    assert (gone["completionTime"], gone["progress"]["summary"]) == (DONE, "3/8")

@@ -526,16 +526,28 @@ def benchmark_status(
     generation = bench.metadata.model_dump().get("generation")
     job = seen.of_kind("Job")
     js = job_state(job) if job is not None else None
-    finished_before = c.is_true(prev.get("conditions"), c.SUCCEEDED) or c.is_true(
-        prev.get("conditions"), c.FAILED
+    # A Job gone while the verdict waited for the runner's last report (deleted by hand): it
+    # had succeeded, and there is nothing left to wait for.
+    awaited = (
+        job is None
+        and (c.find(prev.get("conditions"), c.SUCCEEDED) or {}).get("reason") == c.AWAITING_REPORT
+    )
+    finished_before = (
+        awaited
+        or c.is_true(prev.get("conditions"), c.SUCCEEDED)
+        or c.is_true(prev.get("conditions"), c.FAILED)
     )
     if job is None and finished_before:
         # Cleaned up after ttlSecondsAfterFinished: keep the verdict, mark inference gone.
+        replaced = {c.INFERENCE_READY, *((c.SUCCEEDED, c.FAILED, c.READY) if awaited else ())}
         kept = [
-            Cond.stored(pc)
-            for pc in prev.get("conditions") or ()
-            if pc.get("type") != c.INFERENCE_READY
+            Cond.stored(pc) for pc in prev.get("conditions") or () if pc.get("type") not in replaced
         ]
+        if awaited:
+            kept += [
+                *_verdict(JobState("succeeded", "the Job completed")),
+                _ready(None, (), "the benchmark finished"),
+            ]
         conds = [
             *kept,
             *[x for x in benchmark_conditions(bench, seen, True) if x.type == c.INFERENCE_READY],
