@@ -202,14 +202,18 @@ async def test_very_short_timeouts_leave_no_framing_and_keep_the_session(
     sandbox: LocalSandbox,
 ) -> None:
     """A timeout that strikes while the shell still reads the command line, or just as the
-    command ends: the output is the command's (whole or none of it), never a marker, and the
-    session answers afterwards. Before, a begin marker came back as output now and then, and
-    the sync line was lost (the session declared dead) about once in a few hundred."""
+    command ends: the output is the command's (what it wrote before the interrupt: whole, none,
+    or, once in a thousand on a loaded machine, ``hello`` without its newline, the interrupt
+    having reached bash's ``echo`` between the two), never a marker, and the session answers
+    afterwards. Before, a begin marker came back as output now and then, and the sync line was
+    lost (the session declared dead) about once in a few hundred."""
     timeouts = [0.0001, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05]
     for number in range(1000):
         result = await sandbox.run("echo hello", timeout=timeouts[number % len(timeouts)])
-        assert result.output in ("", "hello\n"), (number, result)
-        assert result.timed_out or result.exit_code == 0
+        if result.timed_out:
+            assert "hello\n".startswith(result.output), (number, result)
+        else:
+            assert result.exit_code == 0 and result.output == "hello\n", (number, result)
     assert (await sandbox.run("echo still")).output == "still\n"
 
 
