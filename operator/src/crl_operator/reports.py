@@ -45,11 +45,16 @@ def _grace_left(completion: str | None, now: datetime) -> float:
     return max(0.0, FINAL_REPORT_GRACE - (now - done).total_seconds())
 
 
+def awaiting_final_report(status: Mapping[str, Any]) -> bool:
+    """Whether ``status`` says its resource waits for the worker's last report."""
+    succeeded = c.find(status.get("conditions"), c.SUCCEEDED)
+    return succeeded is not None and succeeded.get("reason") == c.AWAITING_REPORT
+
+
 def final_report_requeue(status: Mapping[str, Any], now: datetime) -> float | None:
     """When a resource whose computed ``status`` waits for the worker's last report should be
     reconciled again, if no event comes first (None: it does not wait)."""
-    succeeded = c.find(status.get("conditions"), c.SUCCEEDED)
-    if succeeded is None or succeeded.get("reason") != c.AWAITING_REPORT:
+    if not awaiting_final_report(status):
         return None
     completion = status.get("completionTime")
     return _grace_left(str(completion) if completion else None, now) + 1.0
@@ -221,6 +226,7 @@ def validation_condition(validation: Mapping[str, Any]) -> Cond:
 
 __all__ = [
     "FINAL_REPORT_GRACE",
+    "awaiting_final_report",
     "benchmark_progress",
     "benchmark_results",
     "final_report_requeue",

@@ -20,6 +20,7 @@ from crl_operator.admission import Admission
 from crl_operator.children import JobState, Obj, component_of, deployment_state, job_state, name_of
 from crl_operator.conditions import Cond, cond, merge_conditions, timestamp
 from crl_operator.reports import (
+    awaiting_final_report,
     benchmark_progress,
     benchmark_results,
     final_report_wait,
@@ -528,10 +529,7 @@ def benchmark_status(
     js = job_state(job) if job is not None else None
     # A Job gone while the verdict waited for the runner's last report (deleted by hand): it
     # had succeeded, and there is nothing left to wait for.
-    awaited = (
-        job is None
-        and (c.find(prev.get("conditions"), c.SUCCEEDED) or {}).get("reason") == c.AWAITING_REPORT
-    )
+    awaited = job is None and awaiting_final_report(prev)
     finished_before = (
         awaited
         or c.is_true(prev.get("conditions"), c.SUCCEEDED)

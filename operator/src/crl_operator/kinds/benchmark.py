@@ -14,12 +14,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from crl_operator import builders
-from crl_operator import conditions as c
 from crl_operator.builders import BuildError, RenderState, ResolvedCheckpoint
 from crl_operator.cache import Key
 from crl_operator.kinds.base import Subject
 from crl_operator.kinds.workload import WorkloadKind
 from crl_operator.metrics import forget_benchmark, record_benchmark
+from crl_operator.reports import awaiting_final_report
 from crl_operator.status import Observed, Problem, benchmark_status, served_by_operator
 from crl_worker.api import Benchmark, TrainingRun
 from crl_worker.api.common import PoolReference
@@ -122,8 +122,7 @@ class BenchmarkKind(WorkloadKind[Benchmark]):
         finished, when = self.finished(uid, status)
         if ttl is None or not finished:
             return None
-        succeeded = c.find(status.get("conditions"), c.SUCCEEDED)
-        if succeeded is not None and succeeded.get("reason") == c.AWAITING_REPORT:
+        if awaiting_final_report(status):
             return None
         if not when:
             return float(ttl)

@@ -63,9 +63,11 @@ class WorkloadKind(KindHandler[W]):
         conds = previous.get("conditions")
         # completionTime is set once the Job was seen finished, before Succeeded may be (while
         # the resource waits for the worker's last report).
-        if c.is_true(conds, c.SUCCEEDED) or c.is_true(conds, c.FAILED):
-            return True, previous.get("completionTime")
-        if previous.get("completionTime"):
+        if (
+            c.is_true(conds, c.SUCCEEDED)
+            or c.is_true(conds, c.FAILED)
+            or previous.get("completionTime")
+        ):
             return True, previous.get("completionTime")
         return False, None
 
